@@ -1,0 +1,36 @@
+"""Every buffer a path allocates comes from :func:`empty`, so tests can poison them all.
+
+Inside ``with poisoned():`` new float buffers are filled with NaN and integer buffers with a
+value no kernel may read as an index, so an element a kernel forgot to write shows up in the
+result (NaN never passes a check) instead of hiding behind whatever the allocator returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+_POISON = False
+INT_POISON = 2**30  # far outside any valid index
+
+
+def empty(*shape, dtype, device) -> torch.Tensor:
+    t = torch.empty(*shape, dtype=dtype, device=device)
+    if _POISON:
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        else:
+            t.fill_(INT_POISON)
+    return t
+
+
+@contextlib.contextmanager
+def poisoned():
+    """Poison every buffer the paths allocate while the block runs (tests only: it costs a fill)."""
+    global _POISON
+    saved, _POISON = _POISON, True
+    try:
+        yield
+    finally:
+        _POISON = saved

@@ -1,0 +1,33 @@
+"""Where kernels run, decided once, before any Triton kernel is defined.
+
+Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a function, so this module
+must be imported before any module under ``warpdecode.kernels``. ``warpdecode/__init__.py``
+imports it first. On a machine without a CUDA GPU every kernel then runs through Triton's CPU
+interpreter, with no action from the user; set ``TRITON_INTERPRET=1`` yourself to force the
+interpreter on a GPU machine (tensors must then live on the CPU).
+"""
+
+import os
+
+import torch
+
+HAS_GPU = torch.cuda.is_available()
+if not HAS_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+#: True when Triton kernels execute in the CPU interpreter.
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+if INTERPRET:
+    from . import _interpreter_fix
+
+    _interpreter_fix.apply()
+
+#: The device new tensors go to when the caller does not say: the GPU when kernels compile for it.
+DEFAULT_DEVICE = torch.device("cuda" if HAS_GPU and not INTERPRET else "cpu")
+
+
+def gpu_name() -> str:
+    """The GPU kernels run on, or a description of the interpreter."""
+    if DEFAULT_DEVICE.type == "cuda":
+        return torch.cuda.get_device_name()
+    return "CPU (Triton interpreter)"

@@ -1,0 +1,105 @@
+"""Input validation shared by every public entry point.
+
+Everything here runs before a kernel launches, and every error names the argument and what was
+expected. The id range check reads two numbers back from the device; while a CUDA graph is being
+captured that read is impossible, so it is skipped there and the caller must pass ids from
+:func:`warpdecode.route` (which are in range by construction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+COMPUTE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass(frozen=True)
+class Dims:
+    T: int
+    H: int
+    I: int  # noqa: E741
+    E: int
+    K: int
+
+
+def _tensor(name, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def _ndim(name, t, n, shape_doc):
+    if t.dim() != n:
+        raise ValueError(f"{name} must be {n}-D {shape_doc}, got shape {tuple(t.shape)}")
+
+
+def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = True) -> Dims:
+    """Validate the layer's inputs and return its dimensions. Raises TypeError/ValueError."""
+    for name, t in [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights), ("topk_ids", topk_ids)]:
+        _tensor(name, t)
+    _ndim("x", x, 2, "(T, H)")
+    _ndim("w13", w13, 3, "(E, 2I, H)")
+    _ndim("w2", w2, 3, "(E, H, I)")
+    _ndim("topk_weights", topk_weights, 2, "(T, K)")
+    _ndim("topk_ids", topk_ids, 2, "(T, K)")
+
+    if x.dtype not in COMPUTE_DTYPES:
+        raise TypeError(f"x must be bfloat16, float16 or float32, got {x.dtype}")
+    for name, w in [("w13", w13), ("w2", w2)]:
+        if w.dtype != x.dtype:
+            raise TypeError(f"{name} must have x's dtype {x.dtype}, got {w.dtype}")
+    if topk_weights.dtype != torch.float32:
+        raise TypeError(f"topk_weights must be float32 (as warpdecode.route returns), got {topk_weights.dtype}")
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
+
+    devices = {name: t.device for name, t in
+               [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights), ("topk_ids", topk_ids)]}
+    if len(set(devices.values())) != 1:
+        raise ValueError(f"all inputs must be on one device, got {', '.join(f'{k}: {v}' for k, v in devices.items())}")
+
+    T, H = x.shape
+    E, two_i, H13 = w13.shape
+    if two_i % 2:
+        raise ValueError(f"w13 must be (E, 2I, H) with an even middle dimension, got shape {tuple(w13.shape)}")
+    I = two_i // 2  # noqa: E741
+    if H13 != H:
+        raise ValueError(f"w13 must be (E, 2I, H) with H = x.shape[1] = {H}, got shape {tuple(w13.shape)}")
+    if tuple(w2.shape) != (E, H, I):
+        raise ValueError(f"w2 must be (E, H, I) = {(E, H, I)} to match w13 {tuple(w13.shape)}, got {tuple(w2.shape)}")
+    if topk_ids.shape[0] != T or topk_weights.shape != topk_ids.shape:
+        raise ValueError(
+            f"topk_weights and topk_ids must both be (T, K) with T = x.shape[0] = {T}, "
+            f"got {tuple(topk_weights.shape)} and {tuple(topk_ids.shape)}"
+        )
+    K = topk_ids.shape[1]
+    if not 1 <= K <= E:
+        raise ValueError(f"top_k (topk_ids.shape[1]) must be in [1, E={E}], got {K}")
+    if E < 1 or H < 1 or I < 1:
+        raise ValueError(f"w13 and w2 must be non-empty, got w13 {tuple(w13.shape)}")
+    for name, w in [("w13", w13), ("w2", w2)]:
+        if not w.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (kernels stream its rows; a copy would double the memory)")
+
+    if check_ids and T > 0 and not _capturing(topk_ids):
+        lo, hi = (int(v) for v in torch.aminmax(topk_ids))
+        if lo < 0 or hi >= E:
+            raise ValueError(f"topk_ids must lie in [0, E={E}), got values in [{lo}, {hi}]")
+    return Dims(T=T, H=H, I=I, E=E, K=K)
+
+
+def check_route_inputs(router_logits, top_k):
+    _tensor("router_logits", router_logits)
+    _ndim("router_logits", router_logits, 2, "(T, E)")
+    if not router_logits.is_floating_point():
+        raise TypeError(f"router_logits must be a floating-point tensor, got {router_logits.dtype}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
+    E = router_logits.shape[1]
+    if not 1 <= top_k <= E:
+        raise ValueError(f"top_k must be in [1, E={E}], got {top_k}")
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()

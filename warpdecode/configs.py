@@ -1,0 +1,82 @@
+"""Launch configurations: tuned tables measured on a GPU, and the defaults used elsewhere.
+
+Tuned tables live in ``warpdecode/tuned/<GPU name>.json`` and are written by
+``python -m warpdecode tune`` (the same search vLLM's ``benchmark_moe.py --tune`` does for its
+``fused_moe`` configs). An entry is keyed by kernel family and layer shape, and holds a list of
+``[T_max, config]`` buckets: a call with T tokens takes the first bucket with T ≤ T_max, else the
+last. Shapes or GPUs with no table use the defaults below, which follow vLLM's
+``get_default_config``. The CPU interpreter uses its own small set: there the number of programs,
+not the memory system, sets the time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import triton
+
+from . import _runtime
+
+TUNED_DIR = Path(__file__).parent / "tuned"
+
+
+def shape_key(H: int, I: int, E: int, K: int) -> str:  # noqa: E741
+    return f"H={H},I={I},E={E},K={K}"
+
+
+def tuned_file(gpu: str | None = None) -> Path:
+    return TUNED_DIR / f"{(gpu or _runtime.gpu_name()).replace(' ', '_')}.json"
+
+
+@functools.lru_cache(maxsize=None)
+def load_tuned(gpu: str | None = None) -> dict:
+    """The tuned table for this GPU, or an empty one."""
+    if _runtime.INTERPRET:
+        return {}
+    path = tuned_file(gpu)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _lookup(family: str, H, I, E, K, T):  # noqa: E741
+    buckets = load_tuned().get(family, {}).get(shape_key(H, I, E, K))
+    if not buckets:
+        return None
+    for t_max, cfg in buckets:
+        if T <= t_max:
+            return dict(cfg)
+    return dict(buckets[-1][1])
+
+
+def warp_config(H: int, I: int, E: int, K: int, T: int) -> dict:  # noqa: E741
+    """Launch configuration of both warp-decode kernels: ``{"gate_up": {...}, "down": {...}}``."""
+    tuned = _lookup("warp", H, I, E, K, T)
+    if tuned:
+        return tuned
+    if _runtime.INTERPRET:
+        return {
+            "gate_up": {"BLOCK_I": 16, "BLOCK_H": min(256, triton.next_power_of_2(H)), "num_warps": 4, "num_stages": 1},
+            "down": {"BLOCK_H": 16, "BLOCK_I": min(256, triton.next_power_of_2(I)), "num_warps": 4, "num_stages": 1},
+        }
+    return {
+        # four warps, one neuron each, 16-byte loads; 512 columns per step = two loads per lane per row
+        "gate_up": {"BLOCK_I": 4, "BLOCK_H": min(512, triton.next_power_of_2(H)), "num_warps": 4, "num_stages": 3},
+        "down": {"BLOCK_H": 4, "BLOCK_I": min(512, triton.next_power_of_2(I)), "num_warps": 4, "num_stages": 3},
+    }
+
+
+def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False) -> dict:  # noqa: E741
+    """Launch configuration of the expert-centric path: the shared BLOCK_M and each GEMM's tiles."""
+    tuned = _lookup("expert_fp8" if fp8 else "expert", H, I, E, K, T)
+    if tuned:
+        return tuned
+    if _runtime.INTERPRET:
+        tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 1}
+        return {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile)}
+    # vLLM's get_default_config for unquantized bf16
+    if T * K <= E:  # decode: each expert sees a token or two
+        tile = {"BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
+        return {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile)}
+    tile = {"BLOCK_N": 64, "BLOCK_K": 64 if fp8 else 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+    return {"BLOCK_M": 64, "gate_up": dict(tile), "down": dict(tile)}

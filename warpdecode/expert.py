@@ -1,0 +1,178 @@
+"""Rungs 2 and 3: the expert-centric path as production engines run it, one function per stage.
+
+    1 route    router logits → topk_weights, topk_ids           (warpdecode.route)
+    2 align    sort pairs by expert, pad each run to BLOCK_M    moves data
+    3 gather   x rows → expert-major buffer                      moves data
+    4 quantize cast (bf16: nothing to do) or FP8 e4m3 + scales  moves data
+    5 gate/up  grouped GEMM, SiLU·up, rounded to compute dtype  computes
+    6 down     grouped GEMM, × routing weight, rounded          computes
+    7 scatter  per-(token, slot) outputs back to token order    moves data
+    8 combine  sum over K, in the compute dtype (vLLM moe_sum)  moves data
+
+vLLM fuses stage 3 into the GEMM's loads and stage 7 into its stores; here they are separate so
+that each can be timed and shown. They move T·K·H elements each, a small share of the bytes
+next to the weights, but each is a launch, and at decode a launch costs more than its bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from . import _alloc, _runtime
+from .configs import expert_config
+from .kernels import expert as kx
+
+FP8 = torch.float8_e4m3fn
+FP8_GROUP = 128
+
+
+@dataclass
+class Alignment:
+    """vLLM's ``moe_align_block_size`` contract (see :mod:`warpdecode.kernels.expert`)."""
+
+    sorted_token_ids: torch.Tensor  # (EM,) int32, pair indices by expert, padded with T*K
+    expert_ids: torch.Tensor  # (EM // block_m,) int32, -1 past num_tokens_post_padded
+    num_tokens_post_padded: torch.Tensor  # (1,) int32
+    block_m: int
+    num_pairs: int  # T*K, also the padding sentinel
+
+    @property
+    def EM(self) -> int:
+        return self.sorted_token_ids.numel()
+
+
+def max_padded_rows(num_pairs: int, E: int, block_m: int) -> int:
+    """EM, the worst-case rows after padding, known without a device sync (vLLM's bound)."""
+    em = num_pairs + E * (block_m - 1)
+    if num_pairs < E:
+        em = min(em, num_pairs * block_m)
+    return triton.cdiv(em, block_m) * block_m
+
+
+def align(topk_ids: torch.Tensor, E: int, block_m: int) -> Alignment:
+    """Stage 2: group (token, slot) pairs by expert and pad each expert's run to ``block_m`` rows."""
+    num_pairs = topk_ids.numel()
+    EM = max_padded_rows(num_pairs, E, block_m)
+    dev = topk_ids.device
+    sorted_token_ids = _alloc.empty(EM, dtype=torch.int32, device=dev)
+    expert_ids = _alloc.empty(EM // block_m, dtype=torch.int32, device=dev)
+    num_tokens_post_padded = _alloc.empty(1, dtype=torch.int32, device=dev)
+    cursor = _alloc.empty(E, dtype=torch.int32, device=dev)
+    kx.moe_align_kernel[(1,)](
+        topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded, cursor,
+        num_pairs, EM, E,
+        BLOCK_M=block_m,
+        BLOCK_P=max(16, triton.next_power_of_2(num_pairs)),
+        BLOCK_E=max(16, triton.next_power_of_2(E + 1)),
+        CHUNK=64,
+        num_warps=4 if num_pairs <= 1024 else 8,
+    )
+    return Alignment(sorted_token_ids, expert_ids, num_tokens_post_padded, block_m, num_pairs)
+
+
+def gather(x: torch.Tensor, al: Alignment, K: int) -> torch.Tensor:
+    """Stage 3: the expert-major activation buffer (EM, H); padding rows are zero."""
+    H = x.shape[1]
+    a = _alloc.empty(al.EM, H, dtype=x.dtype, device=x.device)
+    kx.gather_kernel[(al.EM,)](
+        x, al.sorted_token_ids, al.num_tokens_post_padded, a, H, al.num_pairs,
+        x.stride(0), a.stride(0), K=K, BLOCK_H=min(1024, triton.next_power_of_2(H)), num_warps=4,
+    )
+    return a
+
+
+def quantize(a: torch.Tensor, al: Alignment, fmt: str = "native"):
+    """Stage 4: the GEMM's input format. ``native``: nothing to do, returns ``(a, None)``.
+    ``fp8``: e4m3 values and one power-of-two fp32 scale per row per 128 columns."""
+    if fmt == "native":
+        return a, None
+    EM, N = a.shape
+    groups = triton.cdiv(N, FP8_GROUP)
+    q = _alloc.empty(EM, N, dtype=FP8, device=a.device)
+    scales = _alloc.empty(EM, groups, dtype=torch.float32, device=a.device)
+    kx.quant_fp8_kernel[(EM, groups)](
+        a, q, scales, al.num_tokens_post_padded, N, a.stride(0), q.stride(0), scales.stride(0),
+        GROUP=FP8_GROUP, num_warps=1,
+    )
+    return q, scales
+
+
+def _gemm_meta(cfg: dict, a_scales, dtype) -> dict:
+    return dict(
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        A_FP8=a_scales is not None, DOT_FP32=_runtime.INTERPRET, IEEE=dtype == torch.float32,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+
+
+def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict) -> torch.Tensor:
+    """Stage 5: grouped GEMM over gate and up rows, SiLU·up in the epilogue, rounded to w13's dtype."""
+    E, two_i, H = w13.shape
+    I = two_i // 2  # noqa: E741
+    out = _alloc.empty(al.EM, I, dtype=w13.dtype, device=w13.device)
+    scales = a_scales if a_scales is not None else out  # never read when A_FP8 is off
+    grid = (triton.cdiv(al.EM, al.block_m) * triton.cdiv(I, cfg["BLOCK_N"]),)
+    kx.grouped_gate_up_kernel[grid](
+        a, scales, w13, out, al.expert_ids, al.num_tokens_post_padded,
+        al.EM, H, I, a.stride(0), scales.stride(0), w13.stride(0), w13.stride(1), out.stride(0),
+        BLOCK_M=al.block_m, **_gemm_meta(cfg, a_scales, w13.dtype),
+    )
+    return out
+
+
+def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tensor, cfg: dict) -> torch.Tensor:
+    """Stage 6: grouped GEMM down, routing weight applied in the epilogue, rounded (EM, H)."""
+    E, H, I = w2.shape
+    out = _alloc.empty(al.EM, H, dtype=w2.dtype, device=w2.device)
+    scales = h_scales if h_scales is not None else out
+    grid = (triton.cdiv(al.EM, al.block_m) * triton.cdiv(H, cfg["BLOCK_N"]),)
+    kx.grouped_down_kernel[grid](
+        h, scales, w2, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, topk_weights,
+        al.EM, H, I, al.num_pairs, h.stride(0), scales.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
+        BLOCK_M=al.block_m, **_gemm_meta(cfg, h_scales, w2.dtype),
+    )
+    return out
+
+
+def scatter(o: torch.Tensor, al: Alignment) -> torch.Tensor:
+    """Stage 7: expert-major rows back to (T*K, H) token order."""
+    H = o.shape[1]
+    dst = _alloc.empty(al.num_pairs, H, dtype=o.dtype, device=o.device)
+    kx.scatter_kernel[(al.EM,)](
+        o, al.sorted_token_ids, al.num_tokens_post_padded, dst, H, al.num_pairs, o.stride(0), dst.stride(0),
+        BLOCK_H=min(1024, triton.next_power_of_2(H)), num_warps=4,
+    )
+    return dst
+
+
+def combine(s: torch.Tensor, K: int) -> torch.Tensor:
+    """Stage 8: y[t] = Σ_j s[t*K + j], accumulated in the compute dtype like vLLM's ``moe_sum``."""
+    H = s.shape[1]
+    T = s.shape[0] // K
+    y = _alloc.empty(T, H, dtype=s.dtype, device=s.device)
+    BLOCK_H = min(1024, triton.next_power_of_2(H))
+    kx.combine_kernel[(T, triton.cdiv(H, BLOCK_H))](s, y, H, s.stride(0), y.stride(0), K=K, BLOCK_H=BLOCK_H, num_warps=4)
+    return y
+
+
+def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native", config: dict | None = None):
+    """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
+
+    act_format: ``"native"`` feeds the GEMMs the compute dtype; ``"fp8"`` quantizes the gathered
+    activations and the intermediate to FP8 e4m3 with 1×128 power-of-two block scales, the rounding
+    of the blog's FP8 baseline (the weights stay in their dtype, so the bytes do not change).
+    """
+    T, H = x.shape
+    E, two_i, _ = w13.shape
+    K = topk_ids.shape[1]
+    cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8")
+    al = align(topk_ids, E, cfg["BLOCK_M"])
+    a = gather(x, al, K)
+    a, a_scales = quantize(a, al, act_format)
+    h = gate_up(a, a_scales, w13, al, cfg["gate_up"])
+    h, h_scales = quantize(h, al, act_format)
+    o = down(h, h_scales, w2, al, topk_weights, cfg["down"])
+    return combine(scatter(o, al), K)

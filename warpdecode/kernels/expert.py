@@ -1,0 +1,327 @@
+"""The expert-centric path's kernels, in the vocabulary of vLLM's ``fused_moe``.
+
+Index arrays (all int32, on the device)
+---------------------------------------
+topk_ids            (T, K)       expert of each (token, slot) pair; pair p = t*K + j
+sorted_token_ids    (EM,)        pair indices grouped by expert, each expert's run padded to a
+                                 multiple of BLOCK_M with the sentinel T*K ("no pair")
+expert_ids          (EM/BLOCK_M,) expert of each BLOCK_M-row block of sorted_token_ids; -1 for
+                                 blocks past num_tokens_post_padded
+num_tokens_post_padded (1,)      rows of sorted_token_ids in use; the rest is never read
+
+EM, the buffer length, is the worst case T*K + E*(BLOCK_M − 1) (vLLM's bound, capped at
+T*K*BLOCK_M when T*K < E): it is known on the host without a sync, so every grid below is sized
+for the worst case and programs past num_tokens_post_padded return at once, as vLLM's do.
+
+The stages, each its own kernel so each can be timed:
+  align  (moe_align_kernel)          build the three index arrays        — moves data
+  gather (gather_kernel)             x rows → expert-major buffer        — moves data
+  quant  (quant_fp8_kernel)          optional FP8 e4m3, 1×128 block scales
+  gate/up (grouped_gate_up_kernel)   tensor-core tiles, SiLU·up, rounded — computes
+  down   (grouped_down_kernel)       tensor-core tiles, × routing weight — computes
+  scatter (scatter_kernel)           expert-major rows → (T*K, H)        — moves data
+  combine (combine_kernel)           sum over K in the compute dtype     — moves data
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def moe_align_kernel(
+    topk_ids_ptr,  # (T*K,) int32 in [0, E)
+    sorted_token_ids_ptr,  # (EM,) int32 out
+    expert_ids_ptr,  # (EM // BLOCK_M,) int32 out
+    num_tokens_post_padded_ptr,  # (1,) int32 out
+    cursor_ptr,  # (E,) int32 scratch: next free row of each expert
+    NUM_PAIRS,  # T*K
+    EM,
+    E,
+    BLOCK_M: tl.constexpr,
+    BLOCK_P: tl.constexpr,  # ≥ NUM_PAIRS, power of two
+    BLOCK_E: tl.constexpr,  # ≥ E, power of two
+    CHUNK: tl.constexpr,  # rows (or blocks) written per step
+):
+    """One program: histogram → padded prefix sum → scatter. Like vLLM's small-batch kernel."""
+    offs_p = tl.arange(0, BLOCK_P)
+    mask_p = offs_p < NUM_PAIRS
+    ids = tl.load(topk_ids_ptr + offs_p, mask=mask_p, other=0)
+    counts = tl.histogram(ids, BLOCK_E, mask=mask_p)  # pairs per expert
+    padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M  # rows per expert after padding
+    ends = tl.cumsum(padded, axis=0)
+    starts = ends - padded
+    total = tl.sum(padded, axis=0)
+    tl.store(num_tokens_post_padded_ptr, total)
+
+    offs_e = tl.arange(0, BLOCK_E)
+    tl.store(cursor_ptr + offs_e, starts, mask=offs_e < E)
+    for r0 in range(0, EM, CHUNK):  # every row starts as the "no pair" sentinel
+        offs_r = r0 + tl.arange(0, CHUNK)
+        tl.store(sorted_token_ids_ptr + offs_r, tl.full([CHUNK], 0, tl.int32) + NUM_PAIRS, mask=offs_r < EM)
+    num_blocks = tl.cdiv(EM, BLOCK_M)
+    for b0 in range(0, num_blocks, CHUNK):  # block b belongs to the expert whose rows cover b*BLOCK_M
+        offs_b = b0 + tl.arange(0, CHUNK)
+        row = offs_b * BLOCK_M
+        before = (ends[None, :] <= row[:, None]) & (offs_e[None, :] < E)
+        expert = tl.sum(before.to(tl.int32), axis=1)
+        expert = tl.where(row < total, expert, -1)
+        tl.store(expert_ids_ptr + offs_b, expert, mask=offs_b < num_blocks)
+    tl.debug_barrier()  # cursors and sentinels are visible before the scatter
+
+    rank = tl.atomic_add(cursor_ptr + ids, 1, mask=mask_p)  # row of each pair inside its expert's run
+    tl.store(sorted_token_ids_ptr + rank, offs_p, mask=mask_p)
+
+
+@triton.jit
+def gather_kernel(
+    x_ptr,  # (T, H) compute dtype
+    sorted_token_ids_ptr,  # (EM,) int32
+    num_tokens_post_padded_ptr,  # (1,) int32
+    a_ptr,  # (EM, H) out: row r = x[sorted_token_ids[r] // K], zeros on padding rows
+    H,
+    NUM_PAIRS,
+    stride_xt,
+    stride_ar,
+    K: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    r = tl.program_id(0)
+    if r >= tl.load(num_tokens_post_padded_ptr):
+        return
+    pair = tl.load(sorted_token_ids_ptr + r)
+    valid = pair < NUM_PAIRS
+    t = (tl.where(valid, pair, 0) // K).to(tl.int64)
+    for h0 in range(0, H, BLOCK_H):
+        offs_h = h0 + tl.arange(0, BLOCK_H)
+        mask_h = offs_h < H
+        v = tl.load(x_ptr + t * stride_xt + offs_h, mask=mask_h & valid, other=0.0)
+        tl.store(a_ptr + r.to(tl.int64) * stride_ar + offs_h, v, mask=mask_h)
+
+
+@triton.jit
+def quant_fp8_kernel(
+    a_ptr,  # (EM, N) compute dtype
+    q_ptr,  # (EM, N) float8_e4m3fn out
+    scale_ptr,  # (EM, cdiv(N, GROUP)) fp32 out: power-of-two scales
+    num_tokens_post_padded_ptr,  # (1,) int32
+    N,
+    stride_ar,
+    stride_qr,
+    stride_sr,
+    GROUP: tl.constexpr,  # 128: one scale per 1×128 block, as DeepSeek-V3 and vLLM's block FP8
+):
+    """q = a / s rounded to e4m3, s = 2^ceil(log2(amax/448)). Power-of-two scales make q·s exact in bf16."""
+    r = tl.program_id(0)
+    g = tl.program_id(1)
+    if r >= tl.load(num_tokens_post_padded_ptr):
+        return
+    offs = g * GROUP + tl.arange(0, GROUP)
+    mask = offs < N
+    a = tl.load(a_ptr + r.to(tl.int64) * stride_ar + offs, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(a), axis=0)
+    amax = tl.where(amax != amax, amax, tl.maximum(amax, 1e-30))  # keep NaN loud
+    s = tl.exp2(tl.ceil(tl.log2(amax / 448.0)))
+    q = tl.clamp(a / s, -448.0, 448.0)
+    q = tl.where(a != a, a, q)
+    tl.store(q_ptr + r.to(tl.int64) * stride_qr + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(scale_ptr + r.to(tl.int64) * stride_sr + g, s)
+
+
+@triton.jit
+def _load_a_tile(a_ptrs, a_scale_ptrs, k0, mask, A_FP8: tl.constexpr):
+    """A (BLOCK_M, BLOCK_K) activation tile; FP8 tiles come back dequantised to fp32.
+    BLOCK_K divides 128, so one scale per row covers the tile; the scale is a power of two,
+    so the dequantised value is exact in bf16."""
+    a = tl.load(a_ptrs + k0, mask=mask, other=0.0)
+    if A_FP8:
+        s = tl.load(a_scale_ptrs + k0 // 128)
+        a = a.to(tl.float32) * s[:, None]
+    return a
+
+
+@triton.jit
+def grouped_gate_up_kernel(
+    # pointers
+    a_ptr,  # (EM, H) compute dtype or fp8: expert-major activations
+    a_scale_ptr,  # (EM, cdiv(H, 128)) fp32, read only when A_FP8
+    w13_ptr,  # (E, 2I, H) compute dtype
+    out_ptr,  # (EM, I) compute dtype: silu(gate)·up, rounded
+    expert_ids_ptr,  # (EM // BLOCK_M,) int32
+    num_tokens_post_padded_ptr,  # (1,) int32
+    # sizes
+    EM,
+    H,
+    I,
+    # strides (elements)
+    stride_ar,
+    stride_sr,
+    stride_we,
+    stride_wr,
+    stride_or,
+    # meta
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    A_FP8: tl.constexpr,
+    DOT_FP32: tl.constexpr,  # the CPU interpreter's bf16 dot is wrong: widen there
+    IEEE: tl.constexpr,  # fp32 inputs: full-precision dot, not tf32
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(EM, BLOCK_M)
+    num_pid_n = tl.cdiv(I, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n  # grouped ordering, as in Triton's matmul tutorial
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    if pid_m * BLOCK_M >= tl.load(num_tokens_post_padded_ptr):
+        return
+    e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < I
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_ar + offs_k[None, :]
+    a_scale_ptrs = a_scale_ptr + offs_m * stride_sr
+    # w13[e, n, k] read as a (BLOCK_K, BLOCK_N) tile: the dot computes a @ wᵀ
+    g_ptrs = w13_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
+    u_ptrs = g_ptrs + I * stride_wr
+    dot_dtype = tl.float32 if DOT_FP32 else w13_ptr.dtype.element_ty
+    precision = "ieee" if IEEE or DOT_FP32 else "tf32"
+
+    acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, H, BLOCK_K):
+        mask_k = (k0 + offs_k) < H
+        a = _load_a_tile(a_ptrs, a_scale_ptrs, k0, mask_k[None, :], A_FP8).to(dot_dtype)
+        wmask = mask_k[:, None] & mask_n[None, :]
+        wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+        wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+        acc_g = tl.dot(a, wg, acc_g, input_precision=precision)
+        acc_u = tl.dot(a, wu, acc_u, input_precision=precision)
+
+    h = acc_g * tl.sigmoid(acc_g) * acc_u
+    tl.store(out_ptr + offs_m[:, None] * stride_or + offs_n[None, :], h.to(out_ptr.dtype.element_ty),
+             mask=mask_n[None, :])
+
+
+@triton.jit
+def grouped_down_kernel(
+    # pointers
+    a_ptr,  # (EM, I) compute dtype or fp8: the intermediate, expert-major
+    a_scale_ptr,  # (EM, cdiv(I, 128)) fp32, read only when A_FP8
+    w2_ptr,  # (E, H, I) compute dtype
+    out_ptr,  # (EM, H) compute dtype: routing weight × expert output, rounded
+    sorted_token_ids_ptr,  # (EM,) int32
+    expert_ids_ptr,  # (EM // BLOCK_M,) int32
+    num_tokens_post_padded_ptr,  # (1,) int32
+    topk_weights_ptr,  # (T*K,) fp32
+    # sizes
+    EM,
+    H,
+    I,
+    NUM_PAIRS,
+    # strides (elements)
+    stride_ar,
+    stride_sr,
+    stride_we,
+    stride_wr,
+    stride_or,
+    # meta
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    A_FP8: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(EM, BLOCK_M)
+    num_pid_n = tl.cdiv(H, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    if pid_m * BLOCK_M >= tl.load(num_tokens_post_padded_ptr):
+        return
+    e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < H
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_ar + offs_k[None, :]
+    a_scale_ptrs = a_scale_ptr + offs_m * stride_sr
+    w_ptrs = w2_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
+    dot_dtype = tl.float32 if DOT_FP32 else w2_ptr.dtype.element_ty
+    precision = "ieee" if IEEE or DOT_FP32 else "tf32"
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, I, BLOCK_K):
+        mask_k = (k0 + offs_k) < I
+        a = _load_a_tile(a_ptrs, a_scale_ptrs, k0, mask_k[None, :], A_FP8).to(dot_dtype)
+        w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
+        acc = tl.dot(a, w, acc, input_precision=precision)
+
+    # the routing weight, applied in the epilogue as vLLM's MUL_ROUTED_WEIGHT does
+    pair = tl.load(sorted_token_ids_ptr + offs_m)
+    valid = pair < NUM_PAIRS
+    rw = tl.load(topk_weights_ptr + tl.where(valid, pair, 0), mask=valid, other=0.0)
+    acc = acc * rw[:, None]
+    tl.store(out_ptr + offs_m[:, None] * stride_or + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=mask_n[None, :])
+
+
+@triton.jit
+def scatter_kernel(
+    src_ptr,  # (EM, H) compute dtype, expert-major
+    sorted_token_ids_ptr,  # (EM,) int32
+    num_tokens_post_padded_ptr,  # (1,) int32
+    dst_ptr,  # (T*K, H) compute dtype out: row p = pair p's weighted expert output
+    H,
+    NUM_PAIRS,
+    stride_sr,
+    stride_dr,
+    BLOCK_H: tl.constexpr,
+):
+    r = tl.program_id(0)
+    if r >= tl.load(num_tokens_post_padded_ptr):
+        return
+    pair = tl.load(sorted_token_ids_ptr + r)
+    if pair >= NUM_PAIRS:  # padding row
+        return
+    for h0 in range(0, H, BLOCK_H):
+        offs_h = h0 + tl.arange(0, BLOCK_H)
+        mask_h = offs_h < H
+        v = tl.load(src_ptr + r.to(tl.int64) * stride_sr + offs_h, mask=mask_h)
+        tl.store(dst_ptr + pair.to(tl.int64) * stride_dr + offs_h, v, mask=mask_h)
+
+
+@triton.jit
+def combine_kernel(
+    src_ptr,  # (T*K, H) compute dtype
+    y_ptr,  # (T, H) compute dtype out
+    H,
+    stride_sr,
+    stride_yt,
+    K: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    """y[t] = Σ_j src[t*K + j], accumulated in the compute dtype, one rounding per add,
+    as vLLM's ``moe_sum`` kernel does (``scalar_t x = 0; x += input[...]``)."""
+    t = tl.program_id(0)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < H
+    acc = tl.zeros([BLOCK_H], dtype=y_ptr.dtype.element_ty)
+    for j in tl.static_range(K):
+        v = tl.load(src_ptr + (t.to(tl.int64) * K + j) * stride_sr + offs_h, mask=mask_h, other=0.0)
+        acc = (acc.to(tl.float32) + v.to(tl.float32)).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, acc, mask=mask_h)

@@ -1,0 +1,33 @@
+"""Rung 1: the eager expert loop, as a PyTorch user (and Hugging Face's eager experts) writes it.
+
+For each expert that received a token: gather its tokens, two matmuls, SiLU·up, scale by the
+routing weight, ``index_add_`` into the output. Everything runs in the compute dtype, so the
+intermediate and each expert's output are rounded to it. The Python loop needs the set of hit
+experts on the host, which costs a device→host sync every call, and it launches about eight
+small kernels per expert.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def moe_loop(
+    x: torch.Tensor,  # (T, H)
+    w13: torch.Tensor,  # (E, 2I, H)
+    w2: torch.Tensor,  # (E, H, I)
+    topk_weights: torch.Tensor,  # (T, K) float32
+    topk_ids: torch.Tensor,  # (T, K) int
+) -> torch.Tensor:  # (T, H) x.dtype
+    I = w2.shape[2]  # noqa: E741
+    y = torch.zeros_like(x)
+    ids = topk_ids.long()
+    hit = torch.unique(ids).tolist()  # the host sync
+    for e in hit:
+        tok, slot = torch.where(ids == e)
+        gate_up = F.linear(x[tok], w13[e])  # (n, 2I)
+        h = F.silu(gate_up[:, :I]) * gate_up[:, I:]  # (n, I), compute dtype
+        out = F.linear(h, w2[e]) * topk_weights[tok, slot, None].to(x.dtype)  # (n, H)
+        y.index_add_(0, tok, out)
+    return y
