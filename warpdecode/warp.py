@@ -18,8 +18,8 @@ def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
     kw.warp_gate_up_kernel[grid](
-        x, w13, topk_ids, act, H, I, T * K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        K=K, BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return act
 

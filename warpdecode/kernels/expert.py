@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NUM_PAIRS", "EM"])
 def moe_align_kernel(
     topk_ids_ptr,  # (T*K,) int32 in [0, E)
     sorted_token_ids_ptr,  # (EM,) int32 out
@@ -72,7 +72,7 @@ def moe_align_kernel(
     tl.store(sorted_token_ids_ptr + rank, offs_p, mask=mask_p)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
 def gather_kernel(
     x_ptr,  # (T, H) compute dtype
     sorted_token_ids_ptr,  # (EM,) int32
@@ -139,7 +139,7 @@ def _load_a_tile(a_ptrs, a_scale_ptrs, k0, mask, A_FP8: tl.constexpr):
     return a
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["EM"])
 def grouped_gate_up_kernel(
     # pointers
     a_ptr,  # (EM, H) compute dtype or fp8: expert-major activations
@@ -209,7 +209,7 @@ def grouped_gate_up_kernel(
              mask=mask_n[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["EM", "NUM_PAIRS"])
 def grouped_down_kernel(
     # pointers
     a_ptr,  # (EM, I) compute dtype or fp8: the intermediate, expert-major
@@ -280,7 +280,7 @@ def grouped_down_kernel(
              mask=mask_n[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
 def scatter_kernel(
     src_ptr,  # (EM, H) compute dtype, expert-major
     sorted_token_ids_ptr,  # (EM,) int32

@@ -22,6 +22,8 @@ shared memory. BLOCK_R = num_warps is literally one warp per output; BLOCK_R = 2
 gives each warp two outputs (two independent load streams, more bytes in flight). The layout
 the compiler chose can be read from ``kernel.asm["ttgir"]`` (notebook 4 prints it).
 
+Token-dependent sizes (T, T*K) are not specialized, so one compiled kernel serves every T.
+
 Grid order: the pair (or token) index varies fastest, so the programs that run side by side
 work on the same rows of different tokens; tokens that share an expert then read its rows from
 L2 instead of HBM.
@@ -31,7 +33,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
 def warp_gate_up_kernel(
     # pointers
     x_ptr,  # (T, H) compute dtype
@@ -42,13 +44,13 @@ def warp_gate_up_kernel(
     H,
     I,
     NUM_PAIRS,  # T * K
+    K,
     # strides (elements)
     stride_xt,
     stride_we,
     stride_wr,
     stride_at,
     # meta
-    K: tl.constexpr,
     BLOCK_I: tl.constexpr,  # neurons per program (rows of the tile)
     BLOCK_H: tl.constexpr,  # columns of H per step
 ):
@@ -83,7 +85,7 @@ def warp_gate_up_kernel(
     tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def warp_down_kernel(
     # pointers
     act_ptr,  # (T*K, I) fp32 or compute dtype, from warp_gate_up_kernel

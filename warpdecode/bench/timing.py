@@ -1,0 +1,121 @@
+"""Timing that holds at microsecond scale, and the memory ceiling measured in the same run.
+
+- :func:`time_graph` captures a step (usually one call per layer copy) in a CUDA graph and
+  times each replay between CUDA events, after a warm-up, and returns the median and spread.
+  Graph replay removes Python and launch gaps that would otherwise swamp a 20 µs kernel.
+- :func:`read_ceiling` and :func:`copy_ceiling` stream several GB through the GPU: the best a
+  memory-bound kernel can hope for on this card today, measured, not read off a datasheet.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+@dataclass
+class Timing:
+    median_us: float
+    p20_us: float
+    p80_us: float
+    reps: int
+
+    def scaled(self, factor: float) -> Timing:
+        return Timing(self.median_us * factor, self.p20_us * factor, self.p80_us * factor, self.reps)
+
+
+def _stats(times_ms: list[float]) -> Timing:
+    q = statistics.quantiles(times_ms, n=10)
+    return Timing(statistics.median(times_ms) * 1e3, q[1] * 1e3, q[7] * 1e3, len(times_ms))
+
+
+def capture(step):
+    """Run ``step`` once eagerly on a side stream (compiles kernels, allocates), then capture it.
+    Returns ``(graph, outputs)``: replaying the graph rewrites ``outputs`` in place."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    torch.cuda.synchronize()
+    return g, out
+
+
+def time_replays(graph, *, reps: int = 100, warmup: int = 10) -> Timing:
+    """Median and 20th/80th percentiles of ``reps`` replays, each between its own pair of events."""
+    for _ in range(warmup):
+        graph.replay()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        s.record()
+        graph.replay()
+        e.record()
+    torch.cuda.synchronize()
+    return _stats([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+
+def time_eager(fn, *, reps: int = 30, warmup: int = 3) -> Timing:
+    """For code a graph cannot capture (host syncs): events around each eager call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    return _stats(times)
+
+
+@triton.jit
+def _read_kernel(src_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    """Each program strides over the buffer with 16-byte loads and writes one partial sum."""
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * BLOCK
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(pid * BLOCK, N, step):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(src_ptr + offs, mask=offs < N, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+def read_ceiling(gb: float = 4.0, *, reps: int = 30) -> float:
+    """TB/s of a streaming read of ``gb`` GB of random bf16 (a Triton kernel, persistent grid)."""
+    n = int(gb * 1e9) // 2
+    src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    best = None
+    for programs_per_sm, block, warps in [(4, 4096, 8), (8, 2048, 4), (16, 1024, 4)]:
+        grid = sms * programs_per_sm
+        out = torch.empty(grid, device="cuda", dtype=torch.float32)
+        g, _ = capture(lambda: _read_kernel[(grid,)](src, out, n, BLOCK=block, num_warps=warps))
+        t = time_replays(g, reps=reps, warmup=3)
+        tbps = src.numel() * 2 / (t.median_us * 1e-6) / 1e12
+        best = max(best or 0.0, tbps)
+    del src
+    torch.cuda.empty_cache()
+    return best
+
+
+def copy_ceiling(gb: float = 4.0, *, reps: int = 30) -> float:
+    """TB/s of a device-to-device copy of ``gb`` GB, counting bytes read plus bytes written."""
+    n = int(gb * 1e9) // 2
+    src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    g, _ = capture(lambda: dst.copy_(src))
+    t = time_replays(g, reps=reps, warmup=3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n * 2 / (t.median_us * 1e-6) / 1e12
