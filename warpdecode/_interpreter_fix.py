@@ -1,12 +1,24 @@
-"""Correct float rounding for Triton's CPU interpreter (applied only when it is in use).
+"""Two fixes to Triton's CPU interpreter (applied only when it is in use).
 
-Triton 3.6's interpreter converts float32 → bfloat16 by truncating the mantissa, and its
-"round to nearest even" for narrower types rounds half up and drops the carry into the exponent.
-The GPU rounds to nearest even. Left alone, every bf16 output computed on the CPU carries about
-twice the rounding error it has on the GPU, and FP8 values can be wrong outright, so a test of
-accuracy on the CPU would measure the interpreter, not the kernel. This replaces the
+1. Float rounding. Triton 3.6's interpreter converts float32 → bfloat16 by truncating the
+mantissa, and its "round to nearest even" for narrower types rounds half up and drops the carry
+into the exponent. The GPU rounds to nearest even. Left alone, every bf16 output computed on the
+CPU carries about twice the rounding error it has on the GPU, and FP8 values can be wrong outright,
+so a test of accuracy on the CPU would measure the interpreter, not the kernel. This replaces the
 interpreter's conversion between float32, bfloat16, float16 and the two FP8 formats with
 PyTorch's, which rounds to nearest even as the GPU does. ``tests/test_interpreter.py`` checks it.
+
+2. NumPy >= 2.4. The interpreter holds every scalar kernel argument (``H``, ``EM``, a stride) as
+a one-element 1-D array, and the ``__index__`` it gives ``tl.tensor`` (in ``_patch_lang_tensor``)
+is ``int(self.handle.data)``. Python calls ``__index__`` for ``range(0, H, BLOCK_H)``, ``int(t)``
+and ``float(t)``, so every loop over a runtime bound goes through it. NumPy 2.4 made ``int()`` of
+an array with ndim > 0 a TypeError ("only 0-dimensional arrays can be converted to Python
+scalars"; deprecated since 1.25), and every such kernel failed. ``.item()`` reads the one element
+under any NumPy and, like ``int()`` before, refuses an array of more than one. Triton made the same
+change upstream (triton-lang/triton#9172); 3.6.0 does not have it. It is the only conversion of
+that kind on the paths our kernels take: under NumPy 2.3, which warns where 2.4 raises, running
+every method records DeprecationWarnings from that one line and no other. (``bool()`` of a
+one-element array, which the interpreter's ``__bool__`` uses, is still allowed in 2.4.)
 """
 
 import numpy as np
@@ -38,5 +50,17 @@ def _convert_float(input, input_dtype, output_dtype, rounding_mode):
     return out.view(unsigned).reshape(np.shape(input))
 
 
+_original_patch_lang_tensor = _interp._patch_lang_tensor
+
+
+def _patch_lang_tensor(tensor, scope):
+    # The interpreter installs its tensor methods for the length of each launch (``scope`` undoes
+    # them afterwards, last in first out); ours goes in after its own, so it wins and is undone first.
+    _original_patch_lang_tensor(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+
+
 def apply():
     _interp._convert_float = _convert_float
+    # _patch_lang looks this name up in the module at each launch, so replacing it here takes effect.
+    _interp._patch_lang_tensor = _patch_lang_tensor
