@@ -1,28 +1,30 @@
 """Compile a kernel for Hopper without a GPU, and read what the compiler made of it.
 
-Triton compiles ahead of time for any target: ``compile_sm90`` runs the real pipeline
+Triton compiles ahead of time for any target: :func:`compile_sm90` runs the real pipeline
 (Triton IR → TritonGPU IR with layouts → LLVM → PTX → cubin through the ptxas bundled with
 Triton) for sm_90a, specializing arguments the way a launch would (pointers 16-byte aligned,
-integers divisible by 16 marked so). This works on a CPU-only machine, so CI checks that every
-kernel compiles for the GPU — the interpreter alone accepts code the GPU compiler rejects — and
-notebooks can show the layouts and the register report anywhere.
+integers divisible by 16 marked so). It needs no GPU, so CI checks that every kernel compiles
+for the GPU — the interpreter accepts code the GPU compiler rejects — and notebooks can show
+the layouts and the register report anywhere.
+
+When this process runs kernels in the CPU interpreter, its kernels are interpreter objects the
+compiler cannot take, so compilation happens in a child process started with the interpreter off.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import subprocess
+import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.runtime.jit import JITFunction
 
-HOPPER = GPUTarget("cuda", 90, 32)
+from . import _runtime
 
 _TORCH_TO_TT = {
     torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4nv",
@@ -30,40 +32,84 @@ _TORCH_TO_TT = {
 }
 
 
-def _as_jit(kernel):
-    """The JITFunction behind a kernel, also when the interpreter wrapped it."""
-    return kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn)
+@dataclass
+class Compiled:
+    name: str
+    asm: dict  # "ttir", "ttgir", "llir", "ptx" (text) and "cubin" (bytes)
+    shared: int  # bytes of shared memory per program
+    num_warps: int
+    num_stages: int
 
 
-def compile_sm90(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages: int = 3, target=HOPPER):
-    """Compile ``kernel`` for sm_90a. ``args`` maps each runtime argument to an example value
-    (a tensor, possibly on the ``meta`` device, or an int); ``constexprs`` the meta-parameters."""
-    fn = _as_jit(kernel)
+@dataclass
+class Job:
+    """What to compile: a kernel by module and name, example arguments, meta-parameters."""
+
+    module: str
+    name: str
+    args: dict  # argument -> torch dtype (a pointer to that dtype) or int (an example value)
+    constexprs: dict
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def job(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages: int = 3) -> Job:
+    """A :class:`Job` for ``kernel``; ``args`` values may be tensors (any device, ``meta`` is fine),
+    dtypes, or ints."""
+    fn = getattr(kernel, "fn", kernel)
+    spec = {k: (v.dtype if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    return Job(fn.__module__, fn.__name__, spec, dict(constexprs), num_warps, num_stages)
+
+
+def _compile_here(j: Job) -> Compiled:
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = getattr(importlib.import_module(j.module), j.name)
     signature, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in constexprs:
+    for i, name in enumerate(kernel.arg_names):
+        if name in j.constexprs:
             signature[name] = "constexpr"
-        elif isinstance(args[name], torch.Tensor):
-            signature[name] = "*" + _TORCH_TO_TT[args[name].dtype]
+            continue
+        v = j.args[name]
+        if isinstance(v, torch.dtype):
+            signature[name] = "*" + _TORCH_TO_TT[v]
             attrs[(i,)] = [["tt.divisibility", 16]]
         else:
-            v = int(args[name])
+            v = int(v)
             signature[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
-            if v % 16 == 0:
+            if v % 16 == 0 and name not in kernel.do_not_specialize:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"  # the front end reads this while it builds the IR
-    try:
-        return triton.compile(src, target=target, options={"num_warps": num_warps, "num_stages": num_stages})
-    finally:
-        if saved is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
+    src = ASTSource(fn=kernel, signature=signature, constexprs=j.constexprs, attrs=attrs)
+    c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": j.num_warps, "num_stages": j.num_stages})
+    return Compiled(j.name, dict(c.asm), c.metadata.shared, j.num_warps, j.num_stages)
 
 
-def ptxas_report(compiled) -> dict:
+def compile_many(jobs: list[Job]) -> list[Compiled]:
+    """Compile every job for sm_90a (in one child process when this one interprets)."""
+    if not _runtime.INTERPRET:
+        return [_compile_here(j) for j in jobs]
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = Path(d) / "jobs.pkl", Path(d) / "out.pkl"
+        src.write_bytes(pickle.dumps(jobs))
+        env = {**os.environ, "TRITON_INTERPRET": "0"}
+        res = subprocess.run([sys.executable, "-m", "warpdecode.compiled", str(src), str(dst)], env=env,
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"compiling for sm_90a failed:\n{res.stderr[-4000:]}")
+        return pickle.loads(dst.read_bytes())
+
+
+def compile_sm90(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages: int = 3) -> Compiled:
+    """Compile one kernel for sm_90a; see :func:`job` for the arguments."""
+    return compile_many([job(kernel, args, constexprs, num_warps=num_warps, num_stages=num_stages)])[0]
+
+
+def ptxas_report(compiled: Compiled) -> dict:
     """Registers per thread, spill bytes and stack frame, from ptxas -v on the kernel's PTX."""
     from triton.backends.nvidia.compiler import get_ptxas
 
@@ -88,15 +134,23 @@ def ptxas_report(compiled) -> dict:
     }
 
 
-def layouts(compiled) -> list[str]:
-    """The distributed layouts in the TritonGPU IR (``#blocked`` lines): who holds which element."""
-    return [line for line in compiled.asm["ttgir"].splitlines() if line.startswith("#blocked") or line.startswith("#mma")]
+def layouts(compiled: Compiled) -> list[str]:
+    """The distributed layouts in the TritonGPU IR: which thread and warp holds which element."""
+    return [line for line in compiled.asm["ttgir"].splitlines() if re.match(r"#(blocked|mma|linear)", line)]
 
 
-def load_widths(compiled) -> list[int]:
-    """Bit widths of the global loads in the PTX (128 = one 16-byte load per lane)."""
+def global_loads(compiled: Compiled) -> list[int]:
+    """Bits moved by each global load instruction in the PTX (128 = one 16-byte load per lane)."""
     widths = []
-    for m in re.finditer(r"ld\.global[\w.]*?\.(v[248])?\.?b(\d+)", compiled.asm["ptx"]):
-        vec = int(m.group(1)[1:]) if m.group(1) else 1
-        widths.append(vec * int(m.group(2)))
+    for line in compiled.asm["ptx"].splitlines():
+        m = re.search(r"\bld\.global\S*?(?:\.v(\d))?\.b(\d+)\s", line)
+        if m:
+            widths.append(int(m.group(1) or 1) * int(m.group(2)))
     return widths
+
+
+if __name__ == "__main__":  # the child process of compile_many
+    from warpdecode import compiled  # by its package name, so the results unpickle in the parent
+
+    jobs = pickle.loads(Path(sys.argv[1]).read_bytes())
+    Path(sys.argv[2]).write_bytes(pickle.dumps([compiled._compile_here(j) for j in jobs]))

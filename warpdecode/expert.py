@@ -103,7 +103,8 @@ def quantize(a: torch.Tensor, al: Alignment, fmt: str = "native"):
 def _gemm_meta(cfg: dict, a_scales, dtype) -> dict:
     return dict(
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
-        A_FP8=a_scales is not None, DOT_FP32=_runtime.INTERPRET, IEEE=dtype == torch.float32,
+        A_FP8=a_scales is not None, DOT_FP32=_runtime.INTERPRET,
+        PRECISION="ieee" if dtype == torch.float32 or _runtime.INTERPRET else "tf32",
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
 

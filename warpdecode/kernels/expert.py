@@ -127,18 +127,6 @@ def quant_fp8_kernel(
     tl.store(scale_ptr + r.to(tl.int64) * stride_sr + g, s)
 
 
-@triton.jit
-def _load_a_tile(a_ptrs, a_scale_ptrs, k0, mask, A_FP8: tl.constexpr):
-    """A (BLOCK_M, BLOCK_K) activation tile; FP8 tiles come back dequantised to fp32.
-    BLOCK_K divides 128, so one scale per row covers the tile; the scale is a power of two,
-    so the dequantised value is exact in bf16."""
-    a = tl.load(a_ptrs + k0, mask=mask, other=0.0)
-    if A_FP8:
-        s = tl.load(a_scale_ptrs + k0 // 128)
-        a = a.to(tl.float32) * s[:, None]
-    return a
-
-
 @triton.jit(do_not_specialize=["EM"])
 def grouped_gate_up_kernel(
     # pointers
@@ -165,7 +153,7 @@ def grouped_gate_up_kernel(
     GROUP_M: tl.constexpr,
     A_FP8: tl.constexpr,
     DOT_FP32: tl.constexpr,  # the CPU interpreter's bf16 dot is wrong: widen there
-    IEEE: tl.constexpr,  # fp32 inputs: full-precision dot, not tf32
+    PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no tf32 shortcut); ignored for bf16/fp16
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(EM, BLOCK_M)
@@ -191,18 +179,20 @@ def grouped_gate_up_kernel(
     g_ptrs = w13_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
     u_ptrs = g_ptrs + I * stride_wr
     dot_dtype = tl.float32 if DOT_FP32 else w13_ptr.dtype.element_ty
-    precision = "ieee" if IEEE or DOT_FP32 else "tf32"
 
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, H, BLOCK_K):
         mask_k = (k0 + offs_k) < H
-        a = _load_a_tile(a_ptrs, a_scale_ptrs, k0, mask_k[None, :], A_FP8).to(dot_dtype)
+        a = tl.load(a_ptrs + k0, mask=mask_k[None, :], other=0.0)
+        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
+            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128)[:, None]
+        a = a.to(dot_dtype)
         wmask = mask_k[:, None] & mask_n[None, :]
         wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
         wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-        acc_g = tl.dot(a, wg, acc_g, input_precision=precision)
-        acc_u = tl.dot(a, wu, acc_u, input_precision=precision)
+        acc_g = tl.dot(a, wg, acc_g, input_precision=PRECISION)
+        acc_u = tl.dot(a, wu, acc_u, input_precision=PRECISION)
 
     h = acc_g * tl.sigmoid(acc_g) * acc_u
     tl.store(out_ptr + offs_m[:, None] * stride_or + offs_n[None, :], h.to(out_ptr.dtype.element_ty),
@@ -238,7 +228,7 @@ def grouped_down_kernel(
     GROUP_M: tl.constexpr,
     A_FP8: tl.constexpr,
     DOT_FP32: tl.constexpr,
-    IEEE: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(EM, BLOCK_M)
@@ -262,14 +252,16 @@ def grouped_down_kernel(
     a_scale_ptrs = a_scale_ptr + offs_m * stride_sr
     w_ptrs = w2_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
     dot_dtype = tl.float32 if DOT_FP32 else w2_ptr.dtype.element_ty
-    precision = "ieee" if IEEE or DOT_FP32 else "tf32"
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, I, BLOCK_K):
         mask_k = (k0 + offs_k) < I
-        a = _load_a_tile(a_ptrs, a_scale_ptrs, k0, mask_k[None, :], A_FP8).to(dot_dtype)
+        a = tl.load(a_ptrs + k0, mask=mask_k[None, :], other=0.0)
+        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
+            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128)[:, None]
+        a = a.to(dot_dtype)
         w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
-        acc = tl.dot(a, w, acc, input_precision=precision)
+        acc = tl.dot(a, w, acc, input_precision=PRECISION)
 
     # the routing weight, applied in the epilogue as vLLM's MUL_ROUTED_WEIGHT does
     pair = tl.load(sorted_token_ids_ptr + offs_m)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One call of the device tool = one or more of these stages, in order, logs under $OUT:
+#   bash scripts/h200.sh check tune bench
+#   env       GPU, driver, versions
+#   check     poisoned correctness on every preset + compute-sanitizer memcheck + GPU tests
+#   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
+#   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
+#   bench     full sweeps to results/<GPU>/*.csv (copied to $OUT)
+# Each stage runs under its own time limit (seconds, env TIMEOUT_<STAGE>) so a slow one cannot
+# eat the call; what finished is still copied back.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-/tmp/warpdecode-out}
+mkdir -p "$OUT"
+GPU_DIR=results/$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
+
+run() {  # run NAME LIMIT CMD...: time-limited, logged to $OUT/NAME.log
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s): $*"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > >(tee "$OUT/$name.log") 2>&1
+  local rc=$?
+  echo "=== $name rc=$rc in $((SECONDS - t0))s"
+}
+
+for stage in "$@"; do
+  case $stage in
+    env)
+      { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+        python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, 'cuda', torch.version.cuda)"
+        python3 -c "import transformers; print('transformers', transformers.__version__)" || true
+      } 2>&1 | tee "$OUT/env.log" ;;
+    check)
+      run smoke "${TIMEOUT_SMOKE:-240}" python3 scripts/gpu_smoke.py
+      run memcheck "${TIMEOUT_MEMCHECK:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+          python3 scripts/gpu_smoke.py --presets tiny gpt-oss-20b --T 3 40
+      if ls tests/test_*.py >/dev/null 2>&1; then
+        run pytest_gpu "${TIMEOUT_PYTEST:-300}" python3 -m pytest -m gpu -q -x tests -p no:cacheprovider
+      fi ;;
+    quick)
+      run quick "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 8 64 ;;
+    tune)
+      run tune "${TIMEOUT_TUNE:-420}" python3 -m warpdecode tune ${TUNE_ARGS:-}
+      cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
+    bench)
+      run bench "${TIMEOUT_BENCH:-480}" python3 -m warpdecode bench ${BENCH_ARGS:-}
+      cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done

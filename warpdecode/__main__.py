@@ -1,0 +1,141 @@
+"""Command line: ``python -m warpdecode {compare,bench,tune,report} …`` (``--help`` on each)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from . import _runtime
+from .presets import MODEL_PRESETS, PRESETS, get_preset
+
+ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def _table(rows, cols):
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(str(r[c]).rjust(w) for c, w in zip(cols, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def cmd_compare(args):
+    from .bench import sweep
+
+    on_gpu = _runtime.DEFAULT_DEVICE.type == "cuda"
+    preset = args.preset
+    if not on_gpu:
+        print("No CUDA GPU: kernels run in Triton's CPU interpreter, so this uses the 'tiny' preset and "
+              "reports error only (no timings).")
+        preset = "tiny"
+    shape = get_preset(preset)
+    Ts = args.T or ([1, 8, 64] if on_gpu else [1, 4, 16])
+    print(f"{shape.name}: H={shape.H} I={shape.I} E={shape.E} K={shape.K}, bf16, on {_runtime.gpu_name()}")
+    methods = ["loop", "expert", "warp"]
+    acc = sweep.accuracy([shape], Ts, methods + ["expert_fp8"], seeds=1, device=_runtime.DEFAULT_DEVICE.type)
+    for r in acc:
+        r["error"] = f"{r['error']:.3e}"
+        r["error/floor"] = f"{r['error_over_floor']:.2f}"
+    print("\nError against the float64 reference (floor = the float64 result rounded once to bf16):")
+    print(_table(acc, ["T", "method", "error", "error/floor"]))
+    if not on_gpu:
+        return
+    from .bench.timing import read_ceiling
+
+    ceiling = read_ceiling(2.0)
+    rows = sweep.speed([shape], Ts, methods, ceiling_tbps=ceiling, reps=args.reps)
+    for r in rows:
+        r["time_us"] = r["median_us"]
+        r["TB/s"] = r["achieved_TBps"]
+        r["of ceiling"] = f"{100 * r['frac_ceiling']:.1f}%"
+    print(f"\nTime per layer call (median of {args.reps} CUDA-graph replays over {rows[0]['layers']} layer copies); "
+          f"read ceiling measured now: {ceiling:.2f} TB/s")
+    print(_table(rows, ["T", "method", "time_us", "floor_us", "TB/s", "of ceiling"]))
+
+
+def cmd_bench(args):
+    from .bench import data, sweep
+
+    shapes = [get_preset(p) for p in (args.presets or MODEL_PRESETS)]
+    if _runtime.DEFAULT_DEVICE.type != "cuda":
+        print("No CUDA GPU: running the accuracy sweep on the 'tiny' preset in Triton's CPU interpreter; "
+              "no timings are claimed.")
+        rows = sweep.accuracy([get_preset("tiny")], args.T or [1, 4], ["loop", "expert", "warp", "expert_fp8"],
+                              seeds=1, device="cpu")
+        print(_table([{**r, "error_over_floor": f"{r['error_over_floor']:.2f}"} for r in rows],
+                     ["T", "method", "error_over_floor"]))
+        if args.out:
+            data.merge_write(Path(args.out) / "accuracy.csv", rows)
+        return
+    from .bench.timing import copy_ceiling, read_ceiling
+
+    out = Path(args.out) if args.out else data.gpu_dir(torch.cuda.get_device_name())
+    Ts = args.T or ALL_T
+    ceiling = read_ceiling(4.0)
+    copy = copy_ceiling(4.0)
+    print(f"ceiling: read {ceiling:.3f} TB/s, copy {copy:.3f} TB/s", flush=True)
+    data.merge_write(out / "ceiling.csv", [{**sweep.meta(), "read_TBps": round(ceiling, 4), "copy_TBps": round(copy, 4)}])
+    if "speed" in args.what:
+        rows = sweep.speed(shapes, Ts, args.methods, ceiling_tbps=ceiling, reps=args.reps)
+        data.merge_write(out / "speed.csv", rows)
+        print(_table(rows, ["preset", "T", "method", "median_us", "floor_us", "frac_ceiling", "error_over_floor"]))
+    if "stages" in args.what:
+        data.merge_write(out / "stages.csv", sweep.stages(shapes, args.stage_T, reps=args.reps))
+    if "accuracy" in args.what:
+        rows = sweep.accuracy(shapes, [t for t in Ts if t <= 64], ["loop", "expert", "expert_fp8", "warp",
+                                                                     "warp_bf16_act", "grouped_mm"])
+        data.merge_write(out / "accuracy.csv", rows)
+    print(f"wrote {out}")
+
+
+def cmd_tune(args):
+    from .bench import tune
+
+    if _runtime.DEFAULT_DEVICE.type != "cuda":
+        sys.exit("tune needs a CUDA GPU")
+    tune.tune(args.presets or MODEL_PRESETS, paths=args.paths)
+
+
+def cmd_report(args):
+    from .bench import report
+
+    report.main(args.gpu)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m warpdecode", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("compare", help="the three paths on one preset: error vs float64; time and bandwidth on a GPU")
+    c.add_argument("--preset", default="qwen3-30b-a3b", choices=sorted(PRESETS))
+    c.add_argument("--T", type=int, nargs="+", help="token counts (default 1 8 64; 1 4 16 on the CPU)")
+    c.add_argument("--reps", type=int, default=100)
+    c.set_defaults(fn=cmd_compare)
+
+    b = sub.add_parser("bench", help="sweeps to CSV under results/<GPU>/ (speed, stage breakdown, accuracy)")
+    b.add_argument("--presets", nargs="+", choices=sorted(PRESETS))
+    b.add_argument("--T", type=int, nargs="+", help=f"token counts (default {ALL_T})")
+    b.add_argument("--stage-T", type=int, nargs="+", default=[1, 8, 64, 256])
+    b.add_argument("--methods", nargs="+", default=["loop", "expert", "warp", "auto", "grouped_mm"])
+    b.add_argument("--what", nargs="+", default=["speed", "stages", "accuracy"], choices=["speed", "stages", "accuracy"])
+    b.add_argument("--reps", type=int, default=100)
+    b.add_argument("--out", help="output folder (default results/<GPU>; on a CPU nothing is written unless given)")
+    b.set_defaults(fn=cmd_bench)
+
+    t = sub.add_parser("tune", help="search launch configs on this GPU, write warpdecode/tuned/<GPU>.json")
+    t.add_argument("--presets", nargs="+", choices=sorted(PRESETS))
+    t.add_argument("--paths", nargs="+", default=["warp", "expert"], choices=["warp", "expert"])
+    t.set_defaults(fn=cmd_tune)
+
+    r = sub.add_parser("report", help="figures, README table and the auto crossover, from the CSV")
+    r.add_argument("--gpu", default="NVIDIA H200")
+    r.set_defaults(fn=cmd_report)
+
+    args = p.parse_args(argv)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()

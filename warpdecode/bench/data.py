@@ -1,0 +1,47 @@
+"""Tidy CSV in ``results/<GPU>/``: read, merge (a rerun replaces the rows it re-measured), write."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "results"
+FIGURES = REPO / "figures"
+
+#: The columns that identify a row in each file; a new row with the same key replaces the old one.
+KEYS = {
+    "speed.csv": ("preset", "T", "method"),
+    "stages.csv": ("preset", "T", "path", "stage"),
+    "accuracy.csv": ("preset", "T", "seed", "method"),
+    "ceiling.csv": ("gpu",),
+}
+
+
+def gpu_dir(gpu: str) -> Path:
+    return RESULTS / gpu.replace(" ", "_")
+
+
+def read(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def merge_write(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    key = KEYS.get(path.name)
+    old = read(path)
+    if key:
+        fresh = {tuple(str(r[k]) for k in key) for r in rows}
+        old = [r for r in old if tuple(str(r[k]) for k in key) not in fresh]
+    fields = list(rows[0].keys())
+    fields += [k for r in old for k in r if k not in fields]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in old + rows:
+            w.writerow({k: r.get(k, "") for k in fields})

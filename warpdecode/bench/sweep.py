@@ -1,0 +1,187 @@
+"""Sweeps that write tidy CSV rows: speed against the measured ceiling, the expert-centric
+path's stage breakdown, and error against the float64 reference."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+import torch
+import triton
+
+from .. import expert as ex
+from .. import warp as wp
+from ..configs import expert_config, warp_config
+from ..presets import MoEShape
+from ..reference import reference_moe, rel_error, rounding_floor
+from ..routing import route
+from .methods import GRAPHABLE, registry
+from .timing import Timing, capture, time_eager, time_replays
+from .workload import bytes_needed, make_inputs, make_layers, num_copies
+
+#: The most error, in multiples of the bf16 rounding floor, a timed method may show before its
+#: row is flagged: timing a wrong result would be meaningless.
+SANITY = {"warp": 1.5, "warp_bf16_act": 4, "expert": 8, "auto": 8, "grouped_mm": 8, "loop": 12, "expert_fp8": 120}
+
+
+def meta() -> dict:
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def _progress(items, desc):
+    try:
+        from tqdm.auto import tqdm
+
+        return tqdm(items, desc=desc)
+    except ImportError:
+        return items
+
+
+def _timing_row(t: Timing) -> dict:
+    return {"median_us": round(t.median_us, 3), "p20_us": round(t.p20_us, 3), "p80_us": round(t.p80_us, 3),
+            "reps": t.reps}
+
+
+def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_tbps: float, reps: int = 100):
+    """Per (preset, T, method): median time per layer call, bytes that must move, the floor those
+    bytes imply at the read ceiling, achieved TB/s and the fraction of the ceiling."""
+    fns = registry()
+    methods = [m for m in methods if m in fns]
+    info = meta()
+    rows = []
+    for shape in shapes:
+        L = num_copies(shape)
+        layers = make_layers(shape, L)
+        for T in _progress(Ts, f"speed {shape.name}"):
+            inputs = make_inputs(shape, T, L, seed=1000 + T)
+            ref0 = reference_moe(inputs[0].x, *layers[0], inputs[0].topk_weights, inputs[0].topk_ids)
+            floor0 = rounding_floor(ref0, torch.bfloat16)
+            nbytes = sum(bytes_needed(shape, inp) for inp in inputs) / L
+            for m in methods:
+                fn = fns[m]
+
+                def step(fn=fn):
+                    return [fn(inp.x, w13, w2, inp.topk_weights, inp.topk_ids) for (w13, w2), inp in zip(layers, inputs)]
+
+                if m in GRAPHABLE:
+                    g, outs = capture(step)
+                    for y in outs:
+                        y.fill_(float("nan"))  # poison, then one replay must overwrite every element
+                    g.replay()
+                    torch.cuda.synchronize()
+                    t = time_replays(g, reps=reps).scaled(1 / L)
+                    del g
+                else:
+                    outs = step()
+                    t = time_eager(step, reps=max(5, reps // 5)).scaled(1 / L)
+                written = all(not torch.isnan(y).any() for y in outs)
+                ratio = rel_error(outs[0], ref0) / floor0
+                ok = written and ratio <= SANITY.get(m, 8)
+                if not ok:
+                    print(f"WARNING {shape.name} T={T} {m}: written={written} error/floor={ratio:.2f}")
+                floor_us = nbytes / (ceiling_tbps * 1e12) * 1e6
+                rows.append({
+                    "preset": shape.name, "T": T, "method": m, **_timing_row(t),
+                    "bytes": int(nbytes), "floor_us": round(floor_us, 3),
+                    "achieved_TBps": round(nbytes / (t.median_us * 1e-6) / 1e12, 4),
+                    "frac_ceiling": round(floor_us / t.median_us, 4), "ceiling_TBps": round(ceiling_tbps, 4),
+                    "error_over_floor": round(ratio, 4), "checked": ok, "layers": L, **info,
+                })
+                del outs
+                torch.cuda.empty_cache()
+        del layers
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _stage_fns(shape: MoEShape, T: int):
+    """The expert-centric stages (and warp decode's two kernels) as separately timeable steps.
+    Each takes one layer's inputs and the outputs of the stages before it."""
+    cfg = expert_config(shape.H, shape.I, shape.E, shape.K, T)
+    wcfg = warp_config(shape.H, shape.I, shape.E, shape.K, T)
+
+    def prepare(inp, w13, w2):
+        st = {"inp": inp, "w13": w13, "w2": w2}
+        st["al"] = ex.align(inp.topk_ids, shape.E, cfg["BLOCK_M"])
+        st["a"] = ex.gather(inp.x, st["al"], shape.K)
+        st["h"] = ex.gate_up(st["a"], None, w13, st["al"], cfg["gate_up"])
+        st["o"] = ex.down(st["h"], None, w2, st["al"], inp.topk_weights, cfg["down"])
+        st["s"] = ex.scatter(st["o"], st["al"])
+        st["act"] = wp.warp_gate_up(inp.x, w13, inp.topk_ids, wcfg["gate_up"])
+        return st
+
+    stages = {
+        ("expert", "1 route"): lambda st: route(st["inp"].router_logits, shape.K, renormalize=shape.renormalize),
+        ("expert", "2 align"): lambda st: ex.align(st["inp"].topk_ids, shape.E, cfg["BLOCK_M"]),
+        ("expert", "3 gather"): lambda st: ex.gather(st["inp"].x, st["al"], shape.K),
+        ("expert", "5 gate/up GEMM"): lambda st: ex.gate_up(st["a"], None, st["w13"], st["al"], cfg["gate_up"]),
+        ("expert", "6 down GEMM"): lambda st: ex.down(st["h"], None, st["w2"], st["al"], st["inp"].topk_weights,
+                                                      cfg["down"]),
+        ("expert", "7 scatter"): lambda st: ex.scatter(st["o"], st["al"]),
+        ("expert", "8 combine"): lambda st: ex.combine(st["s"], shape.K),
+        ("warp", "gate/up kernel"): lambda st: wp.warp_gate_up(st["inp"].x, st["w13"], st["inp"].topk_ids,
+                                                               wcfg["gate_up"]),
+        ("warp", "down kernel"): lambda st: wp.warp_down(st["act"], st["w2"], st["inp"].topk_ids,
+                                                         st["inp"].topk_weights, wcfg["down"], st["inp"].x.dtype),
+    }
+    return prepare, stages
+
+
+def stages(shapes: list[MoEShape], Ts: list[int], *, reps: int = 100):
+    """Each stage of the expert-centric path (stage 4, the cast, is a no-op in bf16 and launches
+    nothing) and each warp-decode kernel, timed on its own over the layer copies."""
+    info = meta()
+    rows = []
+    for shape in shapes:
+        L = num_copies(shape)
+        layers = make_layers(shape, L)
+        for T in _progress(Ts, f"stages {shape.name}"):
+            inputs = make_inputs(shape, T, L, seed=2000 + T)
+            prepare, fns = _stage_fns(shape, T)
+            states = [prepare(inp, w13, w2) for (w13, w2), inp in zip(layers, inputs)]
+            for (path, stage), fn in fns.items():
+                g, _ = capture(lambda fn=fn: [fn(st) for st in states])
+                t = time_replays(g, reps=reps).scaled(1 / L)
+                del g
+                rows.append({"preset": shape.name, "T": T, "path": path, "stage": stage, **_timing_row(t),
+                             "layers": L, **info})
+            del states
+            torch.cuda.empty_cache()
+        del layers
+        torch.cuda.empty_cache()
+    return rows
+
+
+def accuracy(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, seeds: int = 2, device="cuda"):
+    """Error of each method against the float64 reference, and the bf16 rounding floor, on fresh
+    random inputs for every (preset, T, seed)."""
+    fns = registry()
+    methods = [m for m in methods if m in fns]
+    info = meta() if device == "cuda" else {"gpu": "cpu", "torch": torch.__version__,
+                                             "triton": triton.__version__,
+                                             "date": datetime.date.today().isoformat()}
+    rows = []
+    for shape in shapes:
+        w13, w2 = make_layers(shape, 1, seed=7)[0] if device == "cuda" else shape.weights(seed=7)
+        for T in _progress(Ts, f"accuracy {shape.name}"):
+            for seed in range(seeds):
+                g = torch.Generator(device="cpu").manual_seed(10_000 * seed + T)
+                x = torch.randn(T, shape.H, generator=g).to(device, torch.bfloat16)
+                logits = torch.randn(T, shape.E, generator=g).to(device)
+                tw, ti = route(logits, shape.K, renormalize=shape.renormalize)
+                ref = reference_moe(x, w13, w2, tw, ti)
+                floor = rounding_floor(ref, torch.bfloat16)
+                for m in methods:
+                    err = rel_error(fns[m](x, w13, w2, tw, ti), ref)
+                    rows.append({"preset": shape.name, "T": T, "seed": seed, "method": m, "error": err,
+                                 "floor": floor, "error_over_floor": err / floor if floor > 0 else math.nan,
+                                 **info})
+        del w13, w2
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return rows

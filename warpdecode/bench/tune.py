@@ -1,0 +1,204 @@
+"""Search launch configurations on the GPU and write ``warpdecode/tuned/<GPU>.json``.
+
+The same job as vLLM's ``benchmark_moe.py --tune`` for its ``fused_moe`` configs, for both
+paths: the expert-centric grouped GEMMs get the same tuning effort as warp decode's kernels, or
+the comparison would flatter warp decode. Each candidate is timed alone, in a CUDA graph over
+the layer copies (so weights come from HBM, not L2), and the fastest is kept per token bucket.
+Candidates are compiled in parallel worker processes first, which fills Triton's cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+import torch
+import triton
+
+from .. import expert as ex
+from .. import warp as wp
+from ..configs import shape_key, tuned_file
+from ..presets import MoEShape, get_preset
+from .timing import capture, time_replays
+from .workload import make_inputs, make_layers, num_copies
+
+WARP_T = [1, 4, 16, 64]
+EXPERT_T = [1, 8, 32, 128, 256]
+
+
+def warp_candidates(H: int, I: int):  # noqa: E741
+    """(rows per program, warps) pairs with one or two rows per warp, by column widths."""
+    rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8)]
+    gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
+               for (r, w), c, s in itertools.product(rows_warps, [256, 512, 1024, 2048], [1, 3])
+               if c <= max(256, triton.next_power_of_2(H))]
+    down = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": s}
+            for (r, w), c, s in itertools.product(rows_warps, [256, 512, 1024, 2048], [1, 3])
+            if c <= max(256, triton.next_power_of_2(I))]
+    return gate_up, down
+
+
+def gemm_candidates(fp8: bool = False):
+    """Tiles in the neighbourhood vLLM's tuned H100/H200 tables pick for decode and batch."""
+    out = []
+    for n, k, w, s in itertools.product([64, 128], [64, 128, 256], [4], [2, 3, 4, 5]):
+        if fp8 and k > 128:
+            continue
+        out.append({"BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 1, "num_warps": w, "num_stages": s})
+    out += [{"BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 8, "num_stages": 4},
+            {"BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 8, "num_stages": 3},
+            {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 8, "num_stages": 3}]
+    return out
+
+
+def block_m_candidates(T: int, shape: MoEShape):
+    pairs_per_expert = T * shape.K / shape.E
+    if pairs_per_expert <= 2:
+        return [16]
+    if pairs_per_expert <= 8:
+        return [16, 32]
+    return [16, 32, 64]
+
+
+# ---------------------------------------------------------------------------------------------
+# parallel compilation: each worker launches every candidate once on a tiny problem with the same
+# specialization (dims divisible by 16, same K), which puts the binary in Triton's disk cache
+
+
+def _warm(job):
+    kind, K, cfg = job
+    torch.cuda.set_device(0)
+    H = I = 272  # noqa: E741  divisible by 16 like every preset, small
+    E, T = max(K, 4), 3
+    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    w13 = torch.randn(E, 2 * I, H, device="cuda", dtype=torch.bfloat16)
+    w2 = torch.randn(E, H, I, device="cuda", dtype=torch.bfloat16)
+    ids = torch.stack([torch.randperm(E, device="cuda")[:K] for _ in range(T)]).to(torch.int32)
+    tw = torch.rand(T, K, device="cuda")
+    try:
+        if kind == "warp_gate_up":
+            wp.warp_gate_up(x, w13, ids, cfg)
+        elif kind == "warp_down":
+            wp.warp_down(torch.randn(T * K, I, device="cuda"), w2, ids, tw, cfg, torch.bfloat16)
+        else:
+            block_m, gcfg = cfg
+            al = ex.align(ids, E, block_m)
+            a = ex.gather(x, al, K)
+            if kind == "gate_up":
+                ex.gate_up(a, None, w13, al, gcfg)
+            else:
+                ex.down(torch.randn(al.EM, I, device="cuda", dtype=torch.bfloat16), None, w2, al, tw, gcfg)
+        torch.cuda.synchronize()
+        return True
+    except Exception as e:  # a candidate the compiler rejects (e.g. out of shared memory) is dropped
+        return repr(e)
+
+
+def precompile(jobs, workers: int | None = None):
+    workers = workers or min(16, os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(_warm, jobs))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _best(timed):
+    timed = [(t, c) for t, c in timed if t is not None]
+    return min(timed, key=lambda tc: tc[0])
+
+
+def _time(step, reps):
+    try:
+        g, _ = capture(step)
+    except Exception:  # out of resources at this shape
+        torch.cuda.synchronize()
+        return None
+    t = time_replays(g, reps=reps).median_us
+    del g
+    return t
+
+
+def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, log=print):
+    gate_up_c, down_c = warp_candidates(shape.H, shape.I)
+    L = num_copies(shape)
+    layers = make_layers(shape, L)
+    buckets = []
+    for T in Ts:
+        inputs = make_inputs(shape, T, L, seed=3000 + T)
+        t_gu, c_gu = _best([(_time(lambda c=c: [wp.warp_gate_up(inp.x, w13, inp.topk_ids, c)
+                                                 for (w13, _), inp in zip(layers, inputs)], reps), c)
+                            for c in gate_up_c])
+        acts = [wp.warp_gate_up(inp.x, w13, inp.topk_ids, c_gu) for (w13, _), inp in zip(layers, inputs)]
+        t_dn, c_dn = _best([(_time(lambda c=c: [wp.warp_down(a, w2, inp.topk_ids, inp.topk_weights, c, torch.bfloat16)
+                                                 for (_, w2), inp, a in zip(layers, inputs, acts)], reps), c)
+                            for c in down_c])
+        log(f"warp {shape.name} T={T}: gate/up {t_gu / L:.2f} us {c_gu}; down {t_dn / L:.2f} us {c_dn}")
+        buckets.append([T, {"gate_up": c_gu, "down": c_dn}])
+    del layers
+    torch.cuda.empty_cache()
+    return buckets
+
+
+def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False, log=print):
+    cands = gemm_candidates(fp8)
+    L = num_copies(shape)
+    layers = make_layers(shape, L)
+    buckets = []
+    fmt = "fp8" if fp8 else "native"
+    for T in Ts:
+        inputs = make_inputs(shape, T, L, seed=4000 + T)
+        best = None
+        for bm in block_m_candidates(T, shape):
+            als = [ex.align(inp.topk_ids, shape.E, bm) for inp in inputs]
+            a_s = [ex.quantize(ex.gather(inp.x, al, shape.K), al, fmt) for inp, al in zip(inputs, als)]
+            t_gu, c_gu = _best([(_time(lambda c=c: [ex.gate_up(a, s, w13, al, c)
+                                                     for (w13, _), (a, s), al in zip(layers, a_s, als)], reps), c)
+                                for c in cands])
+            hs = [ex.quantize(ex.gate_up(a, s, w13, al, c_gu), al, fmt)
+                  for (w13, _), (a, s), al in zip(layers, a_s, als)]
+            t_dn, c_dn = _best([(_time(lambda c=c: [ex.down(h, s, w2, al, inp.topk_weights, c)
+                                                     for (_, w2), (h, s), al, inp in zip(layers, hs, als, inputs)],
+                                       reps), c)
+                                for c in cands])
+            if best is None or t_gu + t_dn < best[0]:
+                best = (t_gu + t_dn, {"BLOCK_M": bm, "gate_up": c_gu, "down": c_dn})
+            log(f"expert{'_fp8' if fp8 else ''} {shape.name} T={T} BLOCK_M={bm}: gate/up {t_gu / L:.2f} us {c_gu}; "
+                f"down {t_dn / L:.2f} us {c_dn}")
+        buckets.append([T, best[1]])
+    del layers
+    torch.cuda.empty_cache()
+    return buckets
+
+
+def warm_all(shapes: list[MoEShape], log=print):
+    jobs = []
+    for K in sorted({s.K for s in shapes}):
+        gu, dn = warp_candidates(max(s.H for s in shapes), max(s.I for s in shapes))
+        jobs += [("warp_gate_up", K, c) for c in gu] + [("warp_down", K, c) for c in dn]
+        for bm, c in itertools.product([16, 32, 64], gemm_candidates()):
+            jobs += [("gate_up", K, (bm, c)), ("down", K, (bm, c))]
+    res = precompile(jobs)
+    bad = [(j, r) for j, r in zip(jobs, res) if r is not True]
+    log(f"precompiled {len(jobs) - len(bad)} of {len(jobs)} candidates")
+    return bad
+
+
+def tune(preset_names: list[str], *, paths=("warp", "expert"), log=print) -> dict:
+    """Tune the named presets, merge into this GPU's table, write it, and return it."""
+    shapes = [get_preset(n) for n in preset_names]
+    path = tuned_file()
+    table = json.loads(path.read_text()) if path.exists() else {}
+    warm_all(shapes, log=log)
+    for shape in shapes:
+        key = shape_key(shape.H, shape.I, shape.E, shape.K)
+        if "warp" in paths:
+            table.setdefault("warp", {})[key] = tune_warp(shape, log=log)
+        if "expert" in paths:
+            table.setdefault("expert", {})[key] = tune_expert(shape, log=log)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(table, indent=1, sort_keys=True))
+    return table
