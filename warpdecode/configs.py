@@ -60,9 +60,10 @@ def warp_config(H: int, I: int, E: int, K: int, T: int) -> dict:  # noqa: E741
             "down": {"BLOCK_H": 16, "BLOCK_I": min(256, triton.next_power_of_2(I)), "num_warps": 4, "num_stages": 1},
         }
     return {
-        # four warps, one neuron each, 16-byte loads; 512 columns per step = two loads per lane per row
-        "gate_up": {"BLOCK_I": 4, "BLOCK_H": min(512, triton.next_power_of_2(H)), "num_warps": 4, "num_stages": 3},
-        "down": {"BLOCK_H": 4, "BLOCK_I": min(512, triton.next_power_of_2(I)), "num_warps": 4, "num_stages": 3},
+        # one warp, one neuron: 1024 columns per step = four 16-byte loads per lane per row
+        "gate_up": {"BLOCK_I": 1, "BLOCK_H": min(1024, triton.next_power_of_2(H)), "num_warps": 1, "num_stages": 3},
+        # four warps, one hidden output each, all K experts' rows in flight
+        "down": {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1},
     }
 
 

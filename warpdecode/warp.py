@@ -6,8 +6,12 @@ import torch
 import triton
 
 from . import _alloc
+from . import _runtime
 from .configs import warp_config
 from .kernels import warp as kw
+
+#: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
+USE_PDL = (not _runtime.INTERPRET and _runtime.HAS_GPU and torch.cuda.get_device_capability()[0] >= 9)
 
 
 def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
@@ -19,7 +23,8 @@ def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
     kw.warp_gate_up_kernel[grid](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return act
 
@@ -32,7 +37,8 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
     grid = (T * triton.cdiv(H, cfg["BLOCK_H"]),)
     kw.warp_down_kernel[grid](
         act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
-        K=K, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], USE_PDL=USE_PDL,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **({"launch_pdl": True} if USE_PDL else {}),
     )
     return y
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
@@ -25,32 +26,32 @@ from ..presets import MoEShape, get_preset
 from .timing import capture, time_replays
 from .workload import make_inputs, make_layers, num_copies
 
-WARP_T = [1, 4, 16, 64]
+WARP_T = [1, 4, 16]
 EXPERT_T = [1, 8, 32, 128, 256]
 
 
-def warp_candidates(H: int, I: int):  # noqa: E741
-    """(rows per program, warps) pairs with one or two rows per warp, by column widths."""
+def warp_candidates(H: int, I: int, K: int):  # noqa: E741
+    """gate/up: (rows, warps) with one or two rows per warp, by column width and pipelining depth.
+    down: the same, keeping the [rows, K, columns] tile at ≤ 128 elements per thread (no spills)."""
     rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8)]
     gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
                for (r, w), c, s in itertools.product(rows_warps, [256, 512, 1024, 2048], [1, 3])
                if c <= max(256, triton.next_power_of_2(H))]
-    down = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": s}
-            for (r, w), c, s in itertools.product(rows_warps, [256, 512, 1024, 2048], [1, 3])
-            if c <= max(256, triton.next_power_of_2(I))]
+    k_pad = triton.next_power_of_2(K)
+    down = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": 1}
+            for (r, w), c in itertools.product(rows_warps, [256, 512, 1024])
+            if c <= max(256, triton.next_power_of_2(I)) and r * k_pad * c // (32 * w) <= 128]
     return gate_up, down
 
 
 def gemm_candidates(fp8: bool = False):
     """Tiles in the neighbourhood vLLM's tuned H100/H200 tables pick for decode and batch."""
-    out = []
-    for n, k, w, s in itertools.product([64, 128], [64, 128, 256], [4], [2, 3, 4, 5]):
-        if fp8 and k > 128:
-            continue
-        out.append({"BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 1, "num_warps": w, "num_stages": s})
+    out = [{"BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 1, "num_warps": 4, "num_stages": s}
+           for n, k, s in itertools.product([64, 128], [64, 128, 256], [3, 4])
+           if not (fp8 and k > 128)]
     out += [{"BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 8, "num_stages": 4},
-            {"BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 8, "num_stages": 3},
-            {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 8, "num_stages": 3}]
+            {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 8, "num_stages": 3},
+            {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 5}]
     return out
 
 
@@ -123,7 +124,7 @@ def _time(step, reps):
 
 
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, log=print):
-    gate_up_c, down_c = warp_candidates(shape.H, shape.I)
+    gate_up_c, down_c = warp_candidates(shape.H, shape.I, shape.K)
     L = num_copies(shape)
     layers = make_layers(shape, L)
     buckets = []
@@ -177,10 +178,10 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
 def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
     """Compile every candidate once, in parallel. Only the warp down kernel depends on K."""
     jobs = []
-    gu, dn = warp_candidates(max(s.H for s in shapes), max(s.I for s in shapes))
     if "warp" in paths:
-        jobs += [("warp_gate_up", 2, c) for c in gu]
-        jobs += [("warp_down", K, c) for K in sorted({s.K for s in shapes}) for c in dn]
+        H, I = max(s.H for s in shapes), max(s.I for s in shapes)  # noqa: E741
+        jobs += [("warp_gate_up", 2, c) for c in warp_candidates(H, I, 2)[0]]
+        jobs += [("warp_down", K, c) for K in sorted({s.K for s in shapes}) for c in warp_candidates(H, I, K)[1]]
     if "expert" in paths:
         for bm, c in itertools.product([16, 32, 64], gemm_candidates()):
             jobs += [("gate_up", 2, (bm, c)), ("down", 2, (bm, c))]
@@ -197,6 +198,7 @@ def tune(preset_names: list[str], *, paths=("warp", "expert"), log=print) -> dic
     table = json.loads(path.read_text()) if path.exists() else {}
     warm_all(shapes, paths, log=log)
     for shape in shapes:
+        t0 = time.time()
         key = shape_key(shape.H, shape.I, shape.E, shape.K)
         if "warp" in paths:
             table.setdefault("warp", {})[key] = tune_warp(shape, log=log)
@@ -204,4 +206,5 @@ def tune(preset_names: list[str], *, paths=("warp", "expert"), log=print) -> dic
             table.setdefault("expert", {})[key] = tune_expert(shape, log=log)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(table, indent=1, sort_keys=True))
+        log(f"tuned {shape.name} in {time.time() - t0:.0f} s")
     return table

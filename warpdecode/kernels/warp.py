@@ -5,10 +5,10 @@ e = topk_ids[t, j]. It streams that neuron's gate row w13[e, i, :] and up row w1
 across H, reads the activation x[t, :] once for both, accumulates both dot products in FP32,
 reduces across the warp, and writes silu(g)·u. No sort, no padding, no gather.
 
-Kernel 2, down: one warp owns one hidden output h of one token t. It loops over the token's K
-routed experts, streams w2[e, h, :] across I, multiplies by the FP32 intermediate, folds the
-routing weight into one FP32 accumulator and stores y[t, h] once. The top-K combine is gone: it
-is the loop over j.
+Kernel 2, down: one warp owns one hidden output h of one token t. It streams the rows
+w2[e, h, :] of the token's K routed experts across I, multiplies them by the FP32 intermediate
+with the routing weight folded in, sums over the K experts and over I in FP32 registers, and
+stores y[t, h] once. The top-K combine is gone: it is a sum over one axis of the tile.
 
 How "one warp per output" is written in Triton
 ----------------------------------------------
@@ -22,6 +22,15 @@ shared memory. BLOCK_R = num_warps is literally one warp per output; BLOCK_R = 2
 gives each warp two outputs (two independent load streams, more bytes in flight). The layout
 the compiler chose can be read from ``kernel.asm["ttgir"]`` (notebook 4 prints it).
 
+Overlapping the two kernels (programmatic dependent launch, sm_90+)
+-------------------------------------------------------------------
+At T=1 each kernel moves only tens of MB, so its ramp-up and its last, half-empty wave cost as
+much as a fifth of its time. With ``USE_PDL`` the gate/up kernel lets the down kernel launch as
+soon as all of its own programs have started (``gdc_launch_dependents``); the down kernel then
+streams its w2 rows, which do not depend on kernel 1, and only waits (``gdc_wait``: kernel 1
+complete, its stores visible) before it touches the intermediate. The down kernel's weight stream
+fills the gate/up kernel's tail.
+
 Token-dependent sizes (T, T*K) are not specialized, so one compiled kernel serves every T.
 
 Grid order: the pair (or token) index varies fastest, so the programs that run side by side
@@ -31,6 +40,7 @@ L2 instead of HBM.
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
@@ -53,7 +63,10 @@ def warp_gate_up_kernel(
     # meta
     BLOCK_I: tl.constexpr,  # neurons per program (rows of the tile)
     BLOCK_H: tl.constexpr,  # columns of H per step
+    USE_PDL: tl.constexpr,  # let the down kernel launch early (GPU only)
 ):
+    if USE_PDL:
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     pair = pid % NUM_PAIRS  # fastest: programs side by side share neuron rows
     pid_i = pid // NUM_PAIRS
@@ -104,31 +117,45 @@ def warp_down_kernel(
     stride_yt,
     # meta
     K: tl.constexpr,
+    K_PAD: tl.constexpr,  # next power of two ≥ K
     BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
     BLOCK_I: tl.constexpr,  # columns of I per step
+    USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
 ):
+    """The tile is [BLOCK_H, K_PAD, BLOCK_I]: for each output row, the same columns of all K
+    routed experts' w2 rows. Rows go to warps, K stays inside each thread, columns go across a
+    warp's lanes. Summing over axis 1 is the top-K combine, in registers; summing over axis 2
+    is the dot product, across the warp."""
     pid = tl.program_id(0)
     t = pid % T  # fastest: tokens side by side share w2 rows of common experts
     pid_h = pid // T
 
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
     offs_i = tl.arange(0, BLOCK_I)
-    row_off = offs_h[:, None].to(tl.int64) * stride_wr
+
+    e = tl.load(topk_ids_ptr + pairs, mask=mask_k, other=0).to(tl.int64)
+    w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
+              + offs_i[None, None, :])
+    a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
+    mask_hk = mask_h[:, None, None] & mask_k[None, :, None]
+
+    # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
+    wv = tl.load(w_ptrs, mask=mask_hk & (offs_i < I)[None, None, :], other=0.0, eviction_policy="evict_first")
+    if USE_PDL:
+        gdc_wait()  # kernel 1 has finished and its intermediate is visible
+    rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
 
     acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
-    for j in tl.static_range(K):  # the top-K combine, folded into the accumulator
-        pair = t.to(tl.int64) * K + j
-        e = tl.load(topk_ids_ptr + pair).to(tl.int64)
-        w = tl.load(topk_weights_ptr + pair)
-        w_ptrs = w2_ptr + e * stride_we + row_off + offs_i[None, :]
-        a_ptrs = act_ptr + pair * stride_at + offs_i
-        for i0 in range(0, I, BLOCK_I):
-            mask_i = (i0 + offs_i) < I
-            a = tl.load(a_ptrs + i0, mask=mask_i, other=0.0).to(tl.float32) * w
-            wv = tl.load(w_ptrs + i0, mask=mask_h[:, None] & mask_i[None, :], other=0.0,
-                         eviction_policy="evict_first")
-            acc += wv.to(tl.float32) * a[None, :]
+    for i0 in range(0, I, BLOCK_I):
+        mask_i = (i0 + offs_i) < I
+        if i0 > 0:
+            wv = tl.load(w_ptrs + i0, mask=mask_hk & mask_i[None, None, :], other=0.0, eviction_policy="evict_first")
+        a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0).to(tl.float32) * rw[:, None]
+        acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
 
-    y = tl.sum(acc, axis=1)
+    y = tl.sum(acc, axis=1)  # the dot product, across the warp
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=mask_h)
