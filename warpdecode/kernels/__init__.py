@@ -1,0 +1,1 @@
+"""Triton kernels. Import through :mod:`warpdecode` (which decides interpreter vs GPU first)."""
