@@ -32,13 +32,16 @@ for stage in "$@"; do
       } 2>&1 | tee "$OUT/env.log" ;;
     check)
       run smoke "${TIMEOUT_SMOKE:-240}" python3 scripts/gpu_smoke.py
+      [ -n "${SMOKE_ONLY:-}" ] && continue
       run memcheck "${TIMEOUT_MEMCHECK:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
           python3 scripts/gpu_smoke.py --presets tiny gpt-oss-20b --T 3 40
       if [ -z "${SKIP_PYTEST:-}" ] && ls tests/test_*.py >/dev/null 2>&1; then
         run pytest_gpu "${TIMEOUT_PYTEST:-300}" python3 -m pytest -m gpu -q -x tests -p no:cacheprovider
       fi ;;
     quick)
-      run quick "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 8 64 ;;
+      run quick "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 64 ;;
+    nopdl)
+      WARPDECODE_PDL=0 run nopdl "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 ;;
     tune)
       run tune "${TIMEOUT_TUNE:-420}" python3 -m warpdecode tune ${TUNE_ARGS:-}
       cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 
@@ -11,7 +13,9 @@ from .configs import warp_config
 from .kernels import warp as kw
 
 #: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
-USE_PDL = (not _runtime.INTERPRET and _runtime.HAS_GPU and torch.cuda.get_device_capability()[0] >= 9)
+#: ``WARPDECODE_PDL=0`` turns it off, to measure what it buys.
+USE_PDL = (not _runtime.INTERPRET and _runtime.HAS_GPU and torch.cuda.get_device_capability()[0] >= 9
+           and os.environ.get("WARPDECODE_PDL", "1") != "0")
 
 
 def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
