@@ -41,7 +41,7 @@ for stage in "$@"; do
     quick)
       run quick "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 64 ;;
     nopdl)
-      WARPDECODE_PDL=0 run nopdl "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 ;;
+      run nopdl "${TIMEOUT_QUICK:-200}" env WARPDECODE_PDL=0 python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 ;;
     tune)
       run tune "${TIMEOUT_TUNE:-420}" python3 -m warpdecode tune ${TUNE_ARGS:-}
       cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
