@@ -5,7 +5,9 @@
 #   check     poisoned correctness on every preset + compute-sanitizer memcheck + GPU tests
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
-#   bench     full sweeps to results/<GPU>/*.csv (copied to $OUT)
+#   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
+#   crossover derive the auto crossover from results/<GPU>/speed.csv into the tuned table
+#   pack      everything written (logs, CSV, tuned table) into $OUT/run.tar.gz: one file back
 # Each stage runs under its own time limit (seconds, env TIMEOUT_<STAGE>) so a slow one cannot
 # eat the call; what finished is still copied back.
 set -uo pipefail
@@ -48,6 +50,16 @@ for stage in "$@"; do
     bench)
       run bench "${TIMEOUT_BENCH:-480}" python3 -m warpdecode bench ${BENCH_ARGS:-}
       cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+    autobench)  # the auto rows again, after the crossover moved
+      run autobench "${TIMEOUT_BENCH:-200}" python3 -m warpdecode bench --methods auto --what speed ${AUTO_ARGS:-}
+      cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+    crossover)
+      run crossover 60 python3 -m warpdecode report --only crossover
+      cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
+    pack)
+      tar czf /tmp/run.tar.gz -C "$OUT" . && mv /tmp/run.tar.gz "$OUT/run.tar.gz"
+      find "$OUT" -maxdepth 1 -type f ! -name run.tar.gz ! -name '*.log' -delete
+      ls "$OUT" | grep -c . ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

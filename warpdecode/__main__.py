@@ -101,7 +101,11 @@ def cmd_tune(args):
 def cmd_report(args):
     from .bench import report
 
-    report.main(args.gpu)
+    args.gpu = args.gpu or (torch.cuda.get_device_name() if _runtime.DEFAULT_DEVICE.type == "cuda" else "NVIDIA H200")
+    if args.only == "crossover":
+        print("crossover:", report.write_crossover(args.gpu))
+    else:
+        report.main(args.gpu)
 
 
 def main(argv=None):
@@ -130,7 +134,8 @@ def main(argv=None):
     t.set_defaults(fn=cmd_tune)
 
     r = sub.add_parser("report", help="figures, README table and the auto crossover, from the CSV")
-    r.add_argument("--gpu", default="NVIDIA H200")
+    r.add_argument("--gpu", default=None, help="results of which GPU (default: this one, else NVIDIA H200)")
+    r.add_argument("--only", choices=["crossover"], help="only derive the auto crossover table")
     r.set_defaults(fn=cmd_report)
 
     args = p.parse_args(argv)
