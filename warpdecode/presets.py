@@ -39,13 +39,18 @@ class MoEShape:
         return self.E * self.expert_bytes
 
     def weights(self, *, dtype=torch.bfloat16, device=None, seed: int = 0, scale: float | None = None):
-        """Random ``(w13, w2)`` for this shape, scaled like a trained layer (std 1/sqrt(fan_in))."""
-        g = torch.Generator(device="cpu").manual_seed(seed)
+        """Random ``(w13, w2)`` for this shape, scaled like a trained layer (std 1/sqrt(fan_in)).
+
+        Drawn on ``device`` itself, in ``dtype``: a DeepSeek-V3 layer is 22 GB in bf16, too much to
+        draw in float32 on the host. The same seed gives the same weights on the same kind of device.
+        """
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        g = torch.Generator(device=device).manual_seed(seed)
         s13 = scale if scale is not None else self.H**-0.5
         s2 = scale if scale is not None else self.I**-0.5
-        w13 = (torch.randn(self.E, 2 * self.I, self.H, generator=g) * s13).to(dtype)
-        w2 = (torch.randn(self.E, self.H, self.I, generator=g) * s2).to(dtype)
-        return w13.to(device), w2.to(device)
+        w13 = torch.randn(self.E, 2 * self.I, self.H, generator=g, device=device, dtype=dtype).mul_(s13)
+        w2 = torch.randn(self.E, self.H, self.I, generator=g, device=device, dtype=dtype).mul_(s2)
+        return w13, w2
 
 
 PRESETS: dict[str, MoEShape] = {
