@@ -16,8 +16,8 @@ ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 def _table(rows, cols):
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(str(r[c]).rjust(w) for c, w in zip(cols, widths)) for r in rows]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths, strict=False))]
+    lines += ["  ".join(str(r[c]).rjust(w) for c, w in zip(cols, widths, strict=False)) for r in rows]
     return "\n".join(lines)
 
 
@@ -76,7 +76,8 @@ def cmd_bench(args):
     ceiling = read_ceiling(4.0)
     copy = copy_ceiling(4.0)
     print(f"ceiling: read {ceiling:.3f} TB/s, copy {copy:.3f} TB/s", flush=True)
-    data.merge_write(out / "ceiling.csv", [{**sweep.meta(), "read_TBps": round(ceiling, 4), "copy_TBps": round(copy, 4)}])
+    ceiling_row = {**sweep.meta(), "read_TBps": round(ceiling, 4), "copy_TBps": round(copy, 4)}
+    data.merge_write(out / "ceiling.csv", [ceiling_row])
     if "speed" in args.what:
         rows = sweep.speed(shapes, Ts, args.methods, ceiling_tbps=ceiling, reps=args.reps)
         data.merge_write(out / "speed.csv", rows)
@@ -123,7 +124,8 @@ def main(argv=None):
     b.add_argument("--T", type=int, nargs="+", help=f"token counts (default {ALL_T})")
     b.add_argument("--stage-T", type=int, nargs="+", default=[1, 8, 64, 256])
     b.add_argument("--methods", nargs="+", default=["loop", "expert", "warp", "auto", "grouped_mm"])
-    b.add_argument("--what", nargs="+", default=["speed", "stages", "accuracy"], choices=["speed", "stages", "accuracy"])
+    sweeps = ["speed", "stages", "accuracy"]
+    b.add_argument("--what", nargs="+", default=sweeps, choices=sweeps)
     b.add_argument("--reps", type=int, default=100)
     b.add_argument("--out", help="output folder (default results/<GPU>; on a CPU nothing is written unless given)")
     b.set_defaults(fn=cmd_bench)

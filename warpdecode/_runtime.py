@@ -8,16 +8,25 @@ interpreter on a GPU machine (tensors must then live on the CPU).
 """
 
 import os
+import sys
 
 import torch
 
 HAS_GPU = torch.cuda.is_available()
+_triton_first = "triton.language" in sys.modules and "TRITON_INTERPRET" not in os.environ
 if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 #: True when Triton kernels execute in the CPU interpreter.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 if INTERPRET:
+    if _triton_first:
+        # triton.language built its own helpers (tl.cdiv, tl.sum, ...) for the GPU compiler before
+        # the interpreter was switched on; every kernel launch would fail later, obscurely.
+        raise ImportError(
+            "warpdecode: no CUDA GPU, so kernels must run in Triton's interpreter, but triton.language was "
+            "imported first. Import warpdecode before triton, or set TRITON_INTERPRET=1 before importing triton."
+        )
     from . import _interpreter_fix
 
     _interpreter_fix.apply()

@@ -45,15 +45,15 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         raise ValueError(f"act_format must be 'native' or 'fp8', got {act_format!r}")
     if act_dtype is not None and act_dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise TypeError(f"act_dtype must be torch.float32, bfloat16 or float16, got {act_dtype}")
+    if act_format == "fp8" and method != "expert":
+        raise ValueError(f"act_format='fp8' applies to method='expert' only, got method={method!r}")
+    if act_dtype is not None and method != "warp":
+        raise ValueError(f"act_dtype applies to method='warp' only, got method={method!r}")
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if d.T == 0:
         return x.new_empty(0, d.H)
     if method == "auto":
         method = pick_method(d.T, d.H, d.I, d.E, d.K)
-    if act_format == "fp8" and method != "expert":
-        raise ValueError(f"act_format='fp8' applies to method='expert' only, got method={method!r}")
-    if act_dtype is not None and method != "warp":
-        raise ValueError(f"act_dtype applies to method='warp' only, got method={method!r}")
 
     x = x.contiguous()
     topk_weights = topk_weights.contiguous()

@@ -30,7 +30,7 @@ def tuned_file(gpu: str | None = None) -> Path:
     return TUNED_DIR / f"{(gpu or _runtime.gpu_name()).replace(' ', '_')}.json"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_tuned(gpu: str | None = None) -> dict:
     """The tuned table for this GPU, or an empty one."""
     if _runtime.INTERPRET:

@@ -155,7 +155,8 @@ def combine(s: torch.Tensor, K: int) -> torch.Tensor:
     T = s.shape[0] // K
     y = _alloc.empty(T, H, dtype=s.dtype, device=s.device)
     BLOCK_H = min(1024, triton.next_power_of_2(H))
-    kx.combine_kernel[(T, triton.cdiv(H, BLOCK_H))](s, y, H, s.stride(0), y.stride(0), K=K, BLOCK_H=BLOCK_H, num_warps=4)
+    grid = (T, triton.cdiv(H, BLOCK_H))
+    kx.combine_kernel[grid](s, y, H, s.stride(0), y.stride(0), K=K, BLOCK_H=BLOCK_H, num_warps=4)
     return y
 
 

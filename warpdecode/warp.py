@@ -7,8 +7,7 @@ import os
 import torch
 import triton
 
-from . import _alloc
-from . import _runtime
+from . import _alloc, _runtime
 from .configs import warp_config
 from .kernels import warp as kw
 

@@ -48,7 +48,7 @@ def fraction_of_ceiling(gpu: str, methods=("warp", "expert", "grouped_mm")):
     speed = _speed(gpu)
     presets = [p for p in MODEL_PRESETS if p in speed]
     fig, axes = plt.subplots(2, 3, figsize=(13, 7), sharex=True, sharey=True)
-    for ax, p in zip(axes.flat, presets):
+    for ax, p in zip(axes.flat, presets, strict=False):
         for m in methods:
             pts = sorted(speed[p].get(m, {}).items())
             if pts:
@@ -104,7 +104,7 @@ def stage_breakdown(gpu: str, preset: str = "qwen3-30b-a3b"):
         share = [100 * t.get((T, s), 0) / sum(t.get((T, x), 0) for x in stages) for T in Ts]
         ax.bar([str(T) for T in Ts], share, bottom=bottom, color=cmap(i), hatch="//" if MOVES_DATA.get(s) else None,
                label=s + (" (moves data)" if MOVES_DATA.get(s) else ""))
-        bottom = [b + v for b, v in zip(bottom, share)]
+        bottom = [b + v for b, v in zip(bottom, share, strict=False)]
     for j, T in enumerate(Ts):
         total = sum(t.get((T, x), 0) for x in stages)
         ax.text(j, 101, f"{total:.0f} µs", ha="center", fontsize=8)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from functools import partial
 
 import torch
 import triton
@@ -62,11 +63,10 @@ def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_
             ref0 = reference_moe(inputs[0].x, *layers[0], inputs[0].topk_weights, inputs[0].topk_ids)
             floor0 = rounding_floor(ref0, torch.bfloat16)
             nbytes = sum(bytes_needed(shape, inp) for inp in inputs) / L
+            args = [(inp.x, w13, w2, inp.topk_weights, inp.topk_ids)
+                    for (w13, w2), inp in zip(layers, inputs, strict=True)]
             for m in methods:
-                fn = fns[m]
-
-                def step(fn=fn):
-                    return [fn(inp.x, w13, w2, inp.topk_weights, inp.topk_ids) for (w13, w2), inp in zip(layers, inputs)]
+                step = partial(_call_each, fns[m], args)
 
                 try:
                     if m in GRAPHABLE:
@@ -99,9 +99,13 @@ def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_
                 })
                 del outs
                 torch.cuda.empty_cache()
-        del layers
+        layers = None
         torch.cuda.empty_cache()
     return rows
+
+
+def _call_each(fn, arg_rows):
+    return [fn(*a) for a in arg_rows]
 
 
 def _stage_fns(shape: MoEShape, T: int):
@@ -148,16 +152,16 @@ def stages(shapes: list[MoEShape], Ts: list[int], *, reps: int = 100):
         for T in _progress(Ts, f"stages {shape.name}"):
             inputs = make_inputs(shape, T, L, seed=2000 + T)
             prepare, fns = _stage_fns(shape, T)
-            states = [prepare(inp, w13, w2) for (w13, w2), inp in zip(layers, inputs)]
+            states = [(prepare(inp, w13, w2),) for (w13, w2), inp in zip(layers, inputs, strict=True)]
             for (path, stage), fn in fns.items():
-                g, _ = capture(lambda fn=fn: [fn(st) for st in states])
+                g, _ = capture(partial(_call_each, fn, states))
                 t = time_replays(g, reps=reps).scaled(1 / L)
                 del g
                 rows.append({"preset": shape.name, "T": T, "path": path, "stage": stage, **_timing_row(t),
                              "layers": L, **info})
-            del states
+            states = None
             torch.cuda.empty_cache()
-        del layers
+        layers = None
         torch.cuda.empty_cache()
     return rows
 

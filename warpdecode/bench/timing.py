@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import triton
@@ -55,12 +56,12 @@ def time_replays(graph, *, reps: int = 100, warmup: int = 10) -> Timing:
         graph.replay()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
+    for s, e in zip(starts, ends, strict=True):
         s.record()
         graph.replay()
         e.record()
     torch.cuda.synchronize()
-    return _stats([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    return _stats([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
 
 
 def time_eager(fn, *, reps: int = 30, warmup: int = 3) -> Timing:
@@ -100,12 +101,10 @@ def read_ceiling(gb: float = 4.0, *, reps: int = 30) -> float:
     for programs_per_sm, block, warps in [(4, 4096, 8), (8, 2048, 4), (16, 1024, 4)]:
         grid = sms * programs_per_sm
         out = torch.empty(grid, device="cuda", dtype=torch.float32)
-        g, _ = capture(lambda: _read_kernel[(grid,)](src, out, n, BLOCK=block, num_warps=warps))
+        g, _ = capture(partial(_read_kernel[(grid,)], src, out, n, BLOCK=block, num_warps=warps))
         t = time_replays(g, reps=reps, warmup=3)
         tbps = src.numel() * 2 / (t.median_us * 1e-6) / 1e12
         best = max(best or 0.0, tbps)
-    del src
-    torch.cuda.empty_cache()
     return best
 
 
@@ -114,8 +113,6 @@ def copy_ceiling(gb: float = 4.0, *, reps: int = 30) -> float:
     n = int(gb * 1e9) // 2
     src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
-    g, _ = capture(lambda: dst.copy_(src))
+    g, _ = capture(partial(dst.copy_, src))
     t = time_replays(g, reps=reps, warmup=3)
-    del src, dst
-    torch.cuda.empty_cache()
     return 2 * n * 2 / (t.median_us * 1e-6) / 1e12

@@ -14,6 +14,7 @@ import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from multiprocessing import get_context
 
 import torch
@@ -123,25 +124,35 @@ def _time(step, reps):
     return t
 
 
+def _over_layers(fn, *columns):
+    """A step that calls ``fn`` once per layer copy, with that copy's arguments."""
+    rows = list(zip(*columns, strict=True))
+    return lambda: [fn(*row) for row in rows]
+
+
+def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
+    return wp.warp_down(wp.warp_gate_up(x, w13, ids, c_gu), w2, ids, tw, c_dn, torch.bfloat16)
+
+
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, log=print):
     gate_up_c, down_c = warp_candidates(shape.H, shape.I, shape.K)
     L = num_copies(shape)
     layers = make_layers(shape, L)
+    w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
     buckets = []
     for T in Ts:
         inputs = make_inputs(shape, T, L, seed=3000 + T)
-        t_gu, c_gu = _best([(_time(lambda c=c: [wp.warp_gate_up(inp.x, w13, inp.topk_ids, c)
-                                                 for (w13, _), inp in zip(layers, inputs)], reps), c)
+        xs, ids, tws = [i.x for i in inputs], [i.topk_ids for i in inputs], [i.topk_weights for i in inputs]
+        t_gu, c_gu = _best([(_time(_over_layers(partial(wp.warp_gate_up, cfg=c), xs, w13s, ids), reps), c)
                             for c in gate_up_c])
         # the down kernel overlaps kernel 1 (programmatic dependent launch), so it is chosen by
         # timing the pair: kernel 1 with its best config, then each down candidate
-        t_pair, c_dn = _best([(_time(lambda c=c: [wp.warp_down(wp.warp_gate_up(inp.x, w13, inp.topk_ids, c_gu), w2,
-                                                               inp.topk_ids, inp.topk_weights, c, torch.bfloat16)
-                                                  for (w13, w2), inp in zip(layers, inputs)], reps), c)
+        t_pair, c_dn = _best([(_time(_over_layers(partial(_warp_pair, c_gu=c_gu, c_dn=c), xs, w13s, w2s, ids, tws),
+                                     reps), c)
                               for c in down_c])
         log(f"warp {shape.name} T={T}: gate/up {t_gu / L:.2f} us {c_gu}; both {t_pair / L:.2f} us, down {c_dn}")
         buckets.append([T, {"gate_up": c_gu, "down": c_dn}])
-    del layers
+    layers = w13s = w2s = None
     torch.cuda.empty_cache()
     return buckets
 
@@ -150,29 +161,30 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
     cands = gemm_candidates(fp8)
     L = num_copies(shape)
     layers = make_layers(shape, L)
+    w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
     buckets = []
     fmt = "fp8" if fp8 else "native"
     for T in Ts:
         inputs = make_inputs(shape, T, L, seed=4000 + T)
+        tws = [i.topk_weights for i in inputs]
         best = None
         for bm in block_m_candidates(T, shape):
             als = [ex.align(inp.topk_ids, shape.E, bm) for inp in inputs]
-            a_s = [ex.quantize(ex.gather(inp.x, al, shape.K), al, fmt) for inp, al in zip(inputs, als)]
-            t_gu, c_gu = _best([(_time(lambda c=c: [ex.gate_up(a, s, w13, al, c)
-                                                     for (w13, _), (a, s), al in zip(layers, a_s, als)], reps), c)
+            a_s = [ex.quantize(ex.gather(inp.x, al, shape.K), al, fmt) for inp, al in zip(inputs, als, strict=True)]
+            a_, s_ = [a for a, _ in a_s], [s for _, s in a_s]
+            t_gu, c_gu = _best([(_time(_over_layers(partial(ex.gate_up, cfg=c), a_, s_, w13s, als), reps), c)
                                 for c in cands])
             hs = [ex.quantize(ex.gate_up(a, s, w13, al, c_gu), al, fmt)
-                  for (w13, _), (a, s), al in zip(layers, a_s, als)]
-            t_dn, c_dn = _best([(_time(lambda c=c: [ex.down(h, s, w2, al, inp.topk_weights, c)
-                                                     for (_, w2), (h, s), al, inp in zip(layers, hs, als, inputs)],
-                                       reps), c)
+                  for a, s, w13, al in zip(a_, s_, w13s, als, strict=True)]
+            h_, hs_ = [h for h, _ in hs], [s for _, s in hs]
+            t_dn, c_dn = _best([(_time(_over_layers(partial(ex.down, cfg=c), h_, hs_, w2s, als, tws), reps), c)
                                 for c in cands])
             if best is None or t_gu + t_dn < best[0]:
                 best = (t_gu + t_dn, {"BLOCK_M": bm, "gate_up": c_gu, "down": c_dn})
             log(f"expert{'_fp8' if fp8 else ''} {shape.name} T={T} BLOCK_M={bm}: gate/up {t_gu / L:.2f} us {c_gu}; "
                 f"down {t_dn / L:.2f} us {c_dn}")
         buckets.append([T, best[1]])
-    del layers
+    layers = w13s = w2s = None
     torch.cuda.empty_cache()
     return buckets
 
@@ -188,7 +200,7 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
         for bm, c in itertools.product([16, 32, 64], gemm_candidates()):
             jobs += [("gate_up", 2, (bm, c)), ("down", 2, (bm, c))]
     res = precompile(jobs)
-    bad = [(j, r) for j, r in zip(jobs, res) if r is not True]
+    bad = [(j, r) for j, r in zip(jobs, res, strict=False) if r is not True]
     log(f"precompiled {len(jobs) - len(bad)} of {len(jobs)} candidates")
     return bad
 
