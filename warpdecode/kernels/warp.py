@@ -26,11 +26,10 @@ Overlapping the two kernels (programmatic dependent launch, sm_90+)
 -------------------------------------------------------------------
 At T=1 each kernel moves only tens of MB, so its ramp-up and its last, half-empty wave cost as
 much as a fifth of its time. With ``USE_PDL`` the gate/up kernel lets the down kernel launch as
-soon as all of its own programs have started (``gdc_launch_dependents``). The down kernel's w2
-rows do not depend on kernel 1, so it asks L2 to fetch all of them (``prefetch.global.L2``, which
-holds no register) and only then waits (``gdc_wait``: kernel 1 complete, its stores visible)
-before it reads the intermediate and streams the rows, now from L2. The down kernel's DRAM
-traffic fills the gate/up kernel's tail instead of following it.
+soon as all of its own programs have started (``gdc_launch_dependents``); the down kernel then
+streams its w2 rows, which do not depend on kernel 1, and only waits (``gdc_wait``: kernel 1
+complete, its stores visible) before it touches the intermediate. The down kernel's weight stream
+fills the gate/up kernel's tail.
 
 Token-dependent sizes (T, T*K) are not specialized, so one compiled kernel serves every T.
 
@@ -99,15 +98,6 @@ def warp_gate_up_kernel(
     tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
 
 
-@triton.jit
-def _prefetch_l2(ptrs, mask):
-    """``prefetch.global.L2::evict_last`` on every pointer whose mask is set: starts the DRAM read
-    of that 128-byte line into L2 and returns at once, holding no register for the data."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p prefetch.global.L2::evict_last [$2]; mov.u32 $0, 0; }",
-        "=r,r,l", [mask.to(tl.int32), ptrs], dtype=tl.int32, is_pure=False, pack=1)
-
-
 @triton.jit(do_not_specialize=["T"])
 def warp_down_kernel(
     # pointers
@@ -131,7 +121,6 @@ def warp_down_kernel(
     BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
     BLOCK_I: tl.constexpr,  # columns of I per step
     USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
-    PREFETCH_LINES: tl.constexpr,  # 128-byte lines in one w2 row, rounded up to a power of two
 ):
     """The tile is [BLOCK_H, K_PAD, BLOCK_I]: for each output row, the same columns of all K
     routed experts' w2 rows. Rows go to warps, K stays inside each thread, columns go across a
@@ -154,20 +143,17 @@ def warp_down_kernel(
     a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
     mask_hk = mask_h[:, None, None] & mask_k[None, :, None]
 
+    # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
+    wv = tl.load(w_ptrs, mask=mask_hk & (offs_i < I)[None, None, :], other=0.0, eviction_policy="evict_first")
     if USE_PDL:
-        # Kernel 1 may still be running. The w2 rows do not depend on it: ask L2 for every line
-        # this program will read (a prefetch holds no register), then wait for kernel 1.
-        offs_l = tl.arange(0, PREFETCH_LINES) * (1024 // w2_ptr.dtype.element_ty.primitive_bitwidth)  # 128 B
-        pf_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
-                   + offs_l[None, None, :])
-        _prefetch_l2(pf_ptrs, mask_hk & (offs_l < I)[None, None, :])
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
     rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
 
     acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
     for i0 in range(0, I, BLOCK_I):
         mask_i = (i0 + offs_i) < I
-        wv = tl.load(w_ptrs + i0, mask=mask_hk & mask_i[None, None, :], other=0.0, eviction_policy="evict_first")
+        if i0 > 0:
+            wv = tl.load(w_ptrs + i0, mask=mask_hk & mask_i[None, None, :], other=0.0, eviction_policy="evict_first")
         a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0).to(tl.float32) * rw[:, None]
         acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
 
