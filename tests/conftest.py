@@ -1,0 +1,40 @@
+"""Test configuration: the ``gpu`` marker, per-test seeds, and the tests folder on sys.path.
+
+``@pytest.mark.gpu`` tests run only where kernels compile for a CUDA GPU; elsewhere (the CPU
+interpreter) they are skipped at collection, so ``pytest tests`` is green on a laptop and the
+same command runs them on the device.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # tests import moecases, under any --import-mode
+
+from moecases import seed_for  # noqa: E402
+
+import warpdecode  # noqa: E402  first, so TRITON_INTERPRET is decided before any kernel exists
+
+GPU = warpdecode.DEFAULT_DEVICE.type == "cuda"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (kernels compiled, not interpreted); skipped elsewhere")
+
+
+def pytest_collection_modifyitems(config, items):
+    if GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; kernels run in Triton's CPU interpreter here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A seed of this test's own: fresh numbers per test, the same numbers on every run."""
+    return seed_for(request.node.nodeid.split("::", 1)[-1])
