@@ -1,0 +1,180 @@
+"""Accuracy of every method against the float64 reference, in units of the rounding floor.
+
+    error = warpdecode.rel_error(y, ref)        ‖y − ref‖ / ‖ref‖, ref = warpdecode.reference_moe (float64)
+    floor = warpdecode.rounding_floor(ref, dtype)   the error of rounding ref once to the output dtype
+    ratio = error / floor                        1.0 is the best any output in that dtype can do
+
+Each assertion reads ``ratio <= limit(dtype, method, K)``, which is False for NaN, so NaN always fails.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from moecases import VARIANTS, Case, error_ratio, make_inputs, resolved, run_poisoned, variant_kwargs
+
+import warpdecode
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+
+# ---------------------------------------------------------------------------------------------
+# The tolerance table: the largest error / floor each method may show, per input dtype, as
+# (limit at K=1, growth per further slot):
+#
+#     limit(K) = sqrt(at_K1² + per_slot² · (K − 1))
+#
+# The growth is there for the methods that add the K slots' outputs in the compute dtype (the
+# expert path's combine, the loop's index_add_): K − 1 more roundings, each about one floor,
+# add in quadrature. Warp decode adds them in FP32, the FP8 error is the quantization's, so
+# those do not grow.
+#
+# Calibrated on the CPU interpreter (with warpdecode's round-to-nearest-even fix), ~1,000 runs:
+# the tiny preset at T = 1, 2, 4, 8, 16, 33 and every edge in moecases.EDGE_CASES (6–12 seeds
+# each); 150 random shapes (H 16–192, I 8–96, E 1–16, K 1–8, T 1–24, all three routings); and
+# K = 1, 2, 4, 8, 16, 32 at H=64, I=32, E=32, T=4 (10 seeds each). Largest measured → limit:
+#
+#   bf16  warp 1.000001 → 1.02      warp-act 1.92 → 2.2       expert-fp8 47.7 → 60
+#         expert K=1 1.92, K=3 2.79, K=8 3.57, K=32 6.35 → (2.6, 1.2): 2.6, 3.1, 4.1, 7.2
+#         loop   K=1 3.62, K=2 4.44, K=8 4.20, K=32 5.88 → (4.6, 1.0): 4.6, 4.7, 5.3, 7.3
+#   fp16  warp 1.00001 → 1.02       warp-act 1.81 → 2.2       expert-fp8 355 → 450
+#         expert K=1 1.59, K=4 2.88, K=8 3.36, K=32 6.38 → (2.6, 1.2)
+#         loop   K=1 3.17, K=4 4.93, K=8 4.25, K=32 5.59 → (5.0, 1.2): 5.0, 5.4, 5.9, 8.3
+#   fp32  nothing is rounded to tell the methods apart (FP32 sums in other orders; warp-act = warp).
+#         The ratio grows with the sums' lengths and with correlated errors: T=1 with I=8–12 (a
+#         few intermediate values feed every output) is the worst found, warp 17.4, expert 15.6,
+#         loop 20.9 (tiny preset: 9.3, 9.6, 17.7) → warp 32, expert 32, loop 40; anything that
+#         rounds in a narrower type (a tf32 dot, a bf16 intermediate) is 10³–10⁵ floors.
+#         expert-fp8 2.65e6 → 3.5e6
+#
+# The upper ends come from small outputs (T·H below ~200 elements, e.g. T=1, H=45), where the
+# floor itself is a noisy statistic; on T·H ≥ 192 the bf16 maxima are expert 2.79 and loop 3.73.
+# What the limits catch: one extra rounding in warp decode (the bf16 intermediate, warp-act) is
+# ≥ 1.13 × floor, above warp's 1.02; a wrong routing weight is hundreds of floors (see
+# test_tolerances_catch_regressions); NaN fails every comparison.
+# ---------------------------------------------------------------------------------------------
+TOL = {
+    BF16: {"warp": (1.02, 0), "warp-act": (2.2, 0), "expert": (2.6, 1.2), "loop": (4.6, 1.0), "expert-fp8": (60.0, 0)},
+    FP16: {"warp": (1.02, 0), "warp-act": (2.2, 0), "expert": (2.6, 1.2), "loop": (5.0, 1.2), "expert-fp8": (450.0, 0)},
+    FP32: {"warp": (32.0, 0), "warp-act": (32.0, 0), "expert": (32.0, 0), "loop": (40.0, 0), "expert-fp8": (3.5e6, 0)},
+}
+
+
+def limit(dtype, method: str, K: int) -> float:
+    """TOL's limit on error / floor for ``method`` with K experts per token."""
+    at_k1, per_slot = TOL[dtype][method]
+    return math.sqrt(at_k1**2 + per_slot**2 * (K - 1))
+
+
+# The orderings the project claims, as minimum ratios of errors, where they are robust: on the
+# tiny preset (K=3) at T ≥ 8, per seed (measured minima: bf16 expert/warp 1.92, loop/expert 1.36,
+# warp-act/warp 1.18; fp16 1.58, 1.26, 1.29). In fp32 nothing is rounded to tell the methods
+# apart, so no ordering is claimed there.
+ORDER = {
+    BF16: [("expert", "warp", 1.5), ("loop", "expert", 1.15), ("warp-act", "warp", 1.1)],
+    FP16: [("expert", "warp", 1.3), ("loop", "expert", 1.1), ("warp-act", "warp", 1.1)],
+}
+
+DTYPES = {"bf16": BF16, "fp16": FP16, "fp32": FP32}
+TINY = warpdecode.get_preset("tiny")  # H=160, I=88, E=7, K=3: odd sizes, prime E
+
+
+def _tiny(T: int) -> Case:
+    return Case(f"tiny-T={T}", T=T, H=TINY.H, I=TINY.I, E=TINY.E, K=TINY.K)
+
+
+def check_accuracy(inputs, variant: str, dtype, ref=None) -> torch.Tensor:
+    """Run ``variant`` poisoned, check shape and dtype, and error / floor against TOL. Returns y."""
+    x, w13, w2, _, topk_ids = inputs
+    T, H = x.shape
+    y = run_poisoned(inputs, **variant_kwargs(variant, dtype))
+    assert y.shape == (T, H) and y.dtype == dtype and y.device == x.device
+    ref = warpdecode.reference_moe(*inputs) if ref is None else ref
+    K = topk_ids.shape[1]
+    key = resolved(variant, T, H, w2.shape[2], w13.shape[0], K)
+    ratio, tol = error_ratio(y, ref, dtype), limit(dtype, key, K)
+    assert ratio <= tol, f"{variant} ({key}, {dtype}, K={K}): error = {ratio:.4g} × floor > {tol:.4g}"
+    return y
+
+
+# T=5 is warp's side of auto's crossover on the CPU (8), T=33 the expert side and > two BLOCK_M blocks
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("T", [5, 33], ids=["T=5", "T=33"])
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_tiny_preset(dtype, T, variant, seed):
+    check_accuracy(make_inputs(_tiny(T), dtype, seed), variant, dtype)
+
+
+@pytest.mark.parametrize("dtype", list(ORDER), ids=[k for k, v in DTYPES.items() if v in ORDER])
+@pytest.mark.parametrize("T", [8, 33], ids=["T=8", "T=33"])
+def test_orderings(dtype, T, seed):
+    """warp decode is closer to the reference than the expert path, which is closer than the loop;
+    rounding warp's intermediate costs accuracy."""
+    inputs = make_inputs(_tiny(T), dtype, seed)
+    ref = warpdecode.reference_moe(*inputs)
+    err = {v: warpdecode.rel_error(run_poisoned(inputs, **variant_kwargs(v, dtype)), ref)
+           for v in ("warp", "warp-act", "expert", "loop")}
+    for worse, better, factor in ORDER[dtype]:
+        assert err[worse] >= factor * err[better], f"{worse} {err[worse]:.3g} vs {better} {err[better]:.3g}"
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+def test_tolerances_catch_regressions(dtype, seed):
+    """Controls: the table must fail a kernel that regresses, so it is not a tolerance that
+    passes anything."""
+    inputs = make_inputs(_tiny(4), dtype, seed)
+    ref = warpdecode.reference_moe(*inputs)
+    x, w13, w2, topk_weights, topk_ids = inputs
+    y = run_poisoned(inputs, method="warp")
+
+    # a wrong routing weight (slots 0 and 1 swapped) fails every entry, the loosest (fp8) included
+    swapped = topk_weights[:, [1, 0, 2]].contiguous()
+    y_swapped = run_poisoned((x, w13, w2, swapped, topk_ids), method="warp")
+    loosest = max(limit(dtype, m, TINY.K) for m in TOL[dtype])
+    assert not error_ratio(y_swapped, ref, dtype) <= loosest
+
+    # NaN in one element fails
+    y_nan = y.clone()
+    y_nan[1, 7] = float("nan")
+    assert not error_ratio(y_nan, ref, dtype) <= loosest
+
+    # one extra rounding of warp's result: through the intermediate (bf16/fp16), or of the output
+    # to bf16 (fp32)
+    if dtype == FP32:
+        y_extra = y.to(BF16).to(FP32)
+    else:
+        y_extra = run_poisoned(inputs, method="warp", act_dtype=dtype)
+    assert not error_ratio(y_extra, ref, dtype) <= limit(dtype, "warp", TINY.K)
+
+
+@pytest.mark.parametrize("T", [8, 9], ids=["T=crossover", "T=crossover+1"])
+def test_auto_is_the_method_it_picks(T, seed):
+    """auto gives bit for bit the output of the method pick_method names, on both sides of the
+    crossover."""
+    inputs = make_inputs(_tiny(T), BF16, seed)
+    picked = warpdecode.pick_method(T, TINY.H, TINY.I, TINY.E, TINY.K)
+    assert picked == ("warp" if T <= warpdecode.crossover(TINY.H, TINY.I, TINY.E, TINY.K) else "expert")
+    assert torch.equal(run_poisoned(inputs, method="auto"), run_poisoned(inputs, method=picked))
+
+
+def test_reference_is_the_spec():
+    """The reference against a direct per-token sum, on a case small enough to write out."""
+    g = torch.Generator().manual_seed(0)
+    T, H, I, E, K = 2, 5, 3, 4, 2  # noqa: E741
+    x = torch.randn(T, H, generator=g, dtype=torch.float64)
+    w13 = torch.randn(E, 2 * I, H, generator=g, dtype=torch.float64)
+    w2 = torch.randn(E, H, I, generator=g, dtype=torch.float64)
+    topk_weights = torch.rand(T, K, generator=g, dtype=torch.float64)
+    topk_ids = torch.tensor([[3, 0], [0, 2]])
+    want = torch.zeros(T, H, dtype=torch.float64)
+    for t in range(T):
+        for j in range(K):
+            e = int(topk_ids[t, j])
+            g_, u = w13[e, :I] @ x[t], w13[e, I:] @ x[t]
+            want[t] += topk_weights[t, j] * (w2[e] @ (g_ * torch.sigmoid(g_) * u))
+    got = warpdecode.reference_moe(x, w13, w2, topk_weights, topk_ids)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert warpdecode.rel_error(got, want) < 1e-14
+    assert warpdecode.rounding_floor(want, BF16) > 0

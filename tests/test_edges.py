@@ -1,0 +1,46 @@
+"""Every method on every CPU-sized edge (moecases.EDGE_CASES): T=1, odd H and I, prime E, K=1,
+K=E, every token on the same experts, experts that receive no token, T*K past one BLOCK_M block;
+and T=0. Each run is poisoned (an unwritten element is NaN) and held to the tolerance table in
+test_accuracy.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from moecases import EDGE_CASES, VARIANTS, Case, make_inputs, run_poisoned, variant_kwargs
+from test_accuracy import check_accuracy
+
+from warpdecode import _alloc
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("case", EDGE_CASES, ids=[c.id for c in EDGE_CASES])
+def test_edge(case, variant, seed):
+    inputs = make_inputs(case, torch.bfloat16, seed)
+    if case.routing != "router":  # the routing the case names is the one it got
+        hit = torch.unique(inputs[4])
+        assert len(hit) == (case.K if case.routing == "same" else min(case.E, case.K + 1))
+    check_accuracy(inputs, variant, torch.bfloat16)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_T0_returns_empty(dtype, variant, seed):
+    case = Case("T=0", T=0, H=45, I=23, E=5, K=2)
+    inputs = make_inputs(case, dtype, seed)
+    y = run_poisoned(inputs, **variant_kwargs(variant, dtype))
+    assert y.shape == (0, 45) and y.dtype == dtype
+
+
+def test_poison_is_armed():
+    """Control for every poisoned run: inside the block new buffers are NaN / 2**30, and the
+    block restores the previous state on exit."""
+    with _alloc.poisoned():
+        f = _alloc.empty(3, 5, dtype=torch.bfloat16, device="cpu")
+        i = _alloc.empty(7, dtype=torch.int32, device="cpu")
+        with _alloc.poisoned():
+            pass
+        assert _alloc._POISON
+    assert torch.isnan(f).all() and (i == _alloc.INT_POISON).all()
+    assert not _alloc._POISON
