@@ -1,0 +1,281 @@
+"""The expert-centric path one stage at a time (warpdecode.expert.align … combine), each against
+an independent computation: pure Python for the index arrays, torch for the data movement, a
+torch re-implementation for the FP8 quantizer, float64 for the two grouped GEMMs.
+
+Every stage runs inside ``_alloc.poisoned()``: an element a kernel should write and did not is
+NaN (floats) or 2**30 (indices) and fails the comparison.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import warpdecode
+from warpdecode import _alloc, expert
+from warpdecode.configs import expert_config
+
+# GEMM stage output vs float64, as error / rounding floor (one rounding of an FP32 accumulator).
+GEMM_TOL = {torch.bfloat16: 1.05, torch.float16: 1.05, torch.float32: 12.0}
+
+# (id, T, K, E, block_m, routing): routing "random" draws ids uniformly, "one" sends every pair to
+# expert E-1 (the last, so every other expert's run is empty)
+ALIGN_CASES = [
+    ("T=1-K=1-E=1", 1, 1, 1, 16, "random"),
+    ("T=1-K=2-prime-E=61-T*K<E", 1, 2, 61, 16, "random"),
+    ("T=5-K=2-prime-E=7", 5, 2, 7, 16, "random"),
+    ("T=3-K=E=4", 3, 4, 4, 16, "random"),
+    ("T=20-K=3-E=4-runs-span-blocks", 20, 3, 4, 16, "random"),
+    ("T=16-K=1-one-expert-exact-block", 16, 1, 5, 16, "one"),
+    ("T=17-K=1-one-expert-one-over", 17, 1, 5, 16, "one"),
+    ("T=9-K=3-prime-E=13-block_m=4", 9, 3, 13, 4, "random"),
+    ("T=64-K=8-E=128-decode-batch", 64, 8, 128, 16, "random"),
+    ("T=64-K=8-E=128-block_m=64", 64, 8, 128, 64, "random"),
+]
+
+
+def _ids(T, K, E, routing, g):
+    if routing == "one":
+        return torch.full((T, K), E - 1, dtype=torch.int32)
+    # K distinct experts per token, as routing produces
+    return torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]).to(torch.int32)
+
+
+def _expected_runs(topk_ids, E, block_m):
+    """Pure Python: (start, pairs, padded rows) of each expert's run, experts in increasing order."""
+    pairs_of = {e: [] for e in range(E)}
+    for p, e in enumerate(topk_ids.flatten().tolist()):
+        pairs_of[e].append(p)
+    runs, start = {}, 0
+    for e in range(E):
+        n = len(pairs_of[e])
+        padded = -(-n // block_m) * block_m
+        runs[e] = (start, pairs_of[e], padded)
+        start += padded
+    return runs, start
+
+
+@pytest.mark.parametrize("T,K,E,block_m,routing", [c[1:] for c in ALIGN_CASES], ids=[c[0] for c in ALIGN_CASES])
+def test_align_matches_vllm_contract(T, K, E, block_m, routing, seed):
+    g = torch.Generator().manual_seed(seed)
+    topk_ids = _ids(T, K, E, routing, g)
+    with _alloc.poisoned():
+        al = expert.align(topk_ids, E, block_m)
+    num_pairs = T * K
+    runs, total = _expected_runs(topk_ids, E, block_m)
+    sorted_ids = al.sorted_token_ids.tolist()
+    expert_ids = al.expert_ids.tolist()
+
+    assert al.num_pairs == num_pairs and al.block_m == block_m
+    assert int(al.num_tokens_post_padded.item()) == total
+    assert al.EM % block_m == 0 and al.EM >= total and len(expert_ids) == al.EM // block_m
+    for e, (start, pairs, padded) in runs.items():
+        run = sorted_ids[start:start + padded]
+        # the run holds exactly e's pairs plus padding; order inside the run is free
+        assert Counter(run) == Counter(pairs) + Counter({num_pairs: padded - len(pairs)}), f"expert {e}"
+        assert all(expert_ids[b] == e for b in range(start // block_m, (start + padded) // block_m)), f"expert {e}"
+    # past num_tokens_post_padded: sentinel rows, blocks marked -1
+    assert all(p == num_pairs for p in sorted_ids[total:])
+    assert all(b == -1 for b in expert_ids[total // block_m:])
+
+
+@pytest.mark.parametrize("num_pairs,E,block_m", [(1, 61, 16), (2, 128, 16), (7, 7, 16), (64, 128, 16), (512, 128, 64)],
+                         ids=["T*K=1-E=61", "T*K=2-E=128", "T*K=E=7", "T*K=64-E=128", "T*K=512-E=128-block_m=64"])
+def test_em_bound_covers_worst_routing(num_pairs, E, block_m):
+    """EM is sized without a sync, so it must cover the routing that pads most: every expert that
+    can get a pair gets one, and each further block of an expert costs block_m more pairs."""
+    if num_pairs <= E:
+        worst_blocks = num_pairs
+    else:
+        worst_blocks = E + (num_pairs - E) // block_m
+    assert expert.max_padded_rows(num_pairs, E, block_m) >= worst_blocks * block_m
+
+
+def _aligned(T, K, E, seed, routing="random", block_m=16):
+    g = torch.Generator().manual_seed(seed)
+    topk_ids = _ids(T, K, E, routing, g)
+    with _alloc.poisoned():
+        al = expert.align(topk_ids, E, block_m)
+    return topk_ids, al, g
+
+
+STAGE_CASES = [
+    ("T=1-K=1", 1, 1, 5),
+    ("T=5-K=2-prime-E=7", 5, 2, 7),
+    ("T=12-K=3-E=3-T*K>BLOCK_M", 12, 3, 3),
+    ("T=2-K=2-prime-E=13-idle-experts", 2, 2, 13),
+]
+stage_params = pytest.mark.parametrize("T,K,E", [c[1:] for c in STAGE_CASES], ids=[c[0] for c in STAGE_CASES])
+dtypes = pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+
+
+def _used_rows(al):
+    ntpp = int(al.num_tokens_post_padded.item())
+    ids = al.sorted_token_ids[:ntpp].long()
+    return ntpp, ids, ids < al.num_pairs
+
+
+@stage_params
+@dtypes
+def test_gather_matches_index_select(T, K, E, dtype, seed):
+    _, al, g = _aligned(T, K, E, seed)
+    H = 45  # odd, below one BLOCK_H
+    x = torch.randn(T, H, generator=g).to(dtype)
+    with _alloc.poisoned():
+        a = expert.gather(x, al, K)
+    ntpp, ids, valid = _used_rows(al)
+    want = torch.where(valid[:, None], x[torch.where(valid, ids, 0) // K], torch.zeros((), dtype=dtype))
+    assert a.shape == (al.EM, H) and a.dtype == dtype
+    assert torch.equal(a[:ntpp], want)
+
+
+def _quantize_ref(a, group=128):
+    """torch: per row and 1×128 group, s = 2^ceil(log2(amax/448)), q = clamp(a/s) rounded to e4m3."""
+    EM, N = a.shape
+    groups = -(-N // group)
+    a32 = F.pad(a.float(), (0, groups * group - N)).view(EM, groups, group)
+    amax = a32.abs().amax(dim=-1).clamp_min(1e-30)
+    s = torch.exp2(torch.ceil(torch.log2(amax / 448.0)))
+    q = (a32 / s[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return q.view(EM, groups * group)[:, :N], s
+
+
+@pytest.mark.parametrize("N", [88, 128, 160, 300],
+                         ids=["N=88<group", "N=128=group", "N=160-partial-group", "N=300-3-groups"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_quantize_fp8_matches_torch(N, dtype, seed):
+    T, K, E = 6, 2, 5
+    _, al, g = _aligned(T, K, E, seed)
+    ntpp, ids, valid = _used_rows(al)
+    # a gathered-like buffer: rows of very different magnitudes, padding rows zero
+    a = torch.randn(al.EM, N, generator=g) * torch.exp2(torch.randint(-8, 8, (al.EM, 1), generator=g).float())
+    a = torch.where(torch.arange(al.EM)[:, None] < ntpp, a, float("nan"))  # never read past ntpp
+    a[:ntpp][~valid] = 0.0
+    a = a.to(dtype)
+    with _alloc.poisoned():
+        q, scales = expert.quantize(a, al, "fp8")
+    want_q, want_s = _quantize_ref(a[:ntpp])
+    assert q.dtype == torch.float8_e4m3fn and scales.shape == (al.EM, -(-N // 128))
+    assert torch.equal(scales[:ntpp], want_s)
+    mantissa, _ = torch.frexp(scales[:ntpp])
+    assert torch.all(mantissa == 0.5), "scales must be powers of two"
+    assert torch.equal(q[:ntpp].view(torch.uint8), want_q.view(torch.uint8))
+    # the dequantised value is within half an e4m3 step (3 mantissa bits) of a
+    deq = q[:ntpp].float().view(ntpp, -1) * scales[:ntpp].repeat_interleave(128, dim=1)[:, :N]
+    assert torch.all((deq - a[:ntpp].float()).abs() <= a[:ntpp].float().abs() * 2**-4 + scales[:ntpp].amax() * 2**-9)
+
+
+def test_quantize_native_is_identity():
+    _, al, g = _aligned(3, 2, 5, 0)
+    a = torch.randn(al.EM, 40, generator=g).to(torch.bfloat16)
+    q, s = expert.quantize(a, al, "native")
+    assert q is a and s is None
+
+
+def _stage_inputs(T, K, E, dtype, seed, fp8):
+    H, I = 300, 88  # H crosses two 128-column scale groups; both odd multiples of 4
+    topk_ids, al, g = _aligned(T, K, E, seed)
+    x = torch.randn(T, H, generator=g).to(dtype)
+    w13, w2 = warpdecode.MoEShape("stage", H=H, I=I, E=E, K=K).weights(dtype=dtype, seed=seed)
+    cfg = expert_config(H, I, E, K, T, fp8=fp8)
+    return x, w13, w2, al, cfg
+
+
+def _ratio(got, want64, dtype):
+    return warpdecode.rel_error(got, want64) / warpdecode.rounding_floor(want64, dtype)
+
+
+@stage_params
+@dtypes
+@pytest.mark.parametrize("fmt", ["native", "fp8"])
+def test_gate_up_matches_float64(T, K, E, dtype, fmt, seed):
+    x, w13, w2, al, cfg = _stage_inputs(T, K, E, dtype, seed, fmt == "fp8")
+    I = w2.shape[2]  # noqa: E741
+    with _alloc.poisoned():
+        a = expert.gather(x, al, K)
+        aq, a_scales = expert.quantize(a, al, fmt)
+        h = expert.gate_up(aq, a_scales, w13, al, cfg["gate_up"])
+    ntpp, ids, valid = _used_rows(al)
+    # the GEMM's input as the kernel sees it: the FP8 values times their scales
+    a_in = a[:ntpp].double() if fmt == "native" else (
+        aq[:ntpp].double() * a_scales[:ntpp].double().repeat_interleave(128, dim=1)[:, : a.shape[1]])
+    e = al.expert_ids[torch.arange(ntpp) // al.block_m].long()
+    gu = torch.einsum("rh,rnh->rn", a_in, w13.double()[e])
+    want = F.silu(gu[:, :I]) * gu[:, I:]
+    assert h.shape == (al.EM, I) and h.dtype == dtype
+    assert torch.all(h[:ntpp][~valid] == 0), "padding rows must come out zero"
+    assert _ratio(h[:ntpp][valid], want[valid], dtype) <= GEMM_TOL[dtype]
+
+
+@stage_params
+@dtypes
+@pytest.mark.parametrize("fmt", ["native", "fp8"])
+def test_down_matches_float64(T, K, E, dtype, fmt, seed):
+    x, w13, w2, al, cfg = _stage_inputs(T, K, E, dtype, seed, fmt == "fp8")
+    g = torch.Generator().manual_seed(seed + 1)
+    ntpp, ids, valid = _used_rows(al)
+    I = w2.shape[2]  # noqa: E741
+    h = torch.randn(al.EM, I, generator=g)
+    h[:ntpp][~valid] = 0.0  # padding rows of the intermediate are zero (gate_up of a zero row)
+    h = h.to(dtype)
+    topk_weights = torch.softmax(torch.randn(T, K, generator=g), dim=-1)
+    with _alloc.poisoned():
+        hq, h_scales = expert.quantize(h, al, fmt)
+        o = expert.down(hq, h_scales, w2, al, topk_weights, cfg["down"])
+    h_in = h[:ntpp].double() if fmt == "native" else (
+        hq[:ntpp].double() * h_scales[:ntpp].double().repeat_interleave(128, dim=1)[:, :I])
+    e = al.expert_ids[torch.arange(ntpp) // al.block_m].long()
+    rw = torch.where(valid, topk_weights.flatten()[torch.where(valid, ids, 0)], 0.0).double()
+    want = torch.einsum("ri,rhi->rh", h_in, w2.double()[e]) * rw[:, None]
+    assert o.shape == (al.EM, w2.shape[1]) and o.dtype == dtype
+    assert torch.all(o[:ntpp][~valid] == 0), "padding rows must come out zero"
+    assert _ratio(o[:ntpp][valid], want[valid], dtype) <= GEMM_TOL[dtype]
+
+
+@stage_params
+@dtypes
+def test_scatter_matches_index_copy(T, K, E, dtype, seed):
+    _, al, g = _aligned(T, K, E, seed)
+    H = 45
+    o = torch.randn(al.EM, H, generator=g).to(dtype)
+    with _alloc.poisoned():
+        s = expert.scatter(o, al)
+    ntpp, ids, valid = _used_rows(al)
+    want = torch.full((T * K, H), float("nan"), dtype=dtype).index_copy_(0, ids[valid], o[:ntpp][valid])
+    assert s.shape == (T * K, H)
+    assert torch.equal(s, want)  # every pair's row written (no NaN left), from the right row
+
+
+@pytest.mark.parametrize("T,K,H", [(1, 1, 45), (3, 4, 160), (5, 8, 1100)],
+                         ids=["T=1-K=1", "T=3-K=4", "T=5-K=8-H>BLOCK_H"])
+@dtypes
+def test_combine_sums_in_compute_dtype(T, K, H, dtype, seed):
+    """vLLM's moe_sum: one rounding to the compute dtype per add, slot 0 first."""
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(T * K, H, generator=g).to(dtype)
+    with _alloc.poisoned():
+        y = expert.combine(s, K)
+    want = torch.zeros(T, H, dtype=dtype)
+    for j in range(K):
+        want = (want.float() + s.view(T, K, H)[:, j].float()).to(dtype)
+    assert torch.equal(y, want)
+
+
+@stage_params
+def test_stages_compose_to_moe_expert(T, K, E, seed):
+    """The eight stages called one by one give bit for bit what moe(method='expert') gives."""
+    dtype = torch.bfloat16
+    x, w13, w2, _, cfg = _stage_inputs(T, K, E, dtype, seed, False)
+    g = torch.Generator().manual_seed(seed + 2)
+    topk_weights, topk_ids = warpdecode.route(torch.randn(T, E, generator=g), K)
+    with _alloc.poisoned():
+        al = expert.align(topk_ids, E, cfg["BLOCK_M"])
+        a, _ = expert.quantize(expert.gather(x, al, K), al)
+        h = expert.gate_up(a, None, w13, al, cfg["gate_up"])
+        o = expert.down(h, None, w2, al, topk_weights, cfg["down"])
+        y = expert.combine(expert.scatter(o, al), K)
+        want = warpdecode.moe(x, w13, w2, topk_weights, topk_ids, method="expert")
+    assert torch.equal(y, want)
