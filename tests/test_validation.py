@@ -1,0 +1,204 @@
+"""warpdecode.moe and warpdecode.route refuse bad inputs, before any kernel launches, with an
+error that names the offending argument; and NaN in x reaches exactly its own token's row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from moecases import Case, make_inputs, run_poisoned, variant_kwargs
+
+import warpdecode
+from warpdecode import api, expert, loop, warp
+from warpdecode.kernels import expert as kx
+from warpdecode.kernels import warp as kw
+
+BASE = Case("validation", T=3, H=32, I=16, E=5, K=2)
+
+
+class Launched(Exception):
+    """Raised by the tripwires: something tried to run a kernel."""
+
+
+class _Tripwire:
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        raise Launched(self.name)
+
+    def __getitem__(self, grid):  # kernel[grid](...)
+        raise Launched(self.name)
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Every path and every kernel replaced by a tripwire that raises Launched."""
+    for mod, names in [
+        (api, ["moe_loop", "moe_expert", "moe_warp"]),
+        (loop, ["moe_loop"]),
+        (expert, ["align", "gather", "quantize", "gate_up", "down", "scatter", "combine"]),
+        (warp, ["warp_gate_up", "warp_down"]),
+    ]:
+        for name in names:
+            monkeypatch.setattr(mod, name, _Tripwire(f"{mod.__name__}.{name}"))
+    for mod in (kx, kw):
+        for name in dir(mod):
+            if name.endswith("_kernel"):
+                monkeypatch.setattr(mod, name, _Tripwire(f"{mod.__name__}.{name}"))
+
+
+@pytest.fixture
+def inputs(seed):
+    x, w13, w2, topk_weights, topk_ids = make_inputs(BASE, torch.bfloat16, seed)
+    return dict(x=x, w13=w13, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids)
+
+
+def _noncontig(w):
+    """Same shape and values, not contiguous."""
+    return w.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+# (case id, how to break the inputs, expected exception, text the message must contain)
+BAD_INPUTS = [
+    ("x-not-a-tensor", lambda d: d.update(x=np.zeros((3, 32), np.float32)), TypeError, "x"),
+    ("x-int32", lambda d: d.update(x=d["x"].to(torch.int32)), TypeError, "x must"),
+    ("x-float64", lambda d: d.update(x=d["x"].double()), TypeError, "x must"),
+    ("x-1D", lambda d: d.update(x=d["x"][0]), ValueError, "x must"),
+    ("w13-dtype-ne-x", lambda d: d.update(w13=d["w13"].half()), TypeError, "w13"),
+    ("w2-dtype-ne-x", lambda d: d.update(w2=d["w2"].float()), TypeError, "w2"),
+    ("weights-dtype-ne-x", lambda d: d.update(x=d["x"].half()), TypeError, "w13"),
+    ("topk_weights-bf16", lambda d: d.update(topk_weights=d["topk_weights"].bfloat16()), TypeError, "topk_weights"),
+    ("topk_weights-float64", lambda d: d.update(topk_weights=d["topk_weights"].double()), TypeError, "topk_weights"),
+    ("topk_ids-float", lambda d: d.update(topk_ids=d["topk_ids"].float()), TypeError, "topk_ids"),
+    ("topk_ids-int16", lambda d: d.update(topk_ids=d["topk_ids"].to(torch.int16)), TypeError, "topk_ids"),
+    ("w13-2D", lambda d: d.update(w13=d["w13"][0]), ValueError, "w13"),
+    ("w13-H-ne-x-H", lambda d: d.update(w13=d["w13"][:, :, :-1].contiguous()), ValueError, "w13"),
+    ("w13-odd-2I", lambda d: d.update(w13=d["w13"][:, :-1].contiguous()), ValueError, "w13"),
+    ("w2-I-ne-w13-I", lambda d: d.update(w2=d["w2"][:, :, :-1].contiguous()), ValueError, "w2"),
+    ("w2-H-ne-x-H", lambda d: d.update(w2=d["w2"][:, :-1].contiguous()), ValueError, "w2"),
+    ("w2-E-ne-w13-E", lambda d: d.update(w2=d["w2"][:-1].contiguous()), ValueError, "w2"),
+    ("topk_ids-T-ne-x-T", lambda d: d.update(topk_ids=d["topk_ids"][:-1], topk_weights=d["topk_weights"][:-1]),
+     ValueError, "topk_ids"),
+    ("topk_weights-K-ne-topk_ids-K", lambda d: d.update(topk_weights=d["topk_weights"][:, :1]),
+     ValueError, "topk_weights"),
+    ("K>E", lambda d: d.update(topk_ids=torch.zeros(3, 6, dtype=torch.int32), topk_weights=torch.ones(3, 6)),
+     ValueError, "topk_ids"),
+    ("K=0", lambda d: d.update(topk_ids=torch.zeros(3, 0, dtype=torch.int32), topk_weights=torch.ones(3, 0)),
+     ValueError, "topk_ids"),
+    ("x-on-meta", lambda d: d.update(x=d["x"].to("meta")), ValueError, "x: meta"),
+    ("w2-on-meta", lambda d: d.update(w2=d["w2"].to("meta")), ValueError, "w2: meta"),
+    ("topk_ids-on-meta", lambda d: d.update(topk_ids=d["topk_ids"].to("meta")), ValueError, "topk_ids: meta"),
+    ("w13-non-contiguous", lambda d: d.update(w13=_noncontig(d["w13"])), ValueError, "w13"),
+    ("w2-non-contiguous", lambda d: d.update(w2=_noncontig(d["w2"])), ValueError, "w2"),
+    ("topk_ids-negative", lambda d: d["topk_ids"].__setitem__((1, 0), -1), ValueError, "topk_ids"),
+    ("topk_ids=E", lambda d: d["topk_ids"].__setitem__((2, 1), 5), ValueError, "topk_ids"),
+    ("topk_ids-int64-huge", lambda d: d.update(topk_ids=d["topk_ids"].long() + 2**32), ValueError, "topk_ids"),
+]
+
+METHODS = ["loop", "expert", "warp", "auto"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("breaks,exc,names", [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input_raises_before_launch(inputs, breaks, exc, names, method, no_launch):
+    breaks(inputs)
+    with pytest.raises(exc, match=names):
+        warpdecode.moe(**inputs, method=method)
+
+
+# (case id, keyword arguments of moe, expected exception, text the message must contain)
+BAD_OPTIONS = [
+    ("method-unknown", dict(method="fused"), ValueError, "method"),
+    ("method-None", dict(method=None), ValueError, "method"),
+    ("act_format-unknown", dict(method="expert", act_format="int8"), ValueError, "act_format"),
+    ("fp8-with-warp", dict(method="warp", act_format="fp8"), ValueError, "act_format"),
+    ("fp8-with-loop", dict(method="loop", act_format="fp8"), ValueError, "act_format"),
+    ("act_dtype-with-expert", dict(method="expert", act_dtype=torch.float32), ValueError, "act_dtype"),
+    ("act_dtype-with-loop", dict(method="loop", act_dtype=torch.bfloat16), ValueError, "act_dtype"),
+    ("act_dtype-int8", dict(method="warp", act_dtype=torch.int8), TypeError, "act_dtype"),
+    ("act_dtype-float64", dict(method="warp", act_dtype=torch.float64), TypeError, "act_dtype"),
+]
+
+
+@pytest.mark.parametrize("kwargs,exc,names", [c[1:] for c in BAD_OPTIONS], ids=[c[0] for c in BAD_OPTIONS])
+def test_bad_option_raises_before_launch(inputs, kwargs, exc, names, no_launch):
+    with pytest.raises(exc, match=names):
+        warpdecode.moe(**inputs, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,exc,names", [c[1:] for c in BAD_OPTIONS], ids=[c[0] + "-T=0" for c in BAD_OPTIONS])
+def test_bad_option_raises_also_for_T0(inputs, kwargs, exc, names, no_launch):
+    """An invalid combination of options is invalid whatever the batch: T=0 must not skip the check."""
+    inputs.update(x=inputs["x"][:0], topk_weights=inputs["topk_weights"][:0], topk_ids=inputs["topk_ids"][:0])
+    with pytest.raises(exc, match=names):
+        warpdecode.moe(**inputs, **kwargs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_tripwires_are_armed(inputs, method, no_launch):
+    """Control for the tests above: a valid call does reach a tripwire, so 'raised before any
+    launch' means something."""
+    with pytest.raises(Launched):
+        warpdecode.moe(**inputs, method=method)
+
+
+# (case id, router_logits, top_k, expected exception, text the message must contain)
+BAD_ROUTES = [
+    ("logits-not-a-tensor", [[0.0, 1.0]], 1, TypeError, "router_logits"),
+    ("logits-1D", torch.randn(5), 1, ValueError, "router_logits"),
+    ("logits-int", torch.zeros(3, 5, dtype=torch.int32), 1, TypeError, "router_logits"),
+    ("top_k=0", torch.randn(3, 5), 0, ValueError, "top_k"),
+    ("top_k-negative", torch.randn(3, 5), -1, ValueError, "top_k"),
+    ("top_k>E", torch.randn(3, 5), 6, ValueError, "top_k"),
+    ("top_k-float", torch.randn(3, 5), 2.0, TypeError, "top_k"),
+    ("top_k-bool", torch.randn(3, 5), True, TypeError, "top_k"),
+]
+
+
+@pytest.mark.parametrize("logits,top_k,exc,names", [c[1:] for c in BAD_ROUTES], ids=[c[0] for c in BAD_ROUTES])
+def test_route_rejects(logits, top_k, exc, names):
+    with pytest.raises(exc, match=names):
+        warpdecode.route(logits, top_k)
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 7], ids=["K=1", "K=3", "K=E=7"])
+@pytest.mark.parametrize("renormalize", [True, False], ids=["renormalize", "raw-softmax"])
+def test_route_is_softmax_topk(top_k, renormalize, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(6, 7, generator=g).bfloat16()
+    topk_weights, topk_ids = warpdecode.route(logits, top_k, renormalize=renormalize)
+    probs = torch.softmax(logits.double(), dim=-1)
+    assert topk_weights.dtype == torch.float32 and topk_ids.dtype == torch.int32
+    assert topk_weights.is_contiguous() and topk_ids.is_contiguous()
+    want_w, want_ids = torch.topk(probs, top_k, dim=-1)
+    if renormalize:
+        want_w = want_w / want_w.sum(-1, keepdim=True)
+    assert torch.equal(topk_ids.long(), want_ids)
+    torch.testing.assert_close(topk_weights.double(), want_w, rtol=1e-6, atol=0)
+
+
+def test_get_preset_rejects_unknown_name():
+    with pytest.raises(ValueError, match="preset"):
+        warpdecode.get_preset("qwen4")
+
+
+NAN_VARIANTS = ["warp", "expert", "loop", "expert-fp8", "warp-act"]
+
+
+@pytest.mark.parametrize("variant", NAN_VARIANTS)
+def test_nan_in_x_stays_in_its_row(variant, seed):
+    """All tokens share the same experts, so a NaN token sits in the same GEMM tiles and weight
+    rows as the clean ones: its row of y must be NaN, every other row exactly the clean run's."""
+    case = Case("nan", T=6, H=48, I=24, E=5, K=2, routing="same")
+    x, w13, w2, topk_weights, topk_ids = make_inputs(case, torch.bfloat16, seed)
+    kwargs = variant_kwargs(variant, x.dtype)
+    clean = run_poisoned((x, w13, w2, topk_weights, topk_ids), **kwargs)
+    bad = x.clone()
+    bad[2, 17] = float("nan")
+    y = run_poisoned((bad, w13, w2, topk_weights, topk_ids), **kwargs)
+    assert torch.isnan(y[2]).all(), "the NaN token's row must be NaN throughout (never hidden)"
+    others = torch.arange(case.T) != 2
+    assert not torch.isnan(y[others]).any(), "NaN leaked into another token's row"
+    assert torch.equal(y[others], clean[others])
