@@ -1,4 +1,4 @@
-"""Two fixes to Triton's CPU interpreter (applied only when it is in use).
+"""Three fixes to Triton's CPU interpreter (applied only when it is in use).
 
 1. Float rounding. Triton 3.6's interpreter converts float32 → bfloat16 by truncating the
 mantissa, and its "round to nearest even" for narrower types rounds half up and drops the carry
@@ -19,7 +19,15 @@ change upstream (triton-lang/triton#9172); 3.6.0 does not have it. It is the onl
 that kind on the paths our kernels take: under NumPy 2.3, which warns where 2.4 raises, running
 every method records DeprecationWarnings from that one line and no other. (``bool()`` of a
 one-element array, which the interpreter's ``__bool__`` uses, is still allowed in 2.4.)
+
+3. Import order (:func:`reinterpret_language`). ``@triton.jit`` picks compiler or interpreter
+when it decorates, so if anything imported ``triton.language`` before warpdecode switched the
+interpreter on (``transformers`` does, when it loads a model class), Triton's own helpers
+(``tl.cdiv``, ``tl.sum``, ...) are compiler objects and every interpreted kernel fails. They are
+rebuilt for the interpreter.
 """
+
+import sys
 
 import numpy as np
 import torch
@@ -64,3 +72,32 @@ def apply():
     _interp._convert_float = _convert_float
     # _patch_lang looks this name up in the module at each launch, so replacing it here takes effect.
     _interp._patch_lang_tensor = _patch_lang_tensor
+
+
+def reinterpret_language():
+    """Re-wrap Triton's own ``@triton.jit`` helpers for the interpreter.
+
+    ``@triton.jit`` decides between compiler and interpreter when it decorates, so helpers like
+    ``tl.cdiv`` or ``tl.sum`` are compiler objects if ``triton.language`` was imported before
+    ``TRITON_INTERPRET`` was set, and every interpreted kernel calling them fails. Each such helper
+    in ``triton.language`` (module functions and tensor methods) is replaced by its interpreted twin.
+    """
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    twins = {}
+
+    def twin(obj):
+        if id(obj) not in twins:
+            twins[id(obj)] = InterpretedFunction(obj.fn)
+        return twins[id(obj)]
+
+    modules = [m for name, m in list(sys.modules.items()) if name.startswith("triton.language") and m is not None]
+    for mod in modules:
+        for name, obj in list(vars(mod).items()):
+            if isinstance(obj, JITFunction):
+                setattr(mod, name, twin(obj))
+    for name, obj in list(vars(tl.core.tensor).items()):
+        if isinstance(obj, JITFunction):
+            setattr(tl.core.tensor, name, twin(obj))

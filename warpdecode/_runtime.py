@@ -3,7 +3,8 @@
 Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a function, so this module
 must be imported before any module under ``warpdecode.kernels``. ``warpdecode/__init__.py``
 imports it first. On a machine without a CUDA GPU every kernel then runs through Triton's CPU
-interpreter, with no action from the user; set ``TRITON_INTERPRET=1`` yourself to force the
+interpreter, with no action from the user, also when another library imported Triton first
+(see :mod:`warpdecode._interpreter_fix`); set ``TRITON_INTERPRET=1`` yourself to force the
 interpreter on a GPU machine (tensors must then live on the CPU).
 """
 
@@ -20,16 +21,13 @@ if not HAS_GPU:
 #: True when Triton kernels execute in the CPU interpreter.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 if INTERPRET:
-    if _triton_first:
-        # triton.language built its own helpers (tl.cdiv, tl.sum, ...) for the GPU compiler before
-        # the interpreter was switched on; every kernel launch would fail later, obscurely.
-        raise ImportError(
-            "warpdecode: no CUDA GPU, so kernels must run in Triton's interpreter, but triton.language was "
-            "imported first. Import warpdecode before triton, or set TRITON_INTERPRET=1 before importing triton."
-        )
     from . import _interpreter_fix
 
     _interpreter_fix.apply()
+    if _triton_first:
+        # Something (transformers does) imported triton.language before the interpreter was on, so
+        # its own helpers (tl.cdiv, tl.sum, ...) were built for the GPU compiler; rebuild them.
+        _interpreter_fix.reinterpret_language()
 
 #: The device new tensors go to when the caller does not say: the GPU when kernels compile for it.
 DEFAULT_DEVICE = torch.device("cuda" if HAS_GPU and not INTERPRET else "cpu")

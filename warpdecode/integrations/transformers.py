@@ -1,0 +1,59 @@
+"""Warp decode as a Hugging Face transformers experts implementation.
+
+transformers 5 dispatches each MoE model's experts module (Qwen3-MoE, OLMoE, Mixtral, … — the
+classes decorated with ``@use_experts_implementation``) through ``ExpertsInterface``. Register
+once, then pick it per model::
+
+    import warpdecode.integrations.transformers as wd_hf
+    wd_hf.register()                                   # explicit: importing registers nothing
+    model.set_experts_implementation("warpdecode")
+
+Each call computes the layer with warp decode while the step's token count is at most the
+crossover measured for this shape on this GPU (``warpdecode.crossover``), and with the
+expert-centric path above it (prefill, large batches). The experts must use the fused layout
+warpdecode takes without copies: ``gate_up_proj`` (E, 2I, H) gate rows then up rows, and
+``down_proj`` (E, H, I), no bias, not transposed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..api import pick_method
+from ..checks import check_moe_inputs
+from ..expert import moe_expert
+from ..warp import moe_warp
+
+NAME = "warpdecode"
+
+
+def warpdecode_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                               top_k_weights: torch.Tensor) -> torch.Tensor:
+    """The ``ExpertsInterface`` signature: ``(module, hidden_states (T, H), top_k_index (T, K),
+    top_k_weights (T, K)) -> (T, H)``."""
+    if getattr(self, "has_bias", False) or getattr(self, "is_transposed", False) or not getattr(self, "has_gate", True):
+        raise NotImplementedError(
+            f"{type(self).__name__}: warpdecode takes gated experts with gate_up_proj (E, 2I, H) and down_proj "
+            "(E, H, I), without bias and not transposed; use another experts_implementation for this model")
+    if not getattr(self, "is_concatenated", True):
+        raise NotImplementedError(f"{type(self).__name__}: interleaved gate/up rows are not supported")
+    x = hidden_states.contiguous()
+    w13, w2 = self.gate_up_proj, self.down_proj
+    topk_weights = top_k_weights.float().contiguous()
+    topk_ids = top_k_index.to(torch.int32).contiguous()
+    # Shapes and dtypes are checked on every call; the id range is not: the model's router takes a
+    # top-k over E logits, so its ids lie in [0, E) by construction, and reading them back to the
+    # host would cost a device sync per layer per generated token.
+    d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, check_ids=False)
+    if d.T == 0:
+        return torch.zeros_like(hidden_states)
+    method = pick_method(d.T, d.H, d.I, d.E, d.K)
+    y = (moe_warp if method == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
+    return y.to(hidden_states.dtype)
+
+
+def register() -> None:
+    """Add ``"warpdecode"`` to transformers' experts implementations (idempotent)."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    ExpertsInterface.register(NAME, warpdecode_experts_forward)
