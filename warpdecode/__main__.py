@@ -99,6 +99,40 @@ def cmd_tune(args):
     tune.tune(args.presets or MODEL_PRESETS, paths=args.paths)
 
 
+def cmd_e2e(args):
+    from .bench import data
+
+    on_gpu = _runtime.DEFAULT_DEVICE.type == "cuda"
+    if not on_gpu:
+        print("No CUDA GPU: the layer-error study on the 'tiny' model in Triton's CPU interpreter; no timings.")
+    out = Path(args.out) if args.out else (data.gpu_dir(torch.cuda.get_device_name()) if on_gpu else None)
+    name = args.model if on_gpu else "tiny"
+    if "errors" in args.what:
+        from .bench.e2e import layer_errors
+
+        rows = layer_errors(name, T=args.err_T, steps=args.steps, layers=args.layers if on_gpu else None,
+                            device=_runtime.DEFAULT_DEVICE.type)
+        for r in rows:
+            if r["layer"] == "logits" or int(r["layer"]) % max(1, len(rows) // 24) == 0:
+                print(f"{r['method']:7s} layer {r['layer']!s:>6}: error {r['error']:.3e}")
+        if out:
+            data.merge_write(out / "e2e_errors.csv", rows)
+    if not on_gpu:
+        return
+    if "speed" in args.what:
+        from .bench.e2e import decode_speed
+        from .bench.timing import read_ceiling
+
+        rows = decode_speed(name, args.T, args.ctx, ["expert", "warp", "auto"], layers=args.layers,
+                            ceiling_tbps=read_ceiling(2.0))
+        data.merge_write(out / "e2e_speed.csv", rows)
+    if "generate" in args.what:
+        from .bench.hf_generate import generate_speed
+
+        data.merge_write(out / "hf_generate.csv", generate_speed(layers=args.hf_layers))
+    print(f"wrote {out}")
+
+
 def cmd_report(args):
     from .bench import report
 
@@ -134,6 +168,19 @@ def main(argv=None):
     t.add_argument("--presets", nargs="+", choices=sorted(PRESETS))
     t.add_argument("--paths", nargs="+", default=["warp", "expert"], choices=["warp", "expert"])
     t.set_defaults(fn=cmd_tune)
+
+    e = sub.add_parser("e2e", help="whole decode steps: tokens/s per method, per-layer error vs float64, HF generate")
+    e.add_argument("--model", default="qwen3-30b-a3b")
+    e.add_argument("--layers", type=int, help="use only the first N layers (default: all)")
+    parts = ["speed", "errors", "generate"]
+    e.add_argument("--what", nargs="+", default=parts, choices=parts)
+    e.add_argument("--T", type=int, nargs="+", default=[1, 4, 16, 64])
+    e.add_argument("--ctx", type=int, nargs="+", default=[512, 4096])
+    e.add_argument("--err-T", type=int, default=4)
+    e.add_argument("--steps", type=int, default=8, help="decode steps fed to the error study")
+    e.add_argument("--hf-layers", type=int, default=8)
+    e.add_argument("--out")
+    e.set_defaults(fn=cmd_e2e)
 
     r = sub.add_parser("report", help="figures, README table and the auto crossover, from the CSV")
     r.add_argument("--gpu", default=None, help="results of which GPU (default: this one, else NVIDIA H200)")

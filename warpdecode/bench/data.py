@@ -15,6 +15,9 @@ KEYS = {
     "stages.csv": ("preset", "T", "path", "stage"),
     "accuracy.csv": ("preset", "T", "seed", "method"),
     "ceiling.csv": ("gpu",),
+    "e2e_speed.csv": ("model", "layers", "T", "ctx", "method"),
+    "e2e_errors.csv": ("model", "T", "steps", "method", "layer"),
+    "hf_generate.csv": ("model", "layers", "batch", "impl"),
 }
 
 

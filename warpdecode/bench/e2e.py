@@ -1,0 +1,82 @@
+"""End to end: decode tokens/s of the minimal decoder (``warpdecode.model``) per MoE method,
+and the error of every layer's hidden state against the same model in float64."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from ..model import MODELS, Decoder
+from ..reference import rel_error
+from .sweep import meta
+from .timing import capture, time_replays
+
+
+def step_bytes(model: Decoder, T: int, ctx: int, routes) -> int:
+    """The fewest bytes a step must move: dense weights once, each layer's distinct routed
+    experts once, the KV cache read over ``ctx`` positions, the embedding rows."""
+    cfg = model.cfg
+    elem = model.embed.element_size()
+    expert_elems = 3 * cfg.moe.I * cfg.hidden
+    experts = sum(torch.unique(ti).numel() for ti in routes) * expert_elems * elem
+    kv = len(model.layers) * 2 * T * ctx * cfg.kv_heads * cfg.head_dim * elem
+    return model.dense_bytes() + experts + kv + T * cfg.hidden * elem
+
+
+def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, ceiling_tbps: float, reps: int = 30):
+    model = Decoder(MODELS[name], device="cuda", layers=layers, seed=0)
+    info = meta()
+    rows = []
+    for ctx in ctxs:
+        for T in Ts:
+            cache = model.new_cache(T, ctx, fill=True, seed=T)
+            tokens = torch.randint(0, model.cfg.vocab, (T,), device="cuda")
+            routes = []
+            model.step(tokens, ctx - 1, cache, method="expert", routes=routes)
+            nbytes = step_bytes(model, T, ctx, routes)
+            floor_us = nbytes / (ceiling_tbps * 1e12) * 1e6
+            for m in methods:
+                g, _ = capture(partial(model.step, tokens, ctx - 1, cache, method=m))
+                t = time_replays(g, reps=reps)
+                g = None
+                rows.append({"model": name, "layers": len(model.layers), "T": T, "ctx": ctx, "method": m,
+                             "step_us": round(t.median_us, 2), "p20_us": round(t.p20_us, 2),
+                             "p80_us": round(t.p80_us, 2),
+                             "tokens_per_s": round(T / (t.median_us * 1e-6), 1), "bytes": nbytes,
+                             "floor_us": round(floor_us, 2), "frac_floor": round(floor_us / t.median_us, 4),
+                             "ceiling_TBps": round(ceiling_tbps, 4), **info})
+                print(f"{name} L={len(model.layers)} ctx={ctx} T={T} {m}: {t.median_us:.1f} us/step, "
+                      f"{T / (t.median_us * 1e-6):.0f} tok/s, {100 * floor_us / t.median_us:.0f}% of the step floor",
+                      flush=True)
+            cache = None
+            torch.cuda.empty_cache()
+    return rows
+
+
+def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=("expert", "warp", "loop"),
+                 layers: int | None = None, device="cuda", seed: int = 0):
+    """Feed the same ``steps`` tokens per sequence through the float64 model and through each
+    method; report every layer's hidden state error at the last step, and the logits' error."""
+    model = Decoder(MODELS[name], device=device, layers=layers, seed=seed)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    prompt = torch.randint(0, model.cfg.vocab, (steps, T), generator=g).to(device)
+
+    def run(method):
+        cache = model.new_cache(T, steps, dtype=torch.float64 if method == "reference" else model.dtype)
+        for s in range(steps):
+            trace = []
+            logits = model.step(prompt[s], s, cache, method=method, trace=trace)
+        return logits, trace
+
+    ref_logits, ref_trace = run("reference")
+    info = meta() if device == "cuda" else {}
+    rows = []
+    for m in methods:
+        logits, trace = run(m)
+        for li, (h, r) in enumerate(zip(trace, ref_trace, strict=True)):
+            rows.append({"model": name, "T": T, "steps": steps, "method": m, "layer": li + 1,
+                         "error": rel_error(h, r), **info})
+        rows.append({"model": name, "T": T, "steps": steps, "method": m, "layer": "logits",
+                     "error": rel_error(logits, ref_logits), **info})
+    return rows
