@@ -6,6 +6,8 @@
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
 #   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
+#   e2e       whole decode steps (E2E_ARGS): tokens/s, per-layer error vs float64, HF generate
+#   notebooks execute notebooks/*.ipynb in place (carry .whl with the Jupyter wheels)
 #   crossover derive the auto crossover from results/<GPU>/speed.csv into the tuned table
 #   pack      everything written (logs, CSV, tuned table) into $OUT/run.tar.gz: one file back
 # Each stage runs under its own time limit (seconds, env TIMEOUT_<STAGE>) so a slow one cannot
@@ -53,6 +55,13 @@ for stage in "$@"; do
     autobench)  # the auto rows again, after the crossover moved
       run autobench "${TIMEOUT_BENCH:-200}" python3 -m warpdecode bench --methods auto --what speed ${AUTO_ARGS:-}
       cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+    e2e)
+      run e2e "${TIMEOUT_E2E:-300}" python3 -m warpdecode e2e ${E2E_ARGS:-}
+      cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+    notebooks)  # needs the Jupyter wheels in .whl (carry it)
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+      run notebooks "${TIMEOUT_NB:-300}" env PYTHONPATH=/tmp/site:$PYTHONPATH python3 scripts/run_notebooks.py
+      mkdir -p "$OUT/nb" && cp notebooks/*.ipynb "$OUT/nb/" && cp figures/*.png "$OUT/nb/" 2>/dev/null ;;
     crossover)
       run crossover 60 python3 -m warpdecode report --only crossover
       cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
