@@ -21,16 +21,22 @@ LOGITS_TOL = 2e-2
 
 
 def _models():
-    from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen3MoeConfig,
-                              Qwen3MoeForCausalLM)
+    from transformers import (
+        MixtralConfig,
+        MixtralForCausalLM,
+        OlmoeConfig,
+        OlmoeForCausalLM,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+    )
 
     common = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
     return {
-        "qwen3_moe-E7-K3": (Qwen3MoeForCausalLM, Qwen3MoeConfig(**common, intermediate_size=96, moe_intermediate_size=48,
-                                                                 head_dim=16, num_experts=7, num_experts_per_tok=3,
-                                                                 norm_topk_prob=True, decoder_sparse_step=1,
-                                                                 mlp_only_layers=[])),
+        "qwen3_moe-E7-K3": (Qwen3MoeForCausalLM,
+                            Qwen3MoeConfig(**common, intermediate_size=96, moe_intermediate_size=48, head_dim=16,
+                                           num_experts=7, num_experts_per_tok=3, norm_topk_prob=True,
+                                           decoder_sparse_step=1, mlp_only_layers=[])),
         "olmoe-E8-K2-no-renorm": (OlmoeForCausalLM, OlmoeConfig(**common, intermediate_size=48, num_experts=8,
                                                                 num_experts_per_tok=2)),
         "mixtral-E5-K2": (MixtralForCausalLM, MixtralConfig(**common, intermediate_size=80, num_local_experts=5,
