@@ -65,11 +65,19 @@ def seed_for(text: str) -> int:
     return zlib.crc32(text.encode())
 
 
-def make_inputs(case: Case, dtype=torch.bfloat16, seed: int = 0, device="cpu"):
-    """Random (x, w13, w2, topk_weights, topk_ids) for ``case``, weights scaled like a trained layer."""
+#: Where the tests run kernels: the GPU when kernels compile for one, else the CPU interpreter.
+DEVICE = warpdecode.DEFAULT_DEVICE
+
+
+def make_inputs(case: Case, dtype=torch.bfloat16, seed: int = 0, device=None):
+    """Random (x, w13, w2, topk_weights, topk_ids) for ``case`` on ``device`` (default DEVICE),
+    weights scaled like a trained layer. x and the routing are drawn on the CPU, the weights on the
+    device itself (GPU-sized layers are slow to draw on a CPU); a seed gives the same numbers on
+    the same kind of device."""
+    device = device or DEVICE
     g = torch.Generator(device="cpu").manual_seed(seed)
     shape = MoEShape(case.id, H=case.H, I=case.I, E=case.E, K=case.K)
-    w13, w2 = shape.weights(dtype=dtype, seed=seed + 1)
+    w13, w2 = shape.weights(dtype=dtype, seed=seed + 1, device=device)
     x = torch.randn(case.T, case.H, generator=g).to(dtype)
     if case.routing == "router":
         logits = torch.randn(case.T, case.E, generator=g)

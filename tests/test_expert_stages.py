@@ -18,6 +18,8 @@ import warpdecode
 from warpdecode import _alloc, expert
 from warpdecode.configs import expert_config
 
+DEV = warpdecode.DEFAULT_DEVICE  # the GPU where kernels compile for one, else the CPU interpreter
+
 # GEMM stage output vs float64, as error / rounding floor (one rounding of an FP32 accumulator).
 GEMM_TOL = {torch.bfloat16: 1.05, torch.float16: 1.05, torch.float32: 12.0}
 
@@ -61,7 +63,7 @@ def _expected_runs(topk_ids, E, block_m):
 @pytest.mark.parametrize("T,K,E,block_m,routing", [c[1:] for c in ALIGN_CASES], ids=[c[0] for c in ALIGN_CASES])
 def test_align_matches_vllm_contract(T, K, E, block_m, routing, seed):
     g = torch.Generator().manual_seed(seed)
-    topk_ids = _ids(T, K, E, routing, g)
+    topk_ids = _ids(T, K, E, routing, g).to(DEV)
     with _alloc.poisoned():
         al = expert.align(topk_ids, E, block_m)
     num_pairs = T * K
@@ -96,7 +98,7 @@ def test_em_bound_covers_worst_routing(num_pairs, E, block_m):
 
 def _aligned(T, K, E, seed, routing="random", block_m=16):
     g = torch.Generator().manual_seed(seed)
-    topk_ids = _ids(T, K, E, routing, g)
+    topk_ids = _ids(T, K, E, routing, g).to(DEV)
     with _alloc.poisoned():
         al = expert.align(topk_ids, E, block_m)
     return topk_ids, al, g
@@ -123,11 +125,11 @@ def _used_rows(al):
 def test_gather_matches_index_select(T, K, E, dtype, seed):
     _, al, g = _aligned(T, K, E, seed)
     H = 45  # odd, below one BLOCK_H
-    x = torch.randn(T, H, generator=g).to(dtype)
+    x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
     with _alloc.poisoned():
         a = expert.gather(x, al, K)
     ntpp, ids, valid = _used_rows(al)
-    want = torch.where(valid[:, None], x[torch.where(valid, ids, 0) // K], torch.zeros((), dtype=dtype))
+    want = torch.where(valid[:, None], x[torch.where(valid, ids, 0) // K], torch.zeros((), dtype=dtype, device=DEV))
     assert a.shape == (al.EM, H) and a.dtype == dtype
     assert torch.equal(a[:ntpp], want)
 
@@ -153,8 +155,8 @@ def test_quantize_fp8_matches_torch(N, dtype, seed):
     # a gathered-like buffer: rows of very different magnitudes, padding rows zero
     a = torch.randn(al.EM, N, generator=g) * torch.exp2(torch.randint(-8, 8, (al.EM, 1), generator=g).float())
     a = torch.where(torch.arange(al.EM)[:, None] < ntpp, a, float("nan"))  # never read past ntpp
-    a[:ntpp][~valid] = 0.0
-    a = a.to(dtype)
+    a[:ntpp][~valid.cpu()] = 0.0
+    a = a.to(dtype).to(DEV)
     with _alloc.poisoned():
         q, scales = expert.quantize(a, al, "fp8")
     want_q, want_s = _quantize_ref(a[:ntpp])
@@ -170,7 +172,7 @@ def test_quantize_fp8_matches_torch(N, dtype, seed):
 
 def test_quantize_native_is_identity():
     _, al, g = _aligned(3, 2, 5, 0)
-    a = torch.randn(al.EM, 40, generator=g).to(torch.bfloat16)
+    a = torch.randn(al.EM, 40, generator=g).to(torch.bfloat16).to(DEV)
     q, s = expert.quantize(a, al, "native")
     assert q is a and s is None
 
@@ -178,8 +180,8 @@ def test_quantize_native_is_identity():
 def _stage_inputs(T, K, E, dtype, seed, fp8):
     H, I = 300, 88  # H crosses two 128-column scale groups; both odd multiples of 4
     topk_ids, al, g = _aligned(T, K, E, seed)
-    x = torch.randn(T, H, generator=g).to(dtype)
-    w13, w2 = warpdecode.MoEShape("stage", H=H, I=I, E=E, K=K).weights(dtype=dtype, seed=seed)
+    x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
+    w13, w2 = (w.to(DEV) for w in warpdecode.MoEShape("stage", H=H, I=I, E=E, K=K).weights(dtype=dtype, seed=seed))
     cfg = expert_config(H, I, E, K, T, fp8=fp8)
     return x, w13, w2, al, cfg
 
@@ -202,7 +204,7 @@ def test_gate_up_matches_float64(T, K, E, dtype, fmt, seed):
     # the GEMM's input as the kernel sees it: the FP8 values times their scales
     a_in = a[:ntpp].double() if fmt == "native" else (
         aq[:ntpp].double() * a_scales[:ntpp].double().repeat_interleave(128, dim=1)[:, : a.shape[1]])
-    e = al.expert_ids[torch.arange(ntpp) // al.block_m].long()
+    e = al.expert_ids[torch.arange(ntpp, device=DEV) // al.block_m].long()
     gu = torch.einsum("rh,rnh->rn", a_in, w13.double()[e])
     want = F.silu(gu[:, :I]) * gu[:, I:]
     assert h.shape == (al.EM, I) and h.dtype == dtype
@@ -218,16 +220,16 @@ def test_down_matches_float64(T, K, E, dtype, fmt, seed):
     g = torch.Generator().manual_seed(seed + 1)
     ntpp, ids, valid = _used_rows(al)
     I = w2.shape[2]  # noqa: E741
-    h = torch.randn(al.EM, I, generator=g)
+    h = torch.randn(al.EM, I, generator=g).to(DEV)
     h[:ntpp][~valid] = 0.0  # padding rows of the intermediate are zero (gate_up of a zero row)
     h = h.to(dtype)
-    topk_weights = torch.softmax(torch.randn(T, K, generator=g), dim=-1)
+    topk_weights = torch.softmax(torch.randn(T, K, generator=g), dim=-1).to(DEV)
     with _alloc.poisoned():
         hq, h_scales = expert.quantize(h, al, fmt)
         o = expert.down(hq, h_scales, w2, al, topk_weights, cfg["down"])
     h_in = h[:ntpp].double() if fmt == "native" else (
         hq[:ntpp].double() * h_scales[:ntpp].double().repeat_interleave(128, dim=1)[:, :I])
-    e = al.expert_ids[torch.arange(ntpp) // al.block_m].long()
+    e = al.expert_ids[torch.arange(ntpp, device=DEV) // al.block_m].long()
     rw = torch.where(valid, topk_weights.flatten()[torch.where(valid, ids, 0)], 0.0).double()
     want = torch.einsum("ri,rhi->rh", h_in, w2.double()[e]) * rw[:, None]
     assert o.shape == (al.EM, w2.shape[1]) and o.dtype == dtype
@@ -240,11 +242,11 @@ def test_down_matches_float64(T, K, E, dtype, fmt, seed):
 def test_scatter_matches_index_copy(T, K, E, dtype, seed):
     _, al, g = _aligned(T, K, E, seed)
     H = 45
-    o = torch.randn(al.EM, H, generator=g).to(dtype)
+    o = torch.randn(al.EM, H, generator=g).to(dtype).to(DEV)
     with _alloc.poisoned():
         s = expert.scatter(o, al)
     ntpp, ids, valid = _used_rows(al)
-    want = torch.full((T * K, H), float("nan"), dtype=dtype).index_copy_(0, ids[valid], o[:ntpp][valid])
+    want = torch.full((T * K, H), float("nan"), dtype=dtype, device=DEV).index_copy_(0, ids[valid], o[:ntpp][valid])
     assert s.shape == (T * K, H)
     assert torch.equal(s, want)  # every pair's row written (no NaN left), from the right row
 
@@ -255,10 +257,10 @@ def test_scatter_matches_index_copy(T, K, E, dtype, seed):
 def test_combine_sums_in_compute_dtype(T, K, H, dtype, seed):
     """vLLM's moe_sum: one rounding to the compute dtype per add, slot 0 first."""
     g = torch.Generator().manual_seed(seed)
-    s = torch.randn(T * K, H, generator=g).to(dtype)
+    s = torch.randn(T * K, H, generator=g).to(dtype).to(DEV)
     with _alloc.poisoned():
         y = expert.combine(s, K)
-    want = torch.zeros(T, H, dtype=dtype)
+    want = torch.zeros(T, H, dtype=dtype, device=DEV)
     for j in range(K):
         want = (want.float() + s.view(T, K, H)[:, j].float()).to(dtype)
     assert torch.equal(y, want)
@@ -270,7 +272,7 @@ def test_stages_compose_to_moe_expert(T, K, E, seed):
     dtype = torch.bfloat16
     x, w13, w2, _, cfg = _stage_inputs(T, K, E, dtype, seed, False)
     g = torch.Generator().manual_seed(seed + 2)
-    topk_weights, topk_ids = warpdecode.route(torch.randn(T, E, generator=g), K)
+    topk_weights, topk_ids = warpdecode.route(torch.randn(T, E, generator=g).to(DEV), K)
     with _alloc.poisoned():
         al = expert.align(topk_ids, E, cfg["BLOCK_M"])
         a, _ = expert.quantize(expert.gather(x, al, K), al)

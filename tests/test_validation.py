@@ -55,6 +55,12 @@ def inputs(seed):
     return dict(x=x, w13=w13, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids)
 
 
+def _set_k(d, K):
+    """(T, K) routing of the right dtypes, on the inputs' device: only K is wrong."""
+    dev = d["x"].device
+    d.update(topk_ids=torch.zeros(3, K, dtype=torch.int32, device=dev), topk_weights=torch.ones(3, K, device=dev))
+
+
 def _noncontig(w):
     """Same shape and values, not contiguous."""
     return w.transpose(1, 2).contiguous().transpose(1, 2)
@@ -83,10 +89,8 @@ BAD_INPUTS = [
      ValueError, "topk_ids"),
     ("topk_weights-K-ne-topk_ids-K", lambda d: d.update(topk_weights=d["topk_weights"][:, :1]),
      ValueError, "topk_weights"),
-    ("K>E", lambda d: d.update(topk_ids=torch.zeros(3, 6, dtype=torch.int32), topk_weights=torch.ones(3, 6)),
-     ValueError, "topk_ids"),
-    ("K=0", lambda d: d.update(topk_ids=torch.zeros(3, 0, dtype=torch.int32), topk_weights=torch.ones(3, 0)),
-     ValueError, "topk_ids"),
+    ("K>E", lambda d: _set_k(d, 6), ValueError, "topk_ids"),
+    ("K=0", lambda d: _set_k(d, 0), ValueError, "topk_ids"),
     ("x-on-meta", lambda d: d.update(x=d["x"].to("meta")), ValueError, "x: meta"),
     ("w2-on-meta", lambda d: d.update(w2=d["w2"].to("meta")), ValueError, "w2: meta"),
     ("topk_ids-on-meta", lambda d: d.update(topk_ids=d["topk_ids"].to("meta")), ValueError, "topk_ids: meta"),
@@ -199,6 +203,6 @@ def test_nan_in_x_stays_in_its_row(variant, seed):
     bad[2, 17] = float("nan")
     y = run_poisoned((bad, w13, w2, topk_weights, topk_ids), **kwargs)
     assert torch.isnan(y[2]).all(), "the NaN token's row must be NaN throughout (never hidden)"
-    others = torch.arange(case.T) != 2
+    others = torch.arange(case.T, device=y.device) != 2
     assert not torch.isnan(y[others]).any(), "NaN leaked into another token's row"
     assert torch.equal(y[others], clean[others])
