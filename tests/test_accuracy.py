@@ -42,10 +42,10 @@ BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 #         expert K=1 1.59, K=4 2.88, K=8 3.36, K=32 6.38 → (2.6, 1.2)
 #         loop   K=1 3.17, K=4 4.93, K=8 4.25, K=32 5.59 → (5.0, 1.2): 5.0, 5.4, 5.9, 8.3
 #   fp32  nothing is rounded to tell the methods apart (FP32 sums in other orders; warp-act = warp).
-#         The ratio grows with the sums' lengths and with correlated errors: T=1 with I=8–12 (a
-#         few intermediate values feed every output) is the worst found, warp 17.4, expert 15.6,
-#         loop 20.9 (tiny preset: 9.3, 9.6, 17.7) → warp 32, expert 32, loop 40; anything that
-#         rounds in a narrower type (a tf32 dot, a bf16 intermediate) is 10³–10⁵ floors.
+#         The ratio follows the sums' condition, not the floor: with T=1 and I ≈ 8 a few
+#         intermediate values feed every output, and hypothesis found warp at 35 (T=1, H=192,
+#         I=9); the tiny preset gives warp 9.3, expert 9.6, loop 17.7 → 100 for all three.
+#         Anything that rounds in a narrower type (a tf32 dot, a bf16 intermediate) is 10⁴–10⁵.
 #         expert-fp8 2.65e6 → 3.5e6
 #
 # The upper ends come from small outputs (T·H below ~200 elements, e.g. T=1, H=45), where the
@@ -57,7 +57,7 @@ BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 TOL = {
     BF16: {"warp": (1.02, 0), "warp-act": (2.2, 0), "expert": (2.6, 1.2), "loop": (4.6, 1.0), "expert-fp8": (60.0, 0)},
     FP16: {"warp": (1.02, 0), "warp-act": (2.2, 0), "expert": (2.6, 1.2), "loop": (5.0, 1.2), "expert-fp8": (450.0, 0)},
-    FP32: {"warp": (32.0, 0), "warp-act": (32.0, 0), "expert": (32.0, 0), "loop": (40.0, 0), "expert-fp8": (3.5e6, 0)},
+    FP32: {"warp": (100.0, 0), "warp-act": (100.0, 0), "expert": (100.0, 0), "loop": (100.0, 0), "expert-fp8": (3.5e6, 0)},
 }
 
 
