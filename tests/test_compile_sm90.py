@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import re
 import types
 
@@ -34,7 +35,8 @@ KERNEL_MODULES = (kx, kw)
 
 # (scenario id, path, layer shape, T, dtype, options, GPU whose tuned table configs.py reads)
 # The ids name the shape and what the scenario exercises. "no tuned table" gives configs.py's
-# GPU defaults (vLLM's get_default_config for the GEMMs); "NVIDIA H200" its tuned table.
+# GPU defaults (vLLM's get_default_config for the GEMMs); "NVIDIA H200" its tuned table, whose
+# every warp-decode bucket is added below.
 QWEN = dict(H=2048, I=768, E=128, K=8)  # Qwen3-30B-A3B
 ODD = dict(H=2880, I=1408, E=61, K=4)  # H/32 and I/32 not whole, prime E
 DEFAULTS, H200 = "no tuned table", "NVIDIA H200"
@@ -42,8 +44,6 @@ SCENARIOS = [
     ("qwen3-30b-T=8-warp", "warp", QWEN, 8, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=8-warp-act=bf16", "warp", QWEN, 8, BF16, dict(act_dtype=BF16), DEFAULTS),
     ("odd-T=1-warp", "warp", ODD, 1, BF16, {}, DEFAULTS),
-    ("qwen3-30b-T=1-warp-H200-tuned", "warp", QWEN, 1, BF16, {}, H200),
-    ("qwen3-30b-T=16-warp-H200-tuned", "warp", QWEN, 16, BF16, {}, H200),
     ("qwen3-30b-T=8-expert-decode", "expert", QWEN, 8, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=64-expert", "expert", QWEN, 64, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=64-expert-fp8", "expert", QWEN, 64, BF16, dict(act_format="fp8"), DEFAULTS),
@@ -51,6 +51,23 @@ SCENARIOS = [
     ("qwen3-30b-T=8-expert-H200-tuned", "expert", QWEN, 8, BF16, {}, H200),
     ("odd-T=1-expert-fp32", "expert", ODD, 1, FP32, {}, DEFAULTS),
 ]
+
+
+def _tuned_warp_scenarios():
+    """Every warp-decode bucket of the H200's tuned table: the configs the H200 actually runs."""
+    path = configs.tuned_file(H200)
+    if not path.exists():
+        return []
+    table = json.loads(path.read_text()).get("warp", {})
+    out = []
+    for key, buckets in table.items():
+        s = {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}
+        for t_max, _ in buckets:
+            out.append((f"{key.replace(',', '-')}-T={t_max}-warp-H200-tuned", "warp", s, t_max, BF16, {}, H200))
+    return out
+
+
+SCENARIOS += _tuned_warp_scenarios()
 
 
 class _Recorder:
