@@ -1,0 +1,313 @@
+"""What the notebooks in ``notebooks/`` share, so that none of them holds the only copy of it.
+
+- :data:`SETTINGS`: what a notebook runs here: the real Qwen3-30B-A3B layer on a GPU, the
+  ``tiny`` preset (odd sizes, prime E) at small T in Triton's CPU interpreter.
+- :data:`BOUNDS`: the most error, in multiples of the bf16 rounding floor, each method may show
+  in a notebook cell's assertion, on each kind of device.
+- Byte ledgers: :func:`decode_bytes`, :func:`expected_distinct`, :func:`floor_us`.
+- The measured results: :func:`results` reads ``results/<GPU>/*.csv``; :func:`pivot` and
+  :func:`table` lay rows out as text.
+- Views of the kernels: :func:`source` (numbered lines of a kernel), :func:`recorded_jobs`
+  (the launches a path makes for a shape, as on an H200, ready for
+  :func:`warpdecode.compiled.compile_many`).
+- :func:`project`: a measured time projected onto a GPU with more bandwidth (a projection,
+  never a measurement).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import types
+from dataclasses import dataclass
+from unittest import mock
+
+import torch
+import triton.language as tl
+
+from . import _runtime, compiled, configs
+from . import expert as _expert
+from . import warp as _warp
+from .bench import data
+from .bench.workload import LayerInputs, bytes_needed
+from .kernels import expert as _kx
+from .kernels import warp as _kw
+from .presets import MoEShape, get_preset
+
+#: Whose measurements the notebooks show where they cannot measure (no GPU), and quote beside
+#: their own measurements where they can.
+RESULTS_GPU = "NVIDIA H200"
+
+#: Datasheet HBM bandwidth in TB/s, for projections only (every fraction of a ceiling in this
+#: repository uses the ceiling measured on the GPU itself).
+DATASHEET_TBPS = {"NVIDIA H200": 4.8, "NVIDIA B200": 8.0}
+
+
+@dataclass(frozen=True)
+class Settings:
+    on_gpu: bool
+    device: torch.device
+    gpu: str  # what the kernels run on
+    preset: str  # the layer the notebooks run
+    Ts: tuple  # token counts the notebooks run (small on the CPU: the interpreter is slow)
+    reps: int  # timed replays per measurement (GPU only)
+
+
+def _settings() -> Settings:
+    on_gpu = _runtime.DEFAULT_DEVICE.type == "cuda"
+    if on_gpu:
+        return Settings(True, _runtime.DEFAULT_DEVICE, _runtime.gpu_name(), "qwen3-30b-a3b", (1, 8, 64), 50)
+    return Settings(False, _runtime.DEFAULT_DEVICE, _runtime.gpu_name(), "tiny", (1, 4), 0)
+
+
+SETTINGS = _settings()
+
+#: The most error / floor (floor = warpdecode.rounding_floor(ref, bf16)) a notebook accepts, bf16.
+#: GPU: the model presets; the largest values in results/NVIDIA_H200/accuracy.csv (every preset,
+#: T = 1…64, 2 seeds) are warp 1.00, warp_bf16_act 1.46, expert 3.03, loop 3.75, expert_fp8 30.1,
+#: grouped_mm (Hugging Face transformers) 2.71.
+#: CPU: the tiny preset (K = 3) in the interpreter, calibrated like tests/test_accuracy.py's
+#: table (its small outputs make the floor a noisier statistic; FP8 spreads most).
+BOUNDS = {
+    "gpu": {"warp": 1.1, "warp_bf16_act": 1.8, "expert": 3.5, "loop": 4.5, "expert_fp8": 36.0, "grouped_mm": 3.5},
+    "cpu": {"warp": 1.1, "warp_bf16_act": 2.2, "expert": 3.5, "loop": 4.8, "expert_fp8": 60.0},
+}
+
+
+def bound(method: str) -> float:
+    """This device's bound on error / floor for ``method`` (see :data:`BOUNDS`)."""
+    return BOUNDS["gpu" if SETTINGS.on_gpu else "cpu"][method]
+
+
+# ---------------------------------------------------------------------------------------------
+# byte ledgers
+
+
+def decode_bytes(shape: MoEShape, topk_ids: torch.Tensor, elem: int = 2) -> int:
+    """The fewest bytes one call must move (the benchmark's own count,
+    :func:`warpdecode.bench.workload.bytes_needed`): each distinct routed expert's weights once,
+    the activations in, the output out, the routing in."""
+    T = topk_ids.shape[0]
+    x = torch.empty(T, shape.H, device="meta")
+    return bytes_needed(shape, LayerInputs(x, None, None, topk_ids), elem)
+
+
+def expected_distinct(E: int, K: int, T: int) -> float:
+    """Expected distinct experts hit by T tokens that each pick K of E uniformly: E·(1 − (1 − K/E)^T)."""
+    return E * (1 - (1 - K / E) ** T)
+
+
+def floor_us(nbytes: float, tbps: float) -> float:
+    """The time ``nbytes`` take at ``tbps`` TB/s, in µs: no memory-bound kernel can beat it."""
+    return nbytes / (tbps * 1e12) * 1e6
+
+
+# ---------------------------------------------------------------------------------------------
+# measured results
+
+
+def results(name: str, gpu: str = RESULTS_GPU) -> list[dict]:
+    """Rows of ``results/<gpu>/<name>`` (speed.csv, stages.csv, accuracy.csv, ceiling.csv), as strings."""
+    return data.read(data.gpu_dir(gpu) / name)
+
+
+def read_ceiling_tbps(gpu: str = RESULTS_GPU) -> float:
+    """The streaming-read ceiling measured on ``gpu`` in the benchmark run (ceiling.csv)."""
+    return float(results("ceiling.csv", gpu)[0]["read_TBps"])
+
+
+def pivot(rows: list[dict], row: str, col: str, value: str, fmt=lambda v: f"{float(v):.1f}") -> list[dict]:
+    """Rows × columns table of ``value``: one output row per distinct ``row`` value (first-seen
+    order), one column per distinct ``col`` value (numeric order where numeric)."""
+    cols = sorted({r[col] for r in rows}, key=lambda c: (not str(c).isdigit(), int(c) if str(c).isdigit() else c))
+    out = {}
+    for r in rows:
+        out.setdefault(r[row], {row: r[row]})[str(r[col])] = fmt(r[value])
+    return [{row: k, **{str(c): v.get(str(c), "–") for c in cols}} for k, v in out.items()]
+
+
+def table(rows: list[dict], cols: list[str] | None = None) -> str:
+    """Rows as a right-aligned text table."""
+    if not rows:
+        return "(no rows)"
+    cols = cols or list(rows[0])
+    cells = [[str(c) for c in cols]] + [[str(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cols))]
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(line, widths, strict=True)) for line in cells)
+
+
+# ---------------------------------------------------------------------------------------------
+# views of the kernels
+
+
+def source(kernel, start: str | None = None, stop: str | None = None) -> str:
+    """Numbered source lines of ``kernel`` (a @triton.jit function or a plain one), from the first
+    line containing ``start`` through the first line after it containing ``stop``."""
+    fn = getattr(kernel, "fn", kernel)
+    lines, first = inspect.getsourcelines(fn)
+    i = next((k for k, ln in enumerate(lines) if start in ln), None) if start else 0
+    if i is None:
+        raise ValueError(f"{start!r} not in {fn.__name__}")
+    j = next((k for k in range(i, len(lines)) if stop in lines[k]), None) if stop else len(lines) - 1
+    if j is None:
+        raise ValueError(f"{stop!r} not in {fn.__name__} after {start!r}")
+    return "".join(f"{first + k:4d} {lines[k]}" for k in range(i, j + 1)).rstrip("\n")
+
+
+class _Recorder:
+    """Stands in for a kernel: ``kernel[grid](*args, **kwargs)`` records the launch."""
+
+    def __init__(self, kernel, launches):
+        self.kernel, self.launches = kernel, launches
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((self.kernel, grid, args, kwargs))
+
+
+@contextlib.contextmanager
+def _as_on_a_gpu(gpu_name: str, launches: list):
+    """warpdecode's Python side as it runs on ``gpu_name`` (its tuned table, programmatic
+    dependent launch, tensor-core GEMMs), every kernel replaced by a recorder; all undone on exit."""
+    gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, gpu_name=lambda: gpu_name,
+                                        DEFAULT_DEVICE=torch.device("cuda"))
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(configs, "_runtime", gpu_runtime))
+        stack.enter_context(mock.patch.object(_expert, "_runtime", gpu_runtime))
+        stack.enter_context(mock.patch.object(_warp, "USE_PDL", True))
+        for mod in (_kx, _kw):
+            for name in dir(mod):
+                if name.endswith("_kernel"):
+                    stack.enter_context(mock.patch.object(mod, name, _Recorder(getattr(mod, name), launches)))
+        configs.load_tuned.cache_clear()
+        stack.callback(configs.load_tuned.cache_clear)
+        yield
+
+
+@dataclass
+class Launch:
+    kernel: str
+    grid: tuple
+    job: compiled.Job  # what to hand compiled.compile_many
+
+
+def _job(kernel, args, kwargs) -> compiled.Job:
+    params = inspect.signature(kernel.fn).parameters
+    bound_args = inspect.signature(kernel.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in params})
+    is_constexpr = {n: p.annotation in (tl.constexpr, "tl.constexpr") for n, p in params.items()}
+    constexprs = {n: v for n, v in bound_args.arguments.items() if is_constexpr[n]}
+    runtime = {n: v for n, v in bound_args.arguments.items() if not is_constexpr[n]}
+    return compiled.job(kernel, runtime, constexprs, num_warps=kwargs.get("num_warps", 4),
+                        num_stages=kwargs.get("num_stages", 3))
+
+
+def recorded_jobs(path: str, shape: MoEShape | str, T: int, *, gpu_name: str = RESULTS_GPU, dtype=torch.bfloat16,
+                  config: dict | None = None, **options) -> list[Launch]:
+    """The kernel launches ``path`` ("warp" or "expert") makes for ``shape`` and T on ``gpu_name``,
+    with the configs its launchers pick there (``configs.warp_config`` / ``expert_config`` from
+    ``warpdecode/tuned/<gpu_name>.json``, unless ``config`` is given). Runs on ``meta`` tensors,
+    launches nothing, and works on any machine."""
+    s = get_preset(shape) if isinstance(shape, str) else shape
+    meta = dict(device="meta")
+    x = torch.empty(T, s.H, dtype=dtype, **meta)
+    w13, w2 = torch.empty(s.E, 2 * s.I, s.H, dtype=dtype, **meta), torch.empty(s.E, s.H, s.I, dtype=dtype, **meta)
+    topk_weights = torch.empty(T, s.K, dtype=torch.float32, **meta)
+    topk_ids = torch.empty(T, s.K, dtype=torch.int32, **meta)
+    launches = []
+    with _as_on_a_gpu(gpu_name, launches):
+        run = _warp.moe_warp if path == "warp" else _expert.moe_expert
+        run(x, w13, w2, topk_weights, topk_ids, config=config, **options)
+    return [Launch(k.fn.__name__, tuple(grid), _job(k, a, kw)) for k, grid, a, kw in launches]
+
+
+def tuned_config(family: str, shape: MoEShape | str, T: int, gpu_name: str = RESULTS_GPU) -> dict | None:
+    """The bucket of ``warpdecode/tuned/<gpu_name>.json`` a call with T tokens takes (what
+    ``configs.warp_config`` / ``expert_config`` return on that GPU), read on any machine."""
+    import json
+
+    s = get_preset(shape) if isinstance(shape, str) else shape
+    path = configs.tuned_file(gpu_name)
+    if not path.exists():
+        return None
+    buckets = json.loads(path.read_text()).get(family, {}).get(configs.shape_key(s.H, s.I, s.E, s.K))
+    if not buckets:
+        return None
+    return next((dict(c) for t_max, c in buckets if T <= t_max), dict(buckets[-1][1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# projection
+
+
+def project(median_us: float, floor_us: float, bandwidth_ratio: float) -> float:
+    """A measured time split in two, projected onto a GPU with ``bandwidth_ratio`` × the memory
+    bandwidth: the byte floor (bytes / measured read ceiling) shrinks by that ratio, the rest
+    (launches, ramp-up, the last wave, latency) is assumed to stay as it is. A projection, never a
+    measurement; if the rest shrinks too, the projected gaps between methods shrink with it."""
+    return floor_us / bandwidth_ratio + (median_us - floor_us)
+
+
+# ---------------------------------------------------------------------------------------------
+# counting what eager PyTorch does
+
+
+#: aten ops whose output size depends on the data, so the host must wait for the device.
+SYNC_OPS = {"_unique2", "unique_dim", "unique_consecutive", "nonzero", "_local_scalar_dense", "item"}
+
+
+def aten_ops(fn, *args, **kwargs) -> list[tuple[str, bool]]:
+    """Call ``fn`` and return the aten ops it dispatched, in order, as (name, is_view). An op that
+    is not a view launches (at least) one kernel on a GPU; views only change metadata."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append((func.overloadpacket.__name__, bool(func.is_view)))
+            return func(*args, **(kwargs or {}))
+
+    with _Count() as c:
+        fn(*args, **kwargs)
+    return c.ops
+
+
+def expert_stage_bytes(shape: MoEShape, topk_ids: torch.Tensor, block_m: int, elem: int = 2) -> dict[str, int]:
+    """Bytes each stage of the expert-centric path reads plus writes for one call (bf16, no FP8):
+    what it must touch, ignoring the padding rows' reads the GEMMs skip and caches' help."""
+    T, K = topk_ids.shape
+    H, I, E = shape.H, shape.I, shape.E  # noqa: E741
+    counts = torch.bincount(topk_ids.flatten().long().cpu(), minlength=E)
+    hit = int((counts > 0).sum())
+    rows = int(((counts + block_m - 1) // block_m * block_m).sum())  # num_tokens_post_padded
+    from .expert import max_padded_rows
+
+    EM = max_padded_rows(T * K, E, block_m)
+    pairs = T * K
+    return {
+        "1 route": T * E * 4 + pairs * (4 + 4),  # logits in; weights and ids out
+        "2 align": pairs * 4 + EM * 4 + EM // block_m * 4 + 4,  # ids in; the three index arrays out
+        "3 gather": pairs * H * elem + rows * H * elem,  # token rows in; padded expert-major rows out
+        "4 quantize": 0,  # bf16: nothing to do, no launch
+        "5 gate/up GEMM": hit * 2 * I * H * elem + rows * H * elem + rows * I * elem,
+        "6 down GEMM": hit * H * I * elem + rows * I * elem + pairs * 4 + rows * H * elem,
+        "7 scatter": 2 * pairs * H * elem,
+        "8 combine": pairs * H * elem + T * H * elem,
+    }
+
+
+def warp_kernel_bytes(shape: MoEShape, topk_ids: torch.Tensor, act_elem: int = 4, elem: int = 2) -> dict[str, dict]:
+    """Bytes each warp-decode kernel streams (every (token, slot) pair reads its expert's rows on its
+    own) and the fewest it must move (each distinct expert's rows once), with the FP32 intermediate."""
+    T, K = topk_ids.shape
+    H, I = shape.H, shape.I  # noqa: E741
+    pairs = T * K
+    hit = torch.unique(topk_ids).numel()
+    act = pairs * I * act_elem  # the intermediate, written by kernel 1 and read by kernel 2
+    return {
+        "gate/up kernel": {"streamed": pairs * 2 * I * H * elem + T * H * elem + pairs * 4 + act,
+                           "must move": hit * 2 * I * H * elem + T * H * elem + pairs * 4 + act},
+        "down kernel": {"streamed": pairs * H * I * elem + act + pairs * 8 + T * H * elem,
+                        "must move": hit * H * I * elem + act + pairs * 8 + T * H * elem},
+    }
