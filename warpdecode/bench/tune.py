@@ -4,7 +4,8 @@ The same job as vLLM's ``benchmark_moe.py --tune`` for its ``fused_moe`` configs
 paths: the expert-centric grouped GEMMs get the same tuning effort as warp decode's kernels, or
 the comparison would flatter warp decode. Each candidate is timed alone, in a CUDA graph over
 the layer copies (so weights come from HBM, not L2), and the fastest is kept per token bucket.
-Candidates are compiled in parallel worker processes first, which fills Triton's cache.
+Candidates are compiled in parallel worker processes first, which fills Triton's cache; a
+candidate the compiler rejects, or whose binary spills registers, is dropped there.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import triton
 from .. import expert as ex
 from .. import warp as wp
 from ..configs import shape_key, tuned_file
+from ..kernels import expert as kx
+from ..kernels import warp as kw
 from ..presets import MoEShape, get_preset
 from .timing import capture, time_replays
 from .workload import make_inputs, make_layers, num_copies
@@ -70,7 +73,19 @@ def block_m_candidates(T: int, shape: MoEShape):
 # specialization (dims divisible by 16, same K), which puts the binary in Triton's disk cache
 
 
+_KERNEL_OF = {"warp_gate_up": kw.warp_gate_up_kernel, "warp_down": kw.warp_down_kernel,
+              "gate_up": kx.grouped_gate_up_kernel, "down": kx.grouped_down_kernel}
+
+
+def _compiled_for(kernel) -> dict:
+    """This process's compiled binaries of ``kernel`` on the current GPU, by specialization key."""
+    return kernel.device_caches[torch.cuda.current_device()][0]
+
+
 def _warm(job):
+    """Launch one candidate on a tiny problem. Returns True, or why the candidate is dropped: the
+    compiler rejected it (e.g. out of shared memory), or its binary spills registers to local
+    memory (a spilled stream is slow in ways a short timing can miss)."""
     kind, K, cfg = job
     torch.cuda.set_device(0)
     H = I = 272  # noqa: E741  divisible by 16 like every preset, small
@@ -80,6 +95,7 @@ def _warm(job):
     w2 = torch.randn(E, H, I, device="cuda", dtype=torch.bfloat16)
     ids = torch.stack([torch.randperm(E, device="cuda")[:K] for _ in range(T)]).to(torch.int32)
     tw = torch.rand(T, K, device="cuda")
+    before = set(_compiled_for(_KERNEL_OF[kind]))
     try:
         if kind == "warp_gate_up":
             wp.warp_gate_up(x, w13, ids, cfg)
@@ -94,9 +110,14 @@ def _warm(job):
             else:
                 ex.down(torch.randn(al.EM, I, device="cuda", dtype=torch.bfloat16), None, w2, al, tw, gcfg)
         torch.cuda.synchronize()
-        return True
-    except Exception as e:  # a candidate the compiler rejects (e.g. out of shared memory) is dropped
+    except Exception as e:
         return repr(e)
+    spills = [k.n_spills for key, k in _compiled_for(_KERNEL_OF[kind]).items() if key not in before]
+    return True if not any(spills) else f"spills {max(spills)} bytes"
+
+
+def _key(kind, K, cfg):
+    return json.dumps([kind, K, cfg], sort_keys=True)
 
 
 def precompile(jobs, workers: int | None = None):
@@ -134,8 +155,10 @@ def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
     return wp.warp_down(wp.warp_gate_up(x, w13, ids, c_gu), w2, ids, tw, c_dn, torch.bfloat16)
 
 
-def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, log=print):
+def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):
     gate_up_c, down_c = warp_candidates(shape.H, shape.I, shape.K)
+    gate_up_c = [c for c in gate_up_c if _key("warp_gate_up", 2, c) not in dropped]
+    down_c = [c for c in down_c if _key("warp_down", shape.K, c) not in dropped]
     L = num_copies(shape)
     layers = make_layers(shape, L)
     w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
@@ -157,7 +180,7 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, log=print):
     return buckets
 
 
-def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False, log=print):
+def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False, dropped=(), log=print):
     cands = gemm_candidates(fp8)
     L = num_copies(shape)
     layers = make_layers(shape, L)
@@ -173,12 +196,12 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
             a_s = [ex.quantize(ex.gather(inp.x, al, shape.K), al, fmt) for inp, al in zip(inputs, als, strict=True)]
             a_, s_ = [a for a, _ in a_s], [s for _, s in a_s]
             t_gu, c_gu = _best([(_time(_over_layers(partial(ex.gate_up, cfg=c), a_, s_, w13s, als), reps), c)
-                                for c in cands])
+                                for c in cands if _key("gate_up", 2, [bm, c]) not in dropped])
             hs = [ex.quantize(ex.gate_up(a, s, w13, al, c_gu), al, fmt)
                   for a, s, w13, al in zip(a_, s_, w13s, als, strict=True)]
             h_, hs_ = [h for h, _ in hs], [s for _, s in hs]
             t_dn, c_dn = _best([(_time(_over_layers(partial(ex.down, cfg=c), h_, hs_, w2s, als, tws), reps), c)
-                                for c in cands])
+                                for c in cands if _key("down", 2, [bm, c]) not in dropped])
             if best is None or t_gu + t_dn < best[0]:
                 best = (t_gu + t_dn, {"BLOCK_M": bm, "gate_up": c_gu, "down": c_dn})
             log(f"expert{'_fp8' if fp8 else ''} {shape.name} T={T} BLOCK_M={bm}: gate/up {t_gu / L:.2f} us {c_gu}; "
@@ -200,8 +223,9 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
         for bm, c in itertools.product([16, 32, 64], gemm_candidates()):
             jobs += [("gate_up", 2, (bm, c)), ("down", 2, (bm, c))]
     res = precompile(jobs)
-    bad = [(j, r) for j, r in zip(jobs, res, strict=False) if r is not True]
-    log(f"precompiled {len(jobs) - len(bad)} of {len(jobs)} candidates")
+    bad = {_key(*j): r for j, r in zip(jobs, res, strict=True) if r is not True}
+    log(f"precompiled {len(jobs)} candidates; dropped {len(bad)}: "
+        + ", ".join(sorted({r.split("(")[0] for r in bad.values()})))
     return bad
 
 
@@ -210,14 +234,14 @@ def tune(preset_names: list[str], *, paths=("warp", "expert"), log=print) -> dic
     shapes = [get_preset(n) for n in preset_names]
     path = tuned_file()
     table = json.loads(path.read_text()) if path.exists() else {}
-    warm_all(shapes, paths, log=log)
+    dropped = warm_all(shapes, paths, log=log)
     for shape in shapes:
         t0 = time.time()
         key = shape_key(shape.H, shape.I, shape.E, shape.K)
         if "warp" in paths:
-            table.setdefault("warp", {})[key] = tune_warp(shape, log=log)
+            table.setdefault("warp", {})[key] = tune_warp(shape, dropped=dropped, log=log)
         if "expert" in paths:
-            table.setdefault("expert", {})[key] = tune_expert(shape, log=log)
+            table.setdefault("expert", {})[key] = tune_expert(shape, dropped=dropped, log=log)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(table, indent=1, sort_keys=True))
         log(f"tuned {shape.name} in {time.time() - t0:.0f} s")
