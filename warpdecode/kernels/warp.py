@@ -14,13 +14,16 @@ How "one warp per output" is written in Triton
 ----------------------------------------------
 Triton programs are CTAs, not warps. A program here owns a [BLOCK_R, BLOCK_C] tile: BLOCK_R
 output rows (neurons, or hidden outputs) by BLOCK_C columns of the reduction axis, and runs
-with ``num_warps`` warps. With BLOCK_C ≥ 32 lanes × 8 bf16 = 256, Triton lays the tile out as
-sizePerThread [1, 8] × threadsPerWarp [1, 32] × warpsPerCTA [num_warps, 1]: each lane holds
-8 consecutive elements (one 16-byte load) of a row, the 32 lanes of a warp cover one row, and
-the warps stack over rows. ``tl.sum(acc, axis=1)`` is then a pure warp-shuffle reduction, no
-shared memory. BLOCK_R = num_warps is literally one warp per output; BLOCK_R = 2·num_warps
-gives each warp two outputs (two independent load streams, more bytes in flight). The layout
-the compiler chose can be read from ``kernel.asm["ttgir"]`` (notebook 4 prints it).
+with ``num_warps`` warps. Triton lays the tile out with sizePerThread [1, 8] × threadsPerWarp
+[1, 32]: each lane holds 8 consecutive bf16 (one 16-byte load) of a row, so one warp spans 256
+columns. With BLOCK_C = 256 (or one warp), warpsPerCTA is [num_warps, 1]: the warps stack over
+rows, each output row belongs to exactly one warp, and ``tl.sum(acc, axis=1)`` is a pure
+warp-shuffle reduction — literally one warp per output (BLOCK_R = 2·num_warps gives each warp
+two outputs: two independent load streams, more bytes in flight). A wider tile spreads each row
+over min(num_warps, BLOCK_C / 256) warps, and the row's sum crosses them through a few bytes of
+shared memory; the tuner picks that for some shapes, where more loads in flight per row beat the
+extra step. ``tests/test_compile_sm90.py`` checks this rule on every tuned config; notebook 4
+prints the layouts (``warpdecode.compiled.layouts``).
 
 Overlapping the two kernels (programmatic dependent launch, sm_90+)
 -------------------------------------------------------------------
