@@ -112,7 +112,15 @@ def test_preset_accuracy(preset, T, variant):
     _check(*_preset_inputs(preset, T), variant)
 
 
-@pytest.mark.parametrize("preset,T", PRESET_CASES, ids=[f"{p}-T={T}" for p, T in PRESET_CASES])
+# With K = 2 the expert-centric path rounds one partial sum in its combine instead of seven, and
+# on the H200 (2026-11-29, results/NVIDIA_H200/logs/pytest_gpu.log) Mixtral measured
+# error(expert) / error(warp) = 1.76–1.80 at every T: the claim does not hold there. Strict, so a
+# change that makes it hold (or a baseline that rounds more) is noticed.
+_K2 = pytest.mark.xfail(strict=True, reason="K=2: the expert path's combine rounds once; measured 1.76-1.80x")
+
+
+@pytest.mark.parametrize("preset,T", [pytest.param(p, T, marks=_K2) if warpdecode.get_preset(p).K == 2 else (p, T)
+                                      for p, T in PRESET_CASES], ids=[f"{p}-T={T}" for p, T in PRESET_CASES])
 def test_warp_at_least_twice_closer_than_expert(preset, T):
     inputs, ref, _ = _preset_inputs(preset, T)
     err_warp = warpdecode.rel_error(run_poisoned(inputs, method="warp"), ref)
