@@ -124,11 +124,17 @@ class Decoder:
         """One decode step: ``tokens`` (T,) at position ``pos`` of each sequence; writes K/V at
         ``pos`` into ``cache`` and attends over [0, pos]. Returns logits (T, vocab).
 
-        method: ``loop``/``expert``/``warp``/``auto`` for the MoE layers, in the model's dtype, or
-        ``reference``: everything in float64 (``cache`` must be float64). ``trace``, if given,
-        receives the hidden state after every layer, ``routes`` every layer's topk_ids."""
+        method: ``loop``/``expert``/``warp``/``auto`` for the MoE layers, in the model's dtype;
+        ``reference``: everything in float64 (``cache`` must be float64); or ``moe-only:<method>``:
+        everything in float64 except the MoE layers, which get their input rounded to the model's
+        dtype and run ``<method>`` — the model's error is then the MoE path's alone, accumulated
+        over the layers. ``trace``, if given, receives the hidden state after every layer,
+        ``routes`` every layer's topk_ids."""
         cfg = self.cfg
-        ref = method == "reference"
+        moe_only = method.startswith("moe-only:")
+        if moe_only:
+            method = method.split(":", 1)[1]
+        ref = method == "reference" or moe_only
         act = torch.float64 if ref else self.dtype
         T = tokens.shape[0]
         hd, nq, nkv = cfg.head_dim, cfg.heads, cfg.kv_heads
@@ -155,11 +161,11 @@ class Decoder:
             tw, ti = route(logits, cfg.moe.K, renormalize=cfg.moe.renormalize)
             if routes is not None:
                 routes.append(ti)
-            if ref:
+            if method == "reference":
                 h = h + reference_moe(x, p["w13"], p["w2"], tw, ti)
             else:
                 m = pick_method(T, cfg.hidden, cfg.moe.I, cfg.moe.E, cfg.moe.K) if method == "auto" else method
-                h = h + MOE_METHODS[m](x.contiguous(), p["w13"], p["w2"], tw, ti)
+                h = h + MOE_METHODS[m](x.to(self.dtype).contiguous(), p["w13"], p["w2"], tw, ti).to(act)
             if trace is not None:
                 trace.append(h)
         fw = self.final_norm.double() if ref else self.final_norm

@@ -54,16 +54,24 @@ def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, cei
     return rows
 
 
-def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=("expert", "warp", "loop"),
+ERROR_METHODS = ("expert", "warp", "loop", "moe-only:expert", "moe-only:warp", "moe-only:loop")
+
+
+def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS,
                  layers: int | None = None, device="cuda", seed: int = 0):
     """Feed the same ``steps`` tokens per sequence through the float64 model and through each
-    method; report every layer's hidden state error at the last step, and the logits' error."""
+    method; report every layer's hidden state error at the last step, and the logits' error.
+
+    ``expert``/``warp``/``loop``: the whole model in bf16 (what a deployment sees; attention,
+    norms, residuals and routing decisions contribute too). ``moe-only:…``: the model in float64
+    but the MoE layers, so the error is the MoE path's own, carried through the layers."""
     model = Decoder(MODELS[name], device=device, layers=layers, seed=seed)
     g = torch.Generator(device="cpu").manual_seed(seed)
     prompt = torch.randint(0, model.cfg.vocab, (steps, T), generator=g).to(device)
 
     def run(method):
-        cache = model.new_cache(T, steps, dtype=torch.float64 if method == "reference" else model.dtype)
+        f64 = method == "reference" or method.startswith("moe-only:")
+        cache = model.new_cache(T, steps, dtype=torch.float64 if f64 else model.dtype)
         for s in range(steps):
             trace = []
             logits = model.step(prompt[s], s, cache, method=method, trace=trace)
