@@ -2,10 +2,11 @@
 not — with the real Triton pipeline and ptxas (warpdecode.compiled). The interpreter accepts code
 the GPU compiler rejects, so a green CPU run alone proves nothing about the GPU.
 
-What is compiled is what the launchers pass on an H200: warpdecode.warp.moe_warp and
-warpdecode.expert.moe_expert are run on ``meta`` tensors with every kernel replaced by a recorder,
-configs.py answering from its non-interpreter branch (its defaults, or the H200's tuned table),
-the GEMMs' DOT_FP32=False and PRECISION as on a GPU, and programmatic dependent launch on. So a
+What is compiled is what the launchers pass on an H200 (warpdecode.compiled.record_launches):
+warpdecode.warp.moe_warp and warpdecode.expert.moe_expert are run on ``meta`` tensors with every
+kernel replaced by a recorder, configs.py answering from its non-interpreter branch (its
+defaults, or the H200's tuned table), the GEMMs' DOT_FP32=False and PRECISION as on a GPU, and
+programmatic dependent launch on. So a
 kernel's new meta-parameter, or a launcher that passes a different one, is compiled as it will
 run, without this file knowing about it.
 
@@ -16,17 +17,13 @@ activations, and full-precision FMAs (no tf32) for fp32.
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import json
 import re
-import types
 
 import pytest
 import torch
-import triton.language as tl
 
-from warpdecode import compiled, configs, expert, warp
+from warpdecode import MoEShape, compiled, configs
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp as kw
 
@@ -70,57 +67,10 @@ def _tuned_warp_scenarios():
 SCENARIOS += _tuned_warp_scenarios()
 
 
-class _Recorder:
-    """Stands in for a kernel: ``kernel[grid](*args, **kwargs)`` records the launch."""
-
-    def __init__(self, kernel, launches):
-        self.kernel, self.launches = kernel, launches
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.launches.append((self.kernel, args, kwargs))
-
-
-@contextlib.contextmanager
-def _as_on_the_gpu(gpu_name: str, launches: list):
-    """warpdecode's Python side as it runs on an H200, its kernels replaced by recorders."""
-    gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, gpu_name=lambda: gpu_name)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(configs, "_runtime", gpu_runtime)
-        mp.setattr(expert, "_runtime", gpu_runtime)
-        mp.setattr(warp, "USE_PDL", True)
-        for mod in KERNEL_MODULES:
-            for name in dir(mod):
-                if name.endswith("_kernel"):
-                    mp.setattr(mod, name, _Recorder(getattr(mod, name), launches))
-        configs.load_tuned.cache_clear()
-        try:
-            yield
-        finally:
-            configs.load_tuned.cache_clear()
-
-
-def _job(kernel, args, kwargs) -> compiled.Job:
-    params = inspect.signature(kernel.fn).parameters
-    bound = inspect.signature(kernel.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in params})
-    is_constexpr = {n: p.annotation in (tl.constexpr, "tl.constexpr") for n, p in params.items()}
-    constexprs = {n: v for n, v in bound.arguments.items() if is_constexpr[n]}
-    runtime = {n: v for n, v in bound.arguments.items() if not is_constexpr[n]}
-    return compiled.job(kernel, runtime, constexprs, num_warps=kwargs.get("num_warps", 4),
-                        num_stages=kwargs.get("num_stages", 3))
-
-
 def _record(path, s, T, dtype, options, gpu_name):
-    H, I, E, K = s["H"], s["I"], s["E"], s["K"]  # noqa: E741
-    meta = dict(device="meta")
-    x = torch.empty(T, H, dtype=dtype, **meta)
-    w13, w2 = torch.empty(E, 2 * I, H, dtype=dtype, **meta), torch.empty(E, H, I, dtype=dtype, **meta)
-    topk_weights = torch.empty(T, K, dtype=FP32, **meta)
-    topk_ids = torch.empty(T, K, dtype=torch.int32, **meta)
-    launches = []
-    with _as_on_the_gpu(gpu_name, launches):
-        run = warp.moe_warp if path == "warp" else expert.moe_expert
-        run(x, w13, w2, topk_weights, topk_ids, **options)
-    return [(kernel.fn.__name__, _job(kernel, args, kwargs)) for kernel, args, kwargs in launches]
+    shape = MoEShape("scenario", **s)
+    return [(ln.kernel, ln.job) for ln in compiled.record_launches(path, shape, T, gpu_name=gpu_name, dtype=dtype,
+                                                                     **options)]
 
 
 def _all_specs() -> dict[str, compiled.Job]:

@@ -16,22 +16,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import types
 from dataclasses import dataclass
-from unittest import mock
 
 import torch
-import triton.language as tl
 
 from . import _runtime, compiled, configs
-from . import expert as _expert
-from . import warp as _warp
 from .bench import data
 from .bench.workload import LayerInputs, bytes_needed
-from .kernels import expert as _kx
-from .kernels import warp as _kw
 from .presets import MoEShape, get_preset
 
 #: Whose measurements the notebooks show where they cannot measure (no GPU), and quote beside
@@ -154,69 +146,11 @@ def source(kernel, start: str | None = None, stop: str | None = None) -> str:
     return "".join(f"{first + k:4d} {lines[k]}" for k in range(i, j + 1)).rstrip("\n")
 
 
-class _Recorder:
-    """Stands in for a kernel: ``kernel[grid](*args, **kwargs)`` records the launch."""
-
-    def __init__(self, kernel, launches):
-        self.kernel, self.launches = kernel, launches
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.launches.append((self.kernel, grid, args, kwargs))
-
-
-@contextlib.contextmanager
-def _as_on_a_gpu(gpu_name: str, launches: list):
-    """warpdecode's Python side as it runs on ``gpu_name`` (its tuned table, programmatic
-    dependent launch, tensor-core GEMMs), every kernel replaced by a recorder; all undone on exit."""
-    gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, gpu_name=lambda: gpu_name,
-                                        DEFAULT_DEVICE=torch.device("cuda"))
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(configs, "_runtime", gpu_runtime))
-        stack.enter_context(mock.patch.object(_expert, "_runtime", gpu_runtime))
-        stack.enter_context(mock.patch.object(_warp, "USE_PDL", True))
-        for mod in (_kx, _kw):
-            for name in dir(mod):
-                if name.endswith("_kernel"):
-                    stack.enter_context(mock.patch.object(mod, name, _Recorder(getattr(mod, name), launches)))
-        configs.load_tuned.cache_clear()
-        stack.callback(configs.load_tuned.cache_clear)
-        yield
-
-
-@dataclass
-class Launch:
-    kernel: str
-    grid: tuple
-    job: compiled.Job  # what to hand compiled.compile_many
-
-
-def _job(kernel, args, kwargs) -> compiled.Job:
-    params = inspect.signature(kernel.fn).parameters
-    bound_args = inspect.signature(kernel.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in params})
-    is_constexpr = {n: p.annotation in (tl.constexpr, "tl.constexpr") for n, p in params.items()}
-    constexprs = {n: v for n, v in bound_args.arguments.items() if is_constexpr[n]}
-    runtime = {n: v for n, v in bound_args.arguments.items() if not is_constexpr[n]}
-    return compiled.job(kernel, runtime, constexprs, num_warps=kwargs.get("num_warps", 4),
-                        num_stages=kwargs.get("num_stages", 3))
-
-
 def recorded_jobs(path: str, shape: MoEShape | str, T: int, *, gpu_name: str = RESULTS_GPU, dtype=torch.bfloat16,
-                  config: dict | None = None, **options) -> list[Launch]:
-    """The kernel launches ``path`` ("warp" or "expert") makes for ``shape`` and T on ``gpu_name``,
-    with the configs its launchers pick there (``configs.warp_config`` / ``expert_config`` from
-    ``warpdecode/tuned/<gpu_name>.json``, unless ``config`` is given). Runs on ``meta`` tensors,
-    launches nothing, and works on any machine."""
+                  config: dict | None = None, **options) -> list[compiled.Launch]:
+    """:func:`warpdecode.compiled.record_launches`, on the GPU the results come from by default."""
     s = get_preset(shape) if isinstance(shape, str) else shape
-    meta = dict(device="meta")
-    x = torch.empty(T, s.H, dtype=dtype, **meta)
-    w13, w2 = torch.empty(s.E, 2 * s.I, s.H, dtype=dtype, **meta), torch.empty(s.E, s.H, s.I, dtype=dtype, **meta)
-    topk_weights = torch.empty(T, s.K, dtype=torch.float32, **meta)
-    topk_ids = torch.empty(T, s.K, dtype=torch.int32, **meta)
-    launches = []
-    with _as_on_a_gpu(gpu_name, launches):
-        run = _warp.moe_warp if path == "warp" else _expert.moe_expert
-        run(x, w13, w2, topk_weights, topk_ids, config=config, **options)
-    return [Launch(k.fn.__name__, tuple(grid), _job(k, a, kw)) for k, grid, a, kw in launches]
+    return compiled.record_launches(path, s, T, gpu_name=gpu_name, dtype=dtype, config=config, **options)
 
 
 def tuned_config(family: str, shape: MoEShape | str, T: int, gpu_name: str = RESULTS_GPU) -> dict | None:
