@@ -27,6 +27,14 @@ def pick_method(T: int, H: int, I: int, E: int, K: int) -> str:  # noqa: E741
     return "warp" if T <= crossover(H, I, E, K) else "expert"
 
 
+def run_auto(x, w13, w2, topk_weights, topk_ids):
+    """``method="auto"`` on inputs already validated and contiguous (ids int32): warp decode up
+    to the crossover, the expert-centric path above it. No checks, no host sync."""
+    E, two_i, H = w13.shape
+    m = pick_method(x.shape[0], H, two_i // 2, E, topk_ids.shape[1])
+    return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
+
+
 def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=None, act_format: str = "native"):
     """y (T, H) = Σ_j topk_weights[:, j] · W2[e] (silu(Wg[e] x) ⊙ Wu[e] x), e = topk_ids[:, j].
 
@@ -52,12 +60,12 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if d.T == 0:
         return x.new_empty(0, d.H)
-    if method == "auto":
-        method = pick_method(d.T, d.H, d.I, d.E, d.K)
 
     x = x.contiguous()
     topk_weights = topk_weights.contiguous()
     topk_ids = topk_ids.to(torch.int32).contiguous()
+    if method == "auto":
+        return run_auto(x, w13, w2, topk_weights, topk_ids)
     if method == "loop":
         return moe_loop(x, w13, w2, topk_weights, topk_ids)
     if method == "expert":

@@ -39,14 +39,16 @@ def load_tuned(gpu: str | None = None) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _lookup(family: str, H, I, E, K, T):  # noqa: E741
-    buckets = load_tuned().get(family, {}).get(shape_key(H, I, E, K))
+def bucket(table: dict, family: str, H, I, E, K, T) -> dict | None:  # noqa: E741
+    """The config a call with T tokens takes from ``table`` (a tuned table), or None."""
+    buckets = table.get(family, {}).get(shape_key(H, I, E, K))
     if not buckets:
         return None
-    for t_max, cfg in buckets:
-        if T <= t_max:
-            return dict(cfg)
-    return dict(buckets[-1][1])
+    return next((dict(c) for t_max, c in buckets if T <= t_max), dict(buckets[-1][1]))
+
+
+def _lookup(family: str, H, I, E, K, T):  # noqa: E741
+    return bucket(load_tuned(), family, H, I, E, K, T)
 
 
 def warp_config(H: int, I: int, E: int, K: int, T: int) -> dict:  # noqa: E741

@@ -160,12 +160,8 @@ def tuned_config(family: str, shape: MoEShape | str, T: int, gpu_name: str = RES
 
     s = get_preset(shape) if isinstance(shape, str) else shape
     path = configs.tuned_file(gpu_name)
-    if not path.exists():
-        return None
-    buckets = json.loads(path.read_text()).get(family, {}).get(configs.shape_key(s.H, s.I, s.E, s.K))
-    if not buckets:
-        return None
-    return next((dict(c) for t_max, c in buckets if T <= t_max), dict(buckets[-1][1]))
+    table = json.loads(path.read_text()) if path.exists() else {}
+    return configs.bucket(table, family, s.H, s.I, s.E, s.K, T)
 
 
 # ---------------------------------------------------------------------------------------------

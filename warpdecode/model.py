@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .api import pick_method
+from .api import run_auto
 from .expert import moe_expert
 from .loop import moe_loop
 from .presets import PRESETS, MoEShape
@@ -51,7 +51,7 @@ MODELS = {
     ]
 }
 
-MOE_METHODS = {"loop": moe_loop, "expert": moe_expert, "warp": moe_warp}
+MOE_METHODS = {"loop": moe_loop, "expert": moe_expert, "warp": moe_warp, "auto": run_auto}
 
 
 def _rms(x, w, eps):
@@ -150,9 +150,8 @@ class Decoder:
             cache[li, 1, :, pos] = v
             keys, vals = cache[li, 0, :, : pos + 1], cache[li, 1, :, : pos + 1]  # (T, C, kv, hd)
             qg = q.view(T, nkv, nq // nkv, hd)
-            scores = torch.einsum("tkgd,tckd->tkgc", qg, keys).float() / math.sqrt(hd)
-            if ref:
-                scores = torch.einsum("tkgd,tckd->tkgc", qg, keys) / math.sqrt(hd)
+            scores = torch.einsum("tkgd,tckd->tkgc", qg, keys)
+            scores = (scores if ref else scores.float()) / math.sqrt(hd)
             attn = torch.softmax(scores, dim=-1).to(act)
             o = torch.einsum("tkgc,tckd->tkgd", attn, vals).reshape(T, nq * hd)
             h = h + o @ p["wo"].T
@@ -164,8 +163,7 @@ class Decoder:
             if method == "reference":
                 h = h + reference_moe(x, p["w13"], p["w2"], tw, ti)
             else:
-                m = pick_method(T, cfg.hidden, cfg.moe.I, cfg.moe.E, cfg.moe.K) if method == "auto" else method
-                h = h + MOE_METHODS[m](x.to(self.dtype).contiguous(), p["w13"], p["w2"], tw, ti).to(act)
+                h = h + MOE_METHODS[method](x.to(self.dtype).contiguous(), p["w13"], p["w2"], tw, ti).to(act)
             if trace is not None:
                 trace.append(h)
         fw = self.final_norm.double() if ref else self.final_norm

@@ -32,6 +32,17 @@ def read(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def speed_table(gpu: str) -> dict:
+    """speed.csv as {preset: {method: {T: row}}}, the numeric columns as floats."""
+    out: dict = {}
+    for r in read(gpu_dir(gpu) / "speed.csv"):
+        for k in ("median_us", "p20_us", "p80_us", "floor_us", "frac_ceiling", "achieved_TBps", "ceiling_TBps",
+                  "error_over_floor"):
+            r[k] = float(r[k])
+        out.setdefault(r["preset"], {}).setdefault(r["method"], {})[int(r["T"])] = r
+    return out
+
+
 def merge_write(path: Path, rows: list[dict]) -> None:
     if not rows:
         return

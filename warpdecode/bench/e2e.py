@@ -78,7 +78,7 @@ def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS
         return logits, trace
 
     ref_logits, ref_trace = run("reference")
-    info = meta() if device == "cuda" else {}
+    info = meta()
     rows = []
     for m in methods:
         logits, trace = run(m)

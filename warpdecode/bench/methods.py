@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from ..api import pick_method
+from ..api import run_auto
 from ..expert import moe_expert
 from ..loop import moe_loop
 from ..warp import moe_warp
 
 #: Methods timed inside a CUDA graph.
 GRAPHABLE = ("expert", "warp", "auto", "grouped_mm")
-
-
-def _auto(x, w13, w2, tw, ti):
-    E, two_i, H = w13.shape
-    m = pick_method(x.shape[0], H, two_i // 2, E, ti.shape[1])
-    return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, tw, ti)
 
 
 def _expert_fp8(x, w13, w2, tw, ti):
@@ -59,7 +53,7 @@ def registry(include_hf: bool = True) -> dict:
         "loop": moe_loop,
         "expert": moe_expert,
         "warp": moe_warp,
-        "auto": _auto,
+        "auto": run_auto,
         "expert_fp8": _expert_fp8,
         "warp_bf16_act": _warp_bf16_act,
     }

@@ -5,8 +5,6 @@ Every figure names its GPU and software versions; the numbers come only from the
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -36,16 +34,9 @@ def _caption(gpu):
     return f"{m.get('gpu')} · torch {m.get('torch', '?')} · triton {m.get('triton', '?')} · {m.get('date', '?')}"
 
 
-def _speed(gpu):
-    out = defaultdict(lambda: defaultdict(dict))
-    for r in _rows(gpu, "speed.csv"):
-        out[r["preset"]][r["method"]][int(r["T"])] = r
-    return out
-
-
 def fraction_of_ceiling(gpu: str, methods=("warp", "expert", "grouped_mm")):
     """Small multiples: fraction of the measured read ceiling against T, one panel per preset."""
-    speed = _speed(gpu)
+    speed = data.speed_table(gpu)
     presets = [p for p in MODEL_PRESETS if p in speed]
     fig, axes = plt.subplots(2, 3, figsize=(13, 7), sharex=True, sharey=True)
     for ax, p in zip(axes.flat, presets, strict=False):
@@ -53,7 +44,7 @@ def fraction_of_ceiling(gpu: str, methods=("warp", "expert", "grouped_mm")):
             pts = sorted(speed[p].get(m, {}).items())
             if pts:
                 st = STYLE[m]
-                ax.plot([t for t, _ in pts], [100 * float(r["frac_ceiling"]) for _, r in pts], **st)
+                ax.plot([t for t, _ in pts], [100 * r["frac_ceiling"] for _, r in pts], **st)
         ax.axhline(85, color="k", lw=0.6, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_title(p)
@@ -71,14 +62,14 @@ def fraction_of_ceiling(gpu: str, methods=("warp", "expert", "grouped_mm")):
 
 def headline(gpu: str, preset: str = "qwen3-30b-a3b"):
     """One preset: time per layer against T for every method, with the byte floor."""
-    speed = _speed(gpu)[preset]
+    speed = data.speed_table(gpu)[preset]
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for m in ("loop", "grouped_mm", "expert", "warp"):
         pts = sorted(speed.get(m, {}).items())
         if pts:
-            ax.plot([t for t, _ in pts], [float(r["median_us"]) for _, r in pts], **STYLE[m])
+            ax.plot([t for t, _ in pts], [r["median_us"] for _, r in pts], **STYLE[m])
     floor = sorted(speed["warp"].items())
-    ax.plot([t for t, _ in floor], [float(r["floor_us"]) for _, r in floor], color="k", ls="--", lw=1,
+    ax.plot([t for t, _ in floor], [r["floor_us"] for _, r in floor], color="k", ls="--", lw=1,
             label="floor: distinct experts' bytes / read ceiling")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

@@ -18,22 +18,11 @@ from . import data
 README = data.REPO / "README.md"
 
 
-def _speed(gpu: str):
-    """{preset: {method: {T: row}}} from speed.csv, numbers as floats."""
-    out = defaultdict(lambda: defaultdict(dict))
-    for r in data.read(data.gpu_dir(gpu) / "speed.csv"):
-        for k in ("median_us", "p20_us", "p80_us", "floor_us", "frac_ceiling", "achieved_TBps", "ceiling_TBps",
-                  "error_over_floor"):
-            r[k] = float(r[k])
-        out[r["preset"]][r["method"]][int(r["T"])] = r
-    return out
-
-
 def crossover_table(gpu: str) -> dict:
     """For each preset: the largest measured T up to which warp decode is faster than the
     expert-centric path at every measured T, with the times that decide it."""
     table, evidence = {}, {}
-    for preset, by_method in _speed(gpu).items():
+    for preset, by_method in data.speed_table(gpu).items():
         warp, expert = by_method.get("warp", {}), by_method.get("expert", {})
         Ts = sorted(set(warp) & set(expert))
         if not Ts:
@@ -60,7 +49,7 @@ def write_crossover(gpu: str) -> dict:
 
 def results_table(gpu: str, Ts=(1, 8, 64)) -> str:
     """Markdown: per preset and T, time and fraction of the read ceiling for each method."""
-    speed = _speed(gpu)
+    speed = data.speed_table(gpu)
     ceil = data.read(data.gpu_dir(gpu) / "ceiling.csv")
     meta = ceil[0] if ceil else {}
     methods = ["warp", "expert", "grouped_mm", "loop"]

@@ -26,8 +26,9 @@ SANITY = {"warp": 1.5, "warp_bf16_act": 4, "expert": 8, "auto": 8, "grouped_mm":
 
 
 def meta() -> dict:
+    """What every row names: the device (or the CPU interpreter), versions, date."""
     return {
-        "gpu": torch.cuda.get_device_name(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
         "triton": triton.__version__,
         "date": datetime.date.today().isoformat(),
@@ -171,9 +172,7 @@ def accuracy(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, seeds
     random inputs for every (preset, T, seed)."""
     fns = registry()
     methods = [m for m in methods if m in fns]
-    info = meta() if device == "cuda" else {"gpu": "cpu", "torch": torch.__version__,
-                                             "triton": triton.__version__,
-                                             "date": datetime.date.today().isoformat()}
+    info = meta()
     rows = []
     for shape in shapes:
         w13, w2 = make_layers(shape, 1, seed=7)[0] if device == "cuda" else shape.weights(seed=7)

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from ..api import pick_method
+from ..api import run_auto
 from ..checks import check_moe_inputs
-from ..expert import moe_expert
-from ..warp import moe_warp
 
 NAME = "warpdecode"
 
@@ -47,9 +45,7 @@ def warpdecode_experts_forward(self, hidden_states: torch.Tensor, top_k_index: t
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, check_ids=False)
     if d.T == 0:
         return torch.zeros_like(hidden_states)
-    method = pick_method(d.T, d.H, d.I, d.E, d.K)
-    y = (moe_warp if method == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
-    return y.to(hidden_states.dtype)
+    return run_auto(x, w13, w2, topk_weights, topk_ids).to(hidden_states.dtype)
 
 
 def register() -> None:
