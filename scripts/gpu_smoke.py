@@ -15,7 +15,8 @@ import warpdecode as wd
 from warpdecode._alloc import poisoned
 from warpdecode.bench.workload import make_layers
 
-BOUND = {"loop": 12, "expert": 8, "expert_fp8": 120, "warp": 1.1, "warp_bf16_act": 4, "auto": 8}
+BOUND = {"loop": 12, "expert": 8, "expert_fp8": 120, "warp": 1.1, "warp_split": 1.1, "warp_fused": 1.1,
+         "warp_bf16_act": 4, "auto": 8}
 
 
 def main():
@@ -34,6 +35,7 @@ def main():
             floor = wd.rounding_floor(ref, torch.bfloat16)
             errs = {}
             for m, kw in [("loop", {}), ("expert", {}), ("expert_fp8", {"act_format": "fp8"}), ("warp", {}),
+                          ("warp_split", {"schedule": "split"}), ("warp_fused", {"schedule": "fused"}),
                           ("warp_bf16_act", {"act_dtype": torch.bfloat16}), ("auto", {})]:
                 method = m.split("_")[0]
                 with poisoned():
@@ -48,6 +50,10 @@ def main():
                   + f"  expert/warp={ok:.2f}", flush=True)
         del w13, w2
         torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    for device, count, generation, timed_out in wd.warp.barrier_health():
+        print(f"grid barrier on cuda:{device}: count {count}, generation {generation}, timed out {timed_out}")
+        failed += bool(timed_out or count)
     print("FAILED" if failed else "all cases within bounds", failed)
     sys.exit(1 if failed else 0)
 

@@ -3,6 +3,8 @@
 #   bash scripts/h200.sh check tune bench
 #   env       GPU, driver, versions
 #   check     poisoned correctness on every preset + compute-sanitizer memcheck + GPU tests
+#   lab       scripts/small_reads.py: the read ceiling of one decode-sized kernel (6 MB … 600 MB)
+#   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
 #   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
@@ -35,13 +37,20 @@ for stage in "$@"; do
         python3 -c "import transformers; print('transformers', transformers.__version__)" || true
       } 2>&1 | tee "$OUT/env.log" ;;
     check)
-      run smoke "${TIMEOUT_SMOKE:-240}" python3 scripts/gpu_smoke.py
+      run smoke "${TIMEOUT_SMOKE:-240}" python3 scripts/gpu_smoke.py ${SMOKE_ARGS:-}
       [ -n "${SMOKE_ONLY:-}" ] && continue
       run memcheck "${TIMEOUT_MEMCHECK:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
           python3 scripts/gpu_smoke.py --presets tiny gpt-oss-20b --T 3 40
       if [ -z "${SKIP_PYTEST:-}" ] && ls tests/test_*.py >/dev/null 2>&1; then
         run pytest_gpu "${TIMEOUT_PYTEST:-300}" python3 -m pytest -m gpu -q -x tests -p no:cacheprovider
       fi ;;
+    lab)
+      run lab "${TIMEOUT_LAB:-90}" python3 scripts/small_reads.py
+      cp "$GPU_DIR"/small_reads.csv "$OUT/" 2>/dev/null ;;
+    memtest)  # -v: every finished test is in the log even if the stage runs out of time
+      run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+          python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py \
+          -k "${MEMTEST_K:-edge or T0 or barriers}" ;;
     quick)
       run quick "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 64 ;;
     nopdl)

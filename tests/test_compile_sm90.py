@@ -41,6 +41,8 @@ SCENARIOS = [
     ("qwen3-30b-T=8-warp", "warp", QWEN, 8, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=8-warp-act=bf16", "warp", QWEN, 8, BF16, dict(act_dtype=BF16), DEFAULTS),
     ("odd-T=1-warp", "warp", ODD, 1, BF16, {}, DEFAULTS),
+    ("qwen3-30b-T=1-warp-fused", "warp", QWEN, 1, BF16, dict(schedule="fused"), DEFAULTS),
+    ("odd-T=3-warp-fused", "warp", ODD, 3, BF16, dict(schedule="fused"), DEFAULTS),
     ("qwen3-30b-T=8-expert-decode", "expert", QWEN, 8, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=64-expert", "expert", QWEN, 64, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=64-expert-fp8", "expert", QWEN, 64, BF16, dict(act_format="fp8"), DEFAULTS),
@@ -115,7 +117,7 @@ def test_scenarios_use_the_gpu_branch():
             assert j.constexprs["PRECISION"] == ("ieee" if j.args["w13_ptr" if "gate_up" in j.name else "w2_ptr"]
                                                  == FP32 else "tf32"), n
         if j.name.startswith("warp_"):
-            assert j.constexprs["USE_PDL"] is True, n
+            assert j.constexprs.get("USE_PDL", j.name == "warp_fused_kernel") is True, n
     bm = {n: j.constexprs["BLOCK_M"] for n, j in SPECS.items() if j.name == "moe_align_kernel"}
     assert bm["moe_align_kernel-qwen3-30b-T=64-expert"] == 64  # vLLM's default past T*K > E
     assert bm["moe_align_kernel-qwen3-30b-T=8-expert-decode"] == 16
@@ -129,16 +131,7 @@ def test_compiles_for_sm90a(built, name):
     assert len(c.asm["cubin"]) > 0
 
 
-# The H200 table was tuned (2026-11-29) before the tuner dropped candidates that spill; these
-# down-kernel buckets were measured fastest while spilling 4 bytes. Strict: a re-tune that removes
-# the spill turns these into failures, and the marks must go.
-TUNED_SPILLS = {f"warp_down_kernel-H={h},I={i},E={e},K=8-T=16-warp-H200-tuned".replace(",", "-")
-                for h, i, e in [(2048, 1024, 64), (2048, 768, 128), (4096, 1536, 128)]}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="tuned before the tuner rejected spilling candidates")) if n in TUNED_SPILLS else n
-    for n in WARP])
+@pytest.mark.parametrize("name", WARP)
 def test_warp_kernel_does_not_spill(built, name):
     report = compiled.ptxas_report(built[name])
     assert report["registers"] > 0, report  # the report was read at all
@@ -171,20 +164,29 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
     With columns ≤ 256, or one warp, each output row belongs to exactly one warp. In the down
     kernel's [rows, K, I] tile the K axis stays inside each thread."""
     job = SPECS[name]
-    columns = job.constexprs["BLOCK_H" if job.name == "warp_gate_up_kernel" else "BLOCK_I"]
-    rows = job.constexprs["BLOCK_I" if job.name == "warp_gate_up_kernel" else "BLOCK_H"]
-    warps_on_a_row = min(job.num_warps, max(1, columns // 256))
+    c = job.constexprs
+    # the weight tiles by rank: gate/up [rows, columns of H], down [rows, K, columns of I]
+    tiles = {"warp_gate_up_kernel": {2: (c.get("BLOCK_I"), c.get("BLOCK_H"))},
+             "warp_down_kernel": {3: (c.get("BLOCK_H"), c.get("BLOCK_I"))},
+             "warp_fused_kernel": {2: (c.get("GU_BLOCK_I"), c.get("GU_BLOCK_H")),
+                                   3: (c.get("DN_BLOCK_H"), c.get("DN_BLOCK_I"))}}[job.name]
     ttgir = built[name].asm["ttgir"]
     layouts = dict(re.findall(r"^(#\w+) = #ttg\.blocked<\{(.*?)\}>", ttgir, re.M))
     used = set(re.findall(r"tt\.load .*evictionPolicy = evict_first .*, (#\w+)>", ttgir))
     assert used, "no evict_first weight load in the TritonGPU IR"
+    ranks = set()
     for layout in used:
         fields = {k: [int(v) for v in vs.split(",")] for k, vs in re.findall(r"(\w+) = \[([\d, ]+)\]", layouts[layout])}
+        rank = len(fields["warpsPerCTA"])
+        ranks.add(rank)
+        rows, columns = tiles[rank]
+        warps_on_a_row = min(job.num_warps, max(1, columns // 256))
         assert fields["threadsPerWarp"][-1] == 32 and fields["sizePerThread"][-1] == 8, (layout, layouts[layout])
         assert fields["warpsPerCTA"][-1] == warps_on_a_row, (layout, layouts[layout])
         assert fields["warpsPerCTA"][0] == min(rows, job.num_warps // warps_on_a_row), (layout, layouts[layout])
         assert all(w == 1 for w in fields["warpsPerCTA"][1:-1]), (layout, layouts[layout])  # K: in-thread
         assert all(t == 1 for t in fields["threadsPerWarp"][:-1]), (layout, layouts[layout])
+    assert ranks == set(tiles), (ranks, set(tiles))  # every weight tile of the kernel was seen
 
 
 @pytest.mark.parametrize("name", GEMM)

@@ -145,3 +145,13 @@ def test_T0_at_gpu_size(variant):
 def test_runs_on_the_gpu():
     """Guard: these tests mean nothing if the kernels were interpreted."""
     assert not warpdecode.INTERPRET and warpdecode.DEFAULT_DEVICE.type == "cuda"
+
+
+def test_grid_barriers_opened_every_time():
+    """Runs last: every persistent-kernel launch above passed its grid barrier (none timed out,
+    none left a partial count), i.e. the launcher's occupancy sizing kept every program resident."""
+    torch.cuda.synchronize()
+    health = warpdecode.warp.barrier_health()
+    assert health, "no fused launch ran"
+    for device, count, generation, timed_out in health:
+        assert timed_out == 0 and count == 0 and generation > 0, (device, count, generation, timed_out)

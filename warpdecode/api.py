@@ -35,7 +35,8 @@ def run_auto(x, w13, w2, topk_weights, topk_ids):
     return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
 
 
-def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=None, act_format: str = "native"):
+def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=None, act_format: str = "native",
+        schedule: str | None = None):
     """y (T, H) = Σ_j topk_weights[:, j] · W2[e] (silu(Wg[e] x) ⊙ Wu[e] x), e = topk_ids[:, j].
 
     x (T, H) bf16/fp16/fp32; w13 (E, 2I, H) gate rows then up rows; w2 (E, H, I), both in x's
@@ -46,6 +47,8 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     ``"warp"`` (two-kernel warp decode), or ``"auto"`` (warp up to the measured crossover T).
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
     act_format: expert only, ``"native"`` or ``"fp8"`` (e4m3 activations, 1×128 block scales).
+    schedule: warp only, ``"split"`` (two kernels) or ``"fused"`` (one persistent kernel with a
+    grid barrier); default: what this GPU's tuned table picks for the shape and T.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -55,6 +58,10 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         raise TypeError(f"act_dtype must be torch.float32, bfloat16 or float16, got {act_dtype}")
     if act_format == "fp8" and method != "expert":
         raise ValueError(f"act_format='fp8' applies to method='expert' only, got method={method!r}")
+    if schedule not in (None, "split", "fused"):
+        raise ValueError(f"schedule must be None, 'split' or 'fused', got {schedule!r}")
+    if schedule is not None and method != "warp":
+        raise ValueError(f"schedule applies to method='warp' only, got method={method!r}")
     if act_dtype is not None and method != "warp":
         raise ValueError(f"act_dtype applies to method='warp' only, got method={method!r}")
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
@@ -70,4 +77,4 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         return moe_loop(x, w13, w2, topk_weights, topk_ids)
     if method == "expert":
         return moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=act_format)
-    return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype or torch.float32)
+    return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype or torch.float32, schedule=schedule)

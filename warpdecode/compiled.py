@@ -181,7 +181,13 @@ def _as_on_a_gpu(gpu_name: str, launches: list):
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(configs, "_runtime", gpu_runtime))
         stack.enter_context(mock.patch.object(_ex, "_runtime", gpu_runtime))
+        stack.enter_context(mock.patch.object(_wp, "_runtime", gpu_runtime))
         stack.enter_context(mock.patch.object(_wp, "USE_PDL", True))
+        # the persistent kernel's grid and barrier buffer, as on a 132-SM H200, without a GPU
+        stack.enter_context(mock.patch.object(_wp, "barrier_state", lambda *a, **k: torch.empty(
+            3, dtype=torch.int32, device="meta")))
+        stack.enter_context(mock.patch.object(_wp, "fused_grid", lambda kernel, args, meta, cfg, device: (
+            cfg["programs_per_sm"] * 132,)))
         for mod in (_kx, _kw):
             for name in dir(mod):
                 if name.endswith("_kernel"):

@@ -69,6 +69,20 @@ def warp_config(H: int, I: int, E: int, K: int, T: int) -> dict:  # noqa: E741
     }
 
 
+def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
+    """Launch configuration of the persistent one-kernel warp decode where no tuned one exists:
+    eight warps, one gate/up row per warp; the down tile kept to ≤ 64 elements per thread."""
+    if _runtime.INTERPRET:
+        return {"gate_up": {"BLOCK_I": 4, "BLOCK_H": min(128, triton.next_power_of_2(H))},
+                "down": {"BLOCK_H": 4, "BLOCK_I": min(64, triton.next_power_of_2(I))},
+                "num_warps": 4, "programs_per_sm": 1}
+    k_pad = triton.next_power_of_2(K)
+    block_i = min(256, triton.next_power_of_2(I))
+    rows = max(1, min(8, 64 * 32 * 8 // (k_pad * block_i)))
+    return {"gate_up": {"BLOCK_I": 8, "BLOCK_H": min(1024, triton.next_power_of_2(H))},
+            "down": {"BLOCK_H": rows, "BLOCK_I": block_i}, "num_warps": 8, "programs_per_sm": 2}
+
+
 def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False) -> dict:  # noqa: E741
     """Launch configuration of the expert-centric path: the shared BLOCK_M and each GEMM's tiles."""
     tuned = _lookup("expert_fp8" if fp8 else "expert", H, I, E, K, T)

@@ -8,7 +8,7 @@ import torch
 import triton
 
 from . import _alloc, _runtime
-from .configs import warp_config
+from .configs import default_fused, warp_config
 from .kernels import warp as kw
 
 #: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
@@ -46,15 +46,116 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
     return y
 
 
-def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, config: dict | None = None):
-    """Both kernels on validated, contiguous inputs (``warpdecode.moe`` checks them first).
+# ---------------------------------------------------------------------------------------------
+# One persistent kernel: both phases, a grid barrier between them (see warpdecode.kernels.warp)
 
-    act_dtype: the intermediate's dtype between the kernels. FP32 (default) keeps the whole layer
-    unrounded until the single store of y; pass x.dtype to see what rounding it costs.
+#: Polls of the barrier before a program gives up (about a second): a safety net, never reached
+#: when the grid is sized from the kernel's occupancy.
+MAX_SPINS = 1 << 20
+
+_barriers: dict = {}  # device index -> int32 [count, generation, timed_out]
+_resident: dict = {}  # compiled-kernel key -> programs one SM holds at once
+
+
+def barrier_state(device=None) -> torch.Tensor:
+    """The grid barrier's buffer for this device, made (zeroed) on first use. Launches on one
+    stream run one after another, so they share it. Two fused launches must never run at the same
+    time on one device (concurrent streams): their programs would count towards each other's
+    barrier. Use ``schedule="split"`` there."""
+    device = torch.device(device or torch.cuda.current_device())
+    if device.index not in _barriers:
+        _barriers[device.index] = torch.zeros(3, dtype=torch.int32, device=device)
+    return _barriers[device.index]
+
+
+def barrier_health() -> list[tuple]:
+    """(device, count, generation, timed_out) of every grid barrier used so far. Between launches
+    count is 0 and timed_out 0; a 1 means some launch gave up waiting (its output is wrong)."""
+    return [(d, *b.tolist()) for d, b in _barriers.items()]
+
+
+def _programs_per_sm(compiled, num_warps: int, props) -> int:
+    """How many programs of a compiled kernel one SM holds at once (registers, warps, shared memory)."""
+    # Hopper's numbers where an older torch does not report them
+    regs = getattr(props, "regs_per_multiprocessor", 65536)
+    threads = getattr(props, "max_threads_per_multi_processor", 2048)
+    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
+    regs_per_warp = -(-compiled.n_regs * 32 // 256) * 256  # allocated per warp in units of 256
+    by_regs = regs // max(1, regs_per_warp * num_warps)
+    by_warps = threads // (32 * num_warps)
+    shared = compiled.metadata.shared
+    by_shared = smem // (shared + 1024) if shared else 32  # 1 KB per program is the driver's
+    return max(0, min(by_regs, by_warps, by_shared, 32))
+
+
+def fused_grid(kernel, args, meta: dict, cfg: dict, device) -> tuple:
+    """programs_per_sm × SMs, lowered to what one SM holds of the compiled kernel at once (so every
+    program is resident and the grid barrier can open); the occupancy is computed once per config."""
+    props = torch.cuda.get_device_properties(device)
+    key = (tuple(a.dtype for a in args if isinstance(a, torch.Tensor)), tuple(sorted(meta.items())))
+    if key not in _resident:
+        compiled = kernel.warmup(*args, PHASE=0, grid=(1,), **meta)
+        compiled._init_handles()  # loads the binary, which fills in n_regs
+        _resident[key] = _programs_per_sm(compiled, meta["num_warps"], props)
+    per_sm = min(cfg["programs_per_sm"], _resident[key])
+    if per_sm < 1:
+        raise RuntimeError(f"warp_fused_kernel with {cfg} cannot fit one program on an SM")
+    return (per_sm * props.multi_processor_count,)
+
+
+def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torch.float32):
+    """Both phases in one launch of a persistent grid (GPU); two launches of the same kernel in the
+    CPU interpreter, which runs programs one after another and so could never pass a barrier.
+
+    cfg: ``{"gate_up": {"BLOCK_I", "BLOCK_H"}, "down": {"BLOCK_H", "BLOCK_I"}, "num_warps",
+    "programs_per_sm"}``; the grid is programs_per_sm × SMs, lowered to what the compiled kernel's
+    occupancy allows, so every program is resident and the barrier can open.
+    """
+    T, H = x.shape
+    E, two_i, _ = w13.shape
+    I = two_i // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
+    y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
+    gu, dn = cfg["gate_up"], cfg["down"]
+    meta = dict(K=K, K_PAD=triton.next_power_of_2(K), GU_BLOCK_I=gu["BLOCK_I"], GU_BLOCK_H=gu["BLOCK_H"],
+                DN_BLOCK_H=dn["BLOCK_H"], DN_BLOCK_I=dn["BLOCK_I"], MAX_SPINS=MAX_SPINS,
+                num_warps=cfg["num_warps"], num_stages=1)
+
+    def args(barrier):
+        return (x, w13, w2, topk_ids, topk_weights, act, y, barrier, H, I, T, x.stride(0), w13.stride(0),
+                w13.stride(1), w2.stride(0), w2.stride(1), act.stride(0), y.stride(0))
+
+    if _runtime.INTERPRET:
+        units = max(T * K * triton.cdiv(I, gu["BLOCK_I"]), T * triton.cdiv(H, dn["BLOCK_H"]))
+        grid = (min(units, 7),)  # a few programs, so the interpreter walks the persistent loops
+        for phase in (1, 2):
+            kw.warp_fused_kernel[grid](*args(None), PHASE=phase, **meta)
+        return y
+
+    grid = fused_grid(kw.warp_fused_kernel, args(barrier_state(x.device)), meta, cfg, x.device)
+    kw.warp_fused_kernel[grid](*args(barrier_state(x.device)), PHASE=0, **meta)
+    return y
+
+
+def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, config: dict | None = None,
+             schedule: str | None = None):
+    """Warp decode on validated, contiguous inputs (``warpdecode.moe`` checks them first).
+
+    act_dtype: the intermediate's dtype between the two phases. FP32 (default) keeps the whole
+    layer unrounded until the single store of y; pass x.dtype to see what rounding it costs.
+    schedule: ``"split"`` (two kernels, the down kernel launched early with PDL), ``"fused"``
+    (one persistent kernel with a grid barrier), or None: the tuned table's choice for this shape
+    and T (``"fused"`` where the config has a ``"fused"`` entry), else ``"split"``.
     """
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
     cfg = config or warp_config(H, two_i // 2, E, K, T)
+    if schedule is None:
+        schedule = "fused" if "fused" in cfg else "split"
+    if schedule == "fused":
+        return moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg.get("fused") or default_fused(H, two_i // 2, K),
+                              act_dtype)
     act = warp_gate_up(x, w13, topk_ids, cfg["gate_up"], act_dtype)
     return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], x.dtype)

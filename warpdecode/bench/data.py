@@ -18,6 +18,7 @@ KEYS = {
     "e2e_speed.csv": ("model", "layers", "T", "ctx", "method"),
     "e2e_errors.csv": ("model", "T", "steps", "method", "layer"),
     "hf_generate.csv": ("model", "layers", "batch", "impl"),
+    "small_reads.csv": ("bytes",),
 }
 
 

@@ -116,3 +116,27 @@ def copy_ceiling(gb: float = 4.0, *, reps: int = 30) -> float:
     g, _ = capture(partial(dst.copy_, src))
     t = time_replays(g, reps=reps, warmup=3)
     return 2 * n * 2 / (t.median_us * 1e-6) / 1e12
+
+
+def small_read(nbytes: int, *, copies: int = 8, reps: int = 50) -> dict:
+    """The best one launch of the streaming-read kernel does on ``nbytes`` (a decode-sized call),
+    each launch in the graph reading its own buffer so nothing comes from L2: what one kernel of
+    that size can hope for, ramp-up and tail included. Returns µs per launch and TB/s."""
+    n = nbytes // 2
+    srcs = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    best = None
+    for programs_per_sm, block, warps in [(1, 8192, 16), (2, 4096, 8), (4, 4096, 8), (8, 2048, 4), (16, 1024, 4)]:
+        grid = sms * programs_per_sm
+        out = torch.empty(grid, device="cuda", dtype=torch.float32)
+
+        def step(grid=grid, out=out, block=block, warps=warps):
+            for s in srcs:
+                _read_kernel[(grid,)](s, out, n, BLOCK=block, num_warps=warps)
+
+        g, _ = capture(step)
+        us = time_replays(g, reps=reps).median_us / copies
+        if best is None or us < best["us"]:
+            best = {"bytes": 2 * n, "us": round(us, 3), "TBps": round(2 * n / (us * 1e-6) / 1e12, 4),
+                    "programs_per_sm": programs_per_sm, "BLOCK": block, "num_warps": warps}
+    return best

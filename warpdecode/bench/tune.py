@@ -48,6 +48,26 @@ def warp_candidates(H: int, I: int, K: int):  # noqa: E741
     return gate_up, down
 
 
+def fused_candidates(H: int, I: int, K: int):  # noqa: E741
+    """The persistent kernel: warps per program, one gate/up row per warp (or two), a down tile
+    of ≤ 128 elements per thread, and how many programs to keep on each SM (the launcher lowers
+    that to what the compiled kernel's occupancy allows)."""
+    k_pad = triton.next_power_of_2(K)
+    out = []
+    for w, gu_rows, gu_cols in [(4, 4, 1024), (4, 8, 1024), (8, 8, 1024), (8, 8, 2048), (8, 16, 1024),
+                                (16, 16, 512), (16, 16, 1024)]:
+        gu_cols = min(gu_cols, max(256, triton.next_power_of_2(H)))
+        for dn_cols in (256, 512):
+            if dn_cols > max(256, triton.next_power_of_2(I)):
+                continue
+            dn_rows = max(1, min(w, 128 * 32 * w // (k_pad * dn_cols)))
+            for per_sm in (1, 2, 4):
+                out.append({"gate_up": {"BLOCK_I": gu_rows, "BLOCK_H": gu_cols},
+                            "down": {"BLOCK_H": dn_rows, "BLOCK_I": dn_cols},
+                            "num_warps": w, "programs_per_sm": per_sm})
+    return [c for i, c in enumerate(out) if c not in out[:i]]
+
+
 def gemm_candidates(fp8: bool = False):
     """Tiles in the neighbourhood vLLM's tuned H100/H200 tables pick for decode and batch."""
     out = [{"BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 1, "num_warps": 4, "num_stages": s}
@@ -74,6 +94,7 @@ def block_m_candidates(T: int, shape: MoEShape):
 
 
 _KERNEL_OF = {"warp_gate_up": kw.warp_gate_up_kernel, "warp_down": kw.warp_down_kernel,
+              "warp_fused": kw.warp_fused_kernel,
               "gate_up": kx.grouped_gate_up_kernel, "down": kx.grouped_down_kernel}
 
 
@@ -101,6 +122,8 @@ def _warm(job):
             wp.warp_gate_up(x, w13, ids, cfg)
         elif kind == "warp_down":
             wp.warp_down(torch.randn(T * K, I, device="cuda"), w2, ids, tw, cfg, torch.bfloat16)
+        elif kind == "warp_fused":
+            wp.moe_warp_fused(x, w13, w2, tw, ids, cfg)
         else:
             block_m, gcfg = cfg
             al = ex.align(ids, E, block_m)
@@ -157,6 +180,7 @@ def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
 
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):
     gate_up_c, down_c = warp_candidates(shape.H, shape.I, shape.K)
+    fused_c = [c for c in fused_candidates(shape.H, shape.I, shape.K) if _key("warp_fused", shape.K, c) not in dropped]
     gate_up_c = [c for c in gate_up_c if _key("warp_gate_up", 2, c) not in dropped]
     down_c = [c for c in down_c if _key("warp_down", shape.K, c) not in dropped]
     L = num_copies(shape)
@@ -174,7 +198,16 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print)
                                      reps), c)
                               for c in down_c])
         log(f"warp {shape.name} T={T}: gate/up {t_gu / L:.2f} us {c_gu}; both {t_pair / L:.2f} us, down {c_dn}")
-        buckets.append([T, {"gate_up": c_gu, "down": c_dn}])
+        bucket = {"gate_up": c_gu, "down": c_dn}
+        # the persistent one-kernel schedule, kept only where it beats the pair
+        if fused_c:
+            t_fused, c_fused = _best([(_time(_over_layers(partial(wp.moe_warp_fused, cfg=c), xs, w13s, w2s, tws, ids),
+                                             reps), c) for c in fused_c])
+            log(f"warp {shape.name} T={T}: fused {t_fused / L:.2f} us {c_fused}")
+            if t_fused < t_pair:
+                bucket["fused"] = c_fused
+            bucket["measured_us"] = {"split": round(t_pair / L, 2), "fused": round(t_fused / L, 2)}
+        buckets.append([T, bucket])
     layers = w13s = w2s = None
     torch.cuda.empty_cache()
     return buckets
@@ -219,6 +252,7 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
         H, I = max(s.H for s in shapes), max(s.I for s in shapes)  # noqa: E741
         jobs += [("warp_gate_up", 2, c) for c in warp_candidates(H, I, 2)[0]]
         jobs += [("warp_down", K, c) for K in sorted({s.K for s in shapes}) for c in warp_candidates(H, I, K)[1]]
+        jobs += [("warp_fused", K, c) for K in sorted({s.K for s in shapes}) for c in fused_candidates(H, I, K)]
     if "expert" in paths:
         for bm, c in itertools.product([16, 32, 64], gemm_candidates()):
             jobs += [("gate_up", 2, (bm, c)), ("down", 2, (bm, c))]

@@ -34,6 +34,19 @@ streams its w2 rows, which do not depend on kernel 1, and only waits (``gdc_wait
 complete, its stores visible) before it touches the intermediate. The down kernel's weight stream
 fills the gate/up kernel's tail.
 
+One persistent kernel instead of two (``warp_fused_kernel``)
+-----------------------------------------------------------
+PDL overlaps only the down kernel's first columns with kernel 1's tail. The fused kernel runs
+both phases in one launch of exactly as many programs as the GPU holds at once (a persistent
+grid): each program loops over gate/up units, loads the w2 columns of its first down unit, then
+meets every other program at a grid barrier (an atomic counter in global memory) and loops over
+down units. One launch ramp instead of two, and a program that finishes its gate/up share early
+keeps HBM busy with its down rows while it waits. A grid barrier is only safe when every program
+is resident at once, so the launcher sizes the grid from the compiled kernel's occupancy; the
+spin gives up after ``MAX_SPINS`` polls and raises a flag rather than hang the GPU. The CPU
+interpreter runs programs one after another, where a barrier would never open, so there the same
+kernel runs as two launches (``PHASE`` 1, then 2).
+
 Token-dependent sizes (T, T*K) are not specialized, so one compiled kernel serves every T.
 
 Grid order: the pair (or token) index varies fastest, so the programs that run side by side
@@ -44,6 +57,103 @@ L2 instead of HBM.
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+# ---------------------------------------------------------------------------------------------
+# The two tiles every kernel below is made of
+
+
+@triton.jit
+def _gate_up_tile(
+    x_ptr, w13_ptr, topk_ids_ptr, act_ptr,
+    H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+    pair,  # which (token, slot): t = pair // K
+    pid_i,  # which block of BLOCK_I neurons
+    BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    """silu(gate)·up of neurons [pid_i·BLOCK_I, +BLOCK_I) of one (token, slot) pair."""
+    t = pair // K
+    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = offs_i < I
+    offs_h = tl.arange(0, BLOCK_H)
+
+    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
+    up_ptrs = gate_ptrs + I * stride_wr
+    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
+
+    acc_g = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        mask_h = (h0 + offs_h) < H
+        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
+        mask = mask_i[:, None] & mask_h[None, :]
+        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        acc_g += g.to(tl.float32) * xv[None, :]
+        acc_u += u.to(tl.float32) * xv[None, :]
+
+    g = tl.sum(acc_g, axis=1)  # warp-shuffle reduction: one warp holds one row
+    u = tl.sum(acc_u, axis=1)
+    a = g * tl.sigmoid(g) * u  # SiLU(g)·u in registers
+    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
+
+
+@triton.jit
+def _down_chunk(
+    w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr,
+    t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+):
+    """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs: a [BLOCK_H, K_PAD, BLOCK_I] tile
+    (rows of hidden outputs × the token's K routed experts × columns). Rows past H, slots past K
+    and columns past I load zeros, so a program with no rows left loads nothing."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+    w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
+              + offs_i[None, None, :])
+    mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
+    return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _down_tile(
+    act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr,
+    H, I, stride_at, stride_we, stride_wr, stride_yt,
+    t, pid_h,
+    wv,  # the first chunk, _down_chunk(..., i0=0), loaded by the caller (early, if it can)
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+    ACT_CACHE: tl.constexpr,  # "" or ".cg": read the intermediate from L2, past this SM's L1
+):
+    """y[t, rows] = Σ_j topk_weights[t, j] · w2[e_j, rows, :] · act[t·K + j, :]. Rows go to warps,
+    K stays inside each thread, columns go across a warp's lanes: summing over axis 1 is the
+    top-K combine, in registers; summing over axis 2 is the dot product, across the warp."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
+    offs_i = tl.arange(0, BLOCK_I)
+    rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
+    a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
+
+    acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+    for i0 in range(0, I, BLOCK_I):
+        if i0 > 0:
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
+                             K, K_PAD, BLOCK_H, BLOCK_I)
+        mask_i = (i0 + offs_i) < I
+        a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0,
+                    cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
+        acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
+
+    y = tl.sum(acc, axis=1)  # the dot product, across the warp
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
+
+
+# ---------------------------------------------------------------------------------------------
+# Two kernels
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
@@ -71,34 +181,9 @@ def warp_gate_up_kernel(
     if USE_PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
-    pair = pid % NUM_PAIRS  # fastest: programs side by side share neuron rows
-    pid_i = pid // NUM_PAIRS
-    t = pair // K
-
-    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
-    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
-    mask_i = offs_i < I
-    offs_h = tl.arange(0, BLOCK_H)
-
-    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
-    up_ptrs = gate_ptrs + I * stride_wr
-    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
-
-    acc_g = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
-    for h0 in range(0, H, BLOCK_H):
-        mask_h = (h0 + offs_h) < H
-        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
-        mask = mask_i[:, None] & mask_h[None, :]
-        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        acc_g += g.to(tl.float32) * xv[None, :]
-        acc_u += u.to(tl.float32) * xv[None, :]
-
-    g = tl.sum(acc_g, axis=1)  # warp-shuffle reduction: one warp holds one row
-    u = tl.sum(acc_u, axis=1)
-    a = g * tl.sigmoid(g) * u  # SiLU(g)·u in registers
-    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
+    # the pair index varies fastest: programs side by side share neuron rows
+    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+                  pid % NUM_PAIRS, pid // NUM_PAIRS, BLOCK_I, BLOCK_H)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -125,40 +210,96 @@ def warp_down_kernel(
     BLOCK_I: tl.constexpr,  # columns of I per step
     USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
 ):
-    """The tile is [BLOCK_H, K_PAD, BLOCK_I]: for each output row, the same columns of all K
-    routed experts' w2 rows. Rows go to warps, K stays inside each thread, columns go across a
-    warp's lanes. Summing over axis 1 is the top-K combine, in registers; summing over axis 2
-    is the dot product, across the warp."""
     pid = tl.program_id(0)
     t = pid % T  # fastest: tokens side by side share w2 rows of common experts
     pid_h = pid // T
-
-    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    mask_h = offs_h < H
-    offs_k = tl.arange(0, K_PAD)
-    mask_k = offs_k < K
-    pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
-    offs_i = tl.arange(0, BLOCK_I)
-
-    e = tl.load(topk_ids_ptr + pairs, mask=mask_k, other=0).to(tl.int64)
-    w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
-              + offs_i[None, None, :])
-    a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
-    mask_hk = mask_h[:, None, None] & mask_k[None, :, None]
-
     # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
-    wv = tl.load(w_ptrs, mask=mask_hk & (offs_i < I)[None, None, :], other=0.0, eviction_policy="evict_first")
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
-    rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
+    _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
+               stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "")
 
-    acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
-    for i0 in range(0, I, BLOCK_I):
-        mask_i = (i0 + offs_i) < I
-        if i0 > 0:
-            wv = tl.load(w_ptrs + i0, mask=mask_hk & mask_i[None, None, :], other=0.0, eviction_policy="evict_first")
-        a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0).to(tl.float32) * rw[:, None]
-        acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
 
-    y = tl.sum(acc, axis=1)  # the dot product, across the warp
-    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=mask_h)
+# ---------------------------------------------------------------------------------------------
+# One persistent kernel
+
+
+@triton.jit
+def _grid_barrier(barrier_ptr, generation, num_programs, MAX_SPINS: tl.constexpr):
+    """Every program waits here until all ``num_programs`` have arrived. ``barrier_ptr``: int32
+    [count, generation, timed_out]; ``generation`` was read before this program could arrive.
+    The last to arrive resets the count and bumps the generation, which opens the barrier and
+    leaves the buffer ready for the next launch."""
+    tl.debug_barrier()  # all warps of this program have issued their stores (bar.sync)
+    arrived = tl.atomic_add(barrier_ptr, 1, sem="acq_rel", scope="gpu")  # release them, gpu-wide
+    if arrived == num_programs - 1:
+        tl.atomic_xchg(barrier_ptr, 0, sem="relaxed", scope="gpu")
+        tl.atomic_add(barrier_ptr + 1, 1, sem="release", scope="gpu")
+    else:
+        spins = 0
+        now = tl.atomic_add(barrier_ptr + 1, 0, sem="acquire", scope="gpu")
+        while (now == generation) & (spins < MAX_SPINS):
+            now = tl.atomic_add(barrier_ptr + 1, 0, sem="acquire", scope="gpu")
+            spins += 1
+        if spins >= MAX_SPINS:  # a program never arrived: not all were resident. Say so, never hang.
+            tl.atomic_xchg(barrier_ptr + 2, 1, sem="relaxed", scope="gpu")
+
+
+@triton.jit(do_not_specialize=["T"])
+def warp_fused_kernel(
+    # pointers
+    x_ptr,  # (T, H) compute dtype
+    w13_ptr,  # (E, 2I, H) compute dtype
+    w2_ptr,  # (E, H, I) compute dtype
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_weights_ptr,  # (T, K) fp32
+    act_ptr,  # (T*K, I) fp32 or compute dtype: scratch between the phases
+    y_ptr,  # (T, H) compute dtype
+    barrier_ptr,  # (3,) int32: count, generation, timed-out flag; count 0 between launches
+    # sizes
+    H,
+    I,
+    T,
+    # strides (elements)
+    stride_xt,
+    stride_w13e,
+    stride_w13r,
+    stride_w2e,
+    stride_w2r,
+    stride_at,
+    stride_yt,
+    # meta
+    K: tl.constexpr,
+    K_PAD: tl.constexpr,
+    GU_BLOCK_I: tl.constexpr,  # gate/up tile: neurons ...
+    GU_BLOCK_H: tl.constexpr,  # ... by columns of H
+    DN_BLOCK_H: tl.constexpr,  # down tile: hidden outputs ...
+    DN_BLOCK_I: tl.constexpr,  # ... by columns of I
+    PHASE: tl.constexpr,  # 0: both, with the grid barrier between; 1: gate/up only; 2: down only
+    MAX_SPINS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    if PHASE == 0:
+        generation = tl.atomic_add(barrier_ptr + 1, 0, sem="relaxed", scope="gpu")  # before anyone can open it
+
+    if PHASE != 2:  # gate/up: units of GU_BLOCK_I neurons of one pair, the pair varying fastest
+        num_pairs = T * K
+        for unit in range(pid, num_pairs * tl.cdiv(I, GU_BLOCK_I), num_programs):
+            _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
+                          stride_at, unit % num_pairs, unit // num_pairs, GU_BLOCK_I, GU_BLOCK_H)
+
+    if PHASE != 1:  # down: units of DN_BLOCK_H outputs of one token, the token varying fastest
+        # the first unit's first columns do not depend on the intermediate: load them before waiting
+        wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, pid % T, pid // T, 0,
+                         K, K_PAD, DN_BLOCK_H, DN_BLOCK_I)
+        if PHASE == 0:
+            _grid_barrier(barrier_ptr, generation, num_programs, MAX_SPINS)
+        for unit in range(pid, T * tl.cdiv(H, DN_BLOCK_H), num_programs):
+            if unit != pid:
+                wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, unit % T, unit // T, 0,
+                                 K, K_PAD, DN_BLOCK_H, DN_BLOCK_I)
+            _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e,
+                       stride_w2r, stride_yt, unit % T, unit // T, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I,
+                       ".cg" if PHASE == 0 else "")
