@@ -213,6 +213,32 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print)
     return buckets
 
 
+def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
+    """The persistent schedule only, against the two-kernel configs already in ``buckets``: for
+    each bucket's T, time that pair and every fused candidate; keep the fused config where it wins."""
+    fused_c = [c for c in fused_candidates(shape.H, shape.I, shape.K) if _key("warp_fused", shape.K, c) not in dropped]
+    L = num_copies(shape)
+    layers = make_layers(shape, L)
+    w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
+    out = []
+    for T, cfg in buckets:
+        inputs = make_inputs(shape, T, L, seed=3000 + T)
+        xs, ids, tws = [i.x for i in inputs], [i.topk_ids for i in inputs], [i.topk_weights for i in inputs]
+        t_pair = _time(_over_layers(partial(_warp_pair, c_gu=cfg["gate_up"], c_dn=cfg["down"]), xs, w13s, w2s, ids,
+                                    tws), reps)
+        t_fused, c_fused = _best([(_time(_over_layers(partial(wp.moe_warp_fused, cfg=c), xs, w13s, w2s, tws, ids),
+                                         reps), c) for c in fused_c])
+        log(f"warp {shape.name} T={T}: split {t_pair / L:.2f} us; fused {t_fused / L:.2f} us {c_fused}")
+        bucket = {"gate_up": cfg["gate_up"], "down": cfg["down"],
+                  "measured_us": {"split": round(t_pair / L, 2), "fused": round(t_fused / L, 2)}}
+        if t_fused < t_pair:
+            bucket["fused"] = c_fused
+        out.append([T, bucket])
+    layers = w13s = w2s = None
+    torch.cuda.empty_cache()
+    return out
+
+
 def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False, dropped=(), log=print):
     cands = gemm_candidates(fp8)
     L = num_copies(shape)
@@ -248,10 +274,11 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
 def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
     """Compile every candidate once, in parallel. Only the warp down kernel depends on K."""
     jobs = []
+    H, I = max(s.H for s in shapes), max(s.I for s in shapes)  # noqa: E741
     if "warp" in paths:
-        H, I = max(s.H for s in shapes), max(s.I for s in shapes)  # noqa: E741
         jobs += [("warp_gate_up", 2, c) for c in warp_candidates(H, I, 2)[0]]
         jobs += [("warp_down", K, c) for K in sorted({s.K for s in shapes}) for c in warp_candidates(H, I, K)[1]]
+    if "warp" in paths or "fused" in paths:
         jobs += [("warp_fused", K, c) for K in sorted({s.K for s in shapes}) for c in fused_candidates(H, I, K)]
     if "expert" in paths:
         for bm, c in itertools.product([16, 32, 64], gemm_candidates()):
@@ -274,6 +301,8 @@ def tune(preset_names: list[str], *, paths=("warp", "expert"), log=print) -> dic
         key = shape_key(shape.H, shape.I, shape.E, shape.K)
         if "warp" in paths:
             table.setdefault("warp", {})[key] = tune_warp(shape, dropped=dropped, log=log)
+        elif "fused" in paths:  # the persistent schedule against the pair configs already tuned
+            table["warp"][key] = tune_fused(shape, table["warp"][key], dropped=dropped, log=log)
         if "expert" in paths:
             table.setdefault("expert", {})[key] = tune_expert(shape, dropped=dropped, log=log)
         path.parent.mkdir(parents=True, exist_ok=True)
