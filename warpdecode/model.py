@@ -103,12 +103,11 @@ class _Compiled:
         self.fn, self.failed = fn, None
         try:
             self.fast = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
-        except Exception as e:  # noqa: BLE001  (an unknown backend fails here, the rest at the first call)
+        except Exception as e:  # an unknown backend fails here, the rest at the first call
             self._fail(e)
 
     def _fail(self, e):
         self.failed = f"{type(e).__name__}: {e}".splitlines()[0]
-        self.fast = self.fn
         warnings.warn(f"torch.compile of {self.fn.__name__} failed, running it eagerly: {self.failed}",
                       RuntimeWarning, stacklevel=3)
 
@@ -116,7 +115,7 @@ class _Compiled:
         if self.failed is None:
             try:
                 return self.fast(*args)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 self._fail(e)
         return self.fn(*args)
 
@@ -125,14 +124,16 @@ class Decoder:
     """Random weights for ``cfg`` (optionally only its first ``layers`` layers) on ``device``.
 
     compile: ``True`` runs the dense code before and after attention (:meth:`_attn_in`,
-    :meth:`_attn_out`) through ``torch.compile`` (inductor) on the model-dtype path; a string names
-    another ``torch.compile`` backend (the CPU tests trace with ``"aot_eager"``, which needs no C++
-    compiler). The float64 path always runs eagerly. If compiling fails the step warns and runs
-    eagerly; :attr:`dense` says which ran.
+    :meth:`_attn_out`) through ``torch.compile`` (inductor, whole graph, static shapes: one compile
+    per T, none per position or layer) on the model-dtype path; any other value is a
+    ``torch.compile`` backend (the CPU tests trace with ``"aot_eager"``, which needs no C++
+    compiler). The KV cache write, attention and the MoE layer stay outside, so a step remains
+    capturable in a CUDA graph once a first eager call has compiled it. The float64 path always runs
+    eagerly. If compiling fails the step warns and runs eagerly; :attr:`dense` says which ran.
     """
 
     def __init__(self, cfg: ModelConfig, *, device=None, dtype=torch.bfloat16, seed: int = 0,
-                 layers: int | None = None, compile: bool | str = False):
+                 layers: int | None = None, compile=False):
         self.cfg, self.dtype = cfg, dtype
         self.device = torch.device(device or "cpu")
         g = torch.Generator(device=self.device).manual_seed(seed)
