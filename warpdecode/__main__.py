@@ -111,7 +111,7 @@ def cmd_e2e(args):
         from .bench.e2e import layer_errors
 
         rows = layer_errors(name, T=args.err_T, steps=args.steps, layers=args.layers if on_gpu else None,
-                            device=_runtime.DEFAULT_DEVICE.type)
+                            device=_runtime.DEFAULT_DEVICE.type, compile=args.compile)
         for r in rows:
             if r["layer"] == "logits" or int(r["layer"]) % max(1, len(rows) // 24) == 0:
                 print(f"{r['method']:7s} layer {r['layer']!s:>6}: error {r['error']:.3e}")
@@ -124,7 +124,7 @@ def cmd_e2e(args):
         from .bench.timing import read_ceiling
 
         rows = decode_speed(name, args.T, args.ctx, ["expert", "warp", "auto"], layers=args.layers,
-                            ceiling_tbps=read_ceiling(2.0))
+                            ceiling_tbps=read_ceiling(2.0), compile=args.compile)
         data.merge_write(out / "e2e_speed.csv", rows)
     if "generate" in args.what:
         from .bench.hf_generate import generate_speed
@@ -180,6 +180,9 @@ def main(argv=None):
     e.add_argument("--err-T", type=int, default=4)
     e.add_argument("--steps", type=int, default=8, help="decode steps fed to the error study")
     e.add_argument("--hf-layers", type=int, default=8)
+    e.add_argument("--compile", action="store_true",
+                   help="run each layer's dense code (norms, QKV, RoPE, residual, routing) through torch.compile; "
+                        "attention and the MoE layer stay as they are (falls back to eager, with a warning)")
     e.add_argument("--out")
     e.set_defaults(fn=cmd_e2e)
 

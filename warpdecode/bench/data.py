@@ -15,8 +15,8 @@ KEYS = {
     "stages.csv": ("preset", "T", "path", "stage"),
     "accuracy.csv": ("preset", "T", "seed", "method"),
     "ceiling.csv": ("gpu",),
-    "e2e_speed.csv": ("model", "layers", "T", "ctx", "method"),
-    "e2e_errors.csv": ("model", "T", "steps", "method", "layer"),
+    "e2e_speed.csv": ("model", "layers", "T", "ctx", "method", "dense"),
+    "e2e_errors.csv": ("model", "T", "steps", "method", "dense", "layer"),
     "hf_generate.csv": ("model", "layers", "batch", "impl"),
     "small_reads.csv": ("bytes",),
 }
@@ -51,7 +51,7 @@ def merge_write(path: Path, rows: list[dict]) -> None:
     old = read(path)
     if key:
         fresh = {tuple(str(r[k]) for k in key) for r in rows}
-        old = [r for r in old if tuple(str(r[k]) for k in key) not in fresh]
+        old = [r for r in old if tuple(str(r.get(k, "")) for k in key) not in fresh]  # old rows may lack a new column
     fields = list(rows[0].keys())
     fields += [k for r in old for k in r if k not in fields]
     path.parent.mkdir(parents=True, exist_ok=True)

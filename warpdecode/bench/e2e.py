@@ -1,5 +1,7 @@
-"""End to end: decode tokens/s of the minimal decoder (``warpdecode.model``) per MoE method,
-and the error of every layer's hidden state against the same model in float64."""
+"""End to end: decode tokens/s of the minimal decoder (``warpdecode.model``) per MoE method, with
+the share of the step its MoE layers take, and the error of every layer's hidden state against the
+same model in float64. ``compile=True`` runs the decoder's dense code through ``torch.compile``
+(:class:`warpdecode.model.Decoder`); every row's ``dense`` column says how it ran."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from functools import partial
 
 import torch
 
-from ..model import MODELS, Decoder
+from ..model import MODELS, MOE_METHODS, Decoder
 from ..reference import rel_error
 from .sweep import meta
 from .timing import capture, time_replays
@@ -24,8 +26,28 @@ def step_bytes(model: Decoder, T: int, ctx: int, routes) -> int:
     return model.dense_bytes() + experts + kv + T * cfg.hidden * elem
 
 
-def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, ceiling_tbps: float, reps: int = 30):
-    model = Decoder(MODELS[name], device="cuda", layers=layers, seed=0)
+def moe_layers(model: Decoder, T: int, routes, method: str):
+    """The step's MoE layers alone: one ``method`` call per layer on that layer's routes (a
+    step's ``routes``), with random inputs and equal routing weights (the time depends on which
+    experts are hit, not on the values). Timing it gives the MoE part of a step."""
+    cfg = model.cfg
+    g = torch.Generator(device=model.device).manual_seed(T)
+    x = torch.randn(T, cfg.hidden, generator=g, device=model.device, dtype=model.dtype)
+    tw = torch.full((T, cfg.moe.K), 1 / cfg.moe.K, device=model.device, dtype=torch.float32)
+    fn = MOE_METHODS[method]
+
+    def run():
+        return [fn(x, p["w13"], p["w2"], tw, ti) for p, ti in zip(model.layers, routes, strict=True)]
+
+    return run
+
+
+def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, ceiling_tbps: float, reps: int = 30,
+                 compile: bool = False):
+    """Median time of one decode step (a CUDA graph of ``Decoder.step``) at the last position of
+    a filled cache of ``ctx``, per T and MoE method; ``moe_us`` is the same step's MoE layers
+    replayed alone (:func:`moe_layers`) and ``moe_share`` their fraction of the step."""
+    model = Decoder(MODELS[name], device="cuda", layers=layers, seed=0, compile=compile)
     info = meta()
     rows = []
     for ctx in ctxs:
@@ -39,15 +61,20 @@ def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, cei
             for m in methods:
                 g, _ = capture(partial(model.step, tokens, ctx - 1, cache, method=m))
                 t = time_replays(g, reps=reps)
+                g, _ = capture(moe_layers(model, T, routes, m))
+                moe = time_replays(g, reps=reps)
                 g = None
                 rows.append({"model": name, "layers": len(model.layers), "T": T, "ctx": ctx, "method": m,
+                             "dense": model.dense,
                              "step_us": round(t.median_us, 2), "p20_us": round(t.p20_us, 2),
                              "p80_us": round(t.p80_us, 2),
                              "tokens_per_s": round(T / (t.median_us * 1e-6), 1), "bytes": nbytes,
                              "floor_us": round(floor_us, 2), "frac_floor": round(floor_us / t.median_us, 4),
+                             "moe_us": round(moe.median_us, 2), "moe_share": round(moe.median_us / t.median_us, 4),
                              "ceiling_TBps": round(ceiling_tbps, 4), **info})
-                print(f"{name} L={len(model.layers)} ctx={ctx} T={T} {m}: {t.median_us:.1f} us/step, "
-                      f"{T / (t.median_us * 1e-6):.0f} tok/s, {100 * floor_us / t.median_us:.0f}% of the step floor",
+                print(f"{name} L={len(model.layers)} ctx={ctx} T={T} {m} ({model.dense}): {t.median_us:.1f} us/step, "
+                      f"{T / (t.median_us * 1e-6):.0f} tok/s, {100 * floor_us / t.median_us:.0f}% of the step floor; "
+                      f"MoE layers {moe.median_us:.1f} us ({100 * moe.median_us / t.median_us:.0f}% of the step)",
                       flush=True)
             cache = None
             torch.cuda.empty_cache()
@@ -58,14 +85,15 @@ ERROR_METHODS = ("expert", "warp", "loop", "moe-only:expert", "moe-only:warp", "
 
 
 def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS,
-                 layers: int | None = None, device="cuda", seed: int = 0):
+                 layers: int | None = None, device="cuda", seed: int = 0, compile: bool = False):
     """Feed the same ``steps`` tokens per sequence through the float64 model and through each
     method; report every layer's hidden state error at the last step, and the logits' error.
 
     ``expert``/``warp``/``loop``: the whole model in bf16 (what a deployment sees; attention,
     norms, residuals and routing decisions contribute too). ``moe-only:…``: the model in float64
-    but the MoE layers, so the error is the MoE path's own, carried through the layers."""
-    model = Decoder(MODELS[name], device=device, layers=layers, seed=seed)
+    but the MoE layers, so the error is the MoE path's own, carried through the layers.
+    ``compile`` applies to the all-bf16 methods (the float64 path runs eagerly)."""
+    model = Decoder(MODELS[name], device=device, layers=layers, seed=seed, compile=compile)
     g = torch.Generator(device="cpu").manual_seed(seed)
     prompt = torch.randint(0, model.cfg.vocab, (steps, T), generator=g).to(device)
 
@@ -82,9 +110,10 @@ def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS
     rows = []
     for m in methods:
         logits, trace = run(m)
+        dense = "eager" if m.startswith("moe-only:") else model.dense  # the float64 path is never compiled
         for li, (h, r) in enumerate(zip(trace, ref_trace, strict=True)):
-            rows.append({"model": name, "T": T, "steps": steps, "method": m, "layer": li + 1,
+            rows.append({"model": name, "T": T, "steps": steps, "method": m, "dense": dense, "layer": li + 1,
                          "error": rel_error(h, r), **info})
-        rows.append({"model": name, "T": T, "steps": steps, "method": m, "layer": "logits",
+        rows.append({"model": name, "T": T, "steps": steps, "method": m, "dense": dense, "layer": "logits",
                      "error": rel_error(logits, ref_logits), **info})
     return rows
