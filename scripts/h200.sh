@@ -3,6 +3,7 @@
 #   bash scripts/h200.sh check tune bench
 #   env       GPU, driver, versions
 #   check     poisoned correctness on every preset + compute-sanitizer memcheck + GPU tests
+#   pytest    the GPU tests alone (tests marked gpu)
 #   lab       scripts/small_reads.py: the read ceiling of one decode-sized kernel (6 MB … 600 MB)
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
@@ -44,6 +45,8 @@ for stage in "$@"; do
       if [ -z "${SKIP_PYTEST:-}" ] && ls tests/test_*.py >/dev/null 2>&1; then
         run pytest_gpu "${TIMEOUT_PYTEST:-300}" python3 -m pytest -m gpu -q -x tests -p no:cacheprovider
       fi ;;
+    pytest)  # the GPU tests alone
+      run pytest_gpu "${TIMEOUT_PYTEST:-420}" python3 -m pytest -m gpu -q -rfEx tests -p no:cacheprovider ;;
     lab)
       run lab "${TIMEOUT_LAB:-90}" python3 scripts/small_reads.py
       cp "$GPU_DIR"/small_reads.csv "$OUT/" 2>/dev/null ;;
