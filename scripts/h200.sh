@@ -5,6 +5,7 @@
 #   check     poisoned correctness on every preset + compute-sanitizer memcheck + GPU tests
 #   pytest    the GPU tests alone (tests marked gpu)
 #   lab       scripts/small_reads.py: the read ceiling of one decode-sized kernel (6 MB … 600 MB)
+#   variants  scripts/warp_variants.py: warp decode's cache knobs against the tuned configs
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
@@ -50,6 +51,9 @@ for stage in "$@"; do
     lab)
       run lab "${TIMEOUT_LAB:-90}" python3 scripts/small_reads.py
       cp "$GPU_DIR"/small_reads.csv "$OUT/" 2>/dev/null ;;
+    variants)
+      run variants "${TIMEOUT_VARIANTS:-300}" python3 scripts/warp_variants.py ${VARIANT_ARGS:-}
+      cp "$GPU_DIR"/warp_variants.csv "$OUT/" 2>/dev/null ;;
     memtest)  # -v: every finished test is in the log even if the stage runs out of time
       run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
           python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py \

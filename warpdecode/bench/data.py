@@ -19,6 +19,7 @@ KEYS = {
     "e2e_errors.csv": ("model", "T", "steps", "method", "dense", "layer"),
     "hf_generate.csv": ("model", "layers", "batch", "impl"),
     "small_reads.csv": ("bytes",),
+    "warp_variants.csv": ("preset", "T", "variant"),
 }
 
 

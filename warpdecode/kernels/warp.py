@@ -69,6 +69,7 @@ def _gate_up_tile(
     pair,  # which (token, slot): t = pair // K
     pid_i,  # which block of BLOCK_I neurons
     BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
+    EVICT: tl.constexpr,  # the weight loads' cache policy: "evict_first" streams past L2
 ):
     """silu(gate)·up of neurons [pid_i·BLOCK_I, +BLOCK_I) of one (token, slot) pair."""
     t = pair // K
@@ -87,8 +88,8 @@ def _gate_up_tile(
         mask_h = (h0 + offs_h) < H
         xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
         mask = mask_i[:, None] & mask_h[None, :]
-        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
+        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
         acc_g += g.to(tl.float32) * xv[None, :]
         acc_u += u.to(tl.float32) * xv[None, :]
 
@@ -102,7 +103,7 @@ def _gate_up_tile(
 def _down_chunk(
     w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr,
     t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
-    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, EVICT: tl.constexpr,
 ):
     """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs: a [BLOCK_H, K_PAD, BLOCK_I] tile
     (rows of hidden outputs × the token's K routed experts × columns). Rows past H, slots past K
@@ -115,7 +116,7 @@ def _down_chunk(
     w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
               + offs_i[None, None, :])
     mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
-    return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
 
 
 @triton.jit
@@ -126,6 +127,7 @@ def _down_tile(
     wv,  # the first chunk, _down_chunk(..., i0=0), loaded by the caller (early, if it can)
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
     ACT_CACHE: tl.constexpr,  # "" or ".cg": read the intermediate from L2, past this SM's L1
+    EVICT: tl.constexpr,
 ):
     """y[t, rows] = Σ_j topk_weights[t, j] · w2[e_j, rows, :] · act[t·K + j, :]. Rows go to warps,
     K stays inside each thread, columns go across a warp's lanes: summing over axis 1 is the
@@ -142,7 +144,7 @@ def _down_tile(
     for i0 in range(0, I, BLOCK_I):
         if i0 > 0:
             wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
-                             K, K_PAD, BLOCK_H, BLOCK_I)
+                             K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
         mask_i = (i0 + offs_i) < I
         a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0,
                     cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
@@ -177,13 +179,14 @@ def warp_gate_up_kernel(
     BLOCK_I: tl.constexpr,  # neurons per program (rows of the tile)
     BLOCK_H: tl.constexpr,  # columns of H per step
     USE_PDL: tl.constexpr,  # let the down kernel launch early (GPU only)
+    EVICT: tl.constexpr,  # weight loads' cache policy
 ):
     if USE_PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
     # the pair index varies fastest: programs side by side share neuron rows
     _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pid % NUM_PAIRS, pid // NUM_PAIRS, BLOCK_I, BLOCK_H)
+                  pid % NUM_PAIRS, pid // NUM_PAIRS, BLOCK_I, BLOCK_H, EVICT)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -209,16 +212,27 @@ def warp_down_kernel(
     BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
     BLOCK_I: tl.constexpr,  # columns of I per step
     USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
+    TOKENS: tl.constexpr,  # tokens per program, one after another: a w2 row two of them share is
+    #                        read from HBM once, then from cache
+    EVICT: tl.constexpr,  # weight loads' cache policy
 ):
     pid = tl.program_id(0)
-    t = pid % T  # fastest: tokens side by side share w2 rows of common experts
-    pid_h = pid // T
+    num_tb = tl.cdiv(T, TOKENS)
+    t0 = (pid % num_tb) * TOKENS  # fastest: token blocks side by side share w2 rows of common experts
+    pid_h = pid // num_tb
     # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
-    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I)
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t0, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I,
+                     EVICT)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
-    _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
-               stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "")
+    for tt in tl.static_range(TOKENS):
+        t = t0 + tt
+        if t < T:
+            if tt > 0:
+                wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H,
+                                 BLOCK_I, EVICT)
+            _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
+                       stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", EVICT)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,18 +302,18 @@ def warp_fused_kernel(
         num_pairs = T * K
         for unit in range(pid, num_pairs * tl.cdiv(I, GU_BLOCK_I), num_programs):
             _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
-                          stride_at, unit % num_pairs, unit // num_pairs, GU_BLOCK_I, GU_BLOCK_H)
+                          stride_at, unit % num_pairs, unit // num_pairs, GU_BLOCK_I, GU_BLOCK_H, "evict_first")
 
     if PHASE != 1:  # down: units of DN_BLOCK_H outputs of one token, the token varying fastest
         # the first unit's first columns do not depend on the intermediate: load them before waiting
         wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, pid % T, pid // T, 0,
-                         K, K_PAD, DN_BLOCK_H, DN_BLOCK_I)
+                         K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, "evict_first")
         if PHASE == 0:
             _grid_barrier(barrier_ptr, generation, num_programs, MAX_SPINS)
         for unit in range(pid, T * tl.cdiv(H, DN_BLOCK_H), num_programs):
             if unit != pid:
                 wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, unit % T, unit // T, 0,
-                                 K, K_PAD, DN_BLOCK_H, DN_BLOCK_I)
+                                 K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, "evict_first")
             _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e,
                        stride_w2r, stride_yt, unit % T, unit // T, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I,
-                       ".cg" if PHASE == 0 else "")
+                       ".cg" if PHASE == 0 else "", "evict_first")
