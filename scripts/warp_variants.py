@@ -3,8 +3,9 @@
     python scripts/warp_variants.py [--presets ...] [--T 1 2 4 8 16]
 
 Variants: the weight loads' L2 policy (``evict_first`` streams past L2, ``""`` the default,
-``evict_last``), and the down kernel walking 2…16 tokens per program (a w2 row that two tokens
-share is then read from HBM once and from cache after). Rows go to
+``evict_last``); the gate/up kernel grouping the pairs that share an expert in one program;
+and the down kernel walking 2…16 tokens per program (a w2 row that two tokens share is then
+read from HBM once and from cache after). Rows go to
 results/<GPU>/warp_variants.csv: time per layer call, and the fraction of the read ceiling.
 """
 
@@ -38,6 +39,13 @@ def variants(base: dict, T: int):
             c["down"]["tokens_per_program"] = tokens
             c["gate_up"]["evict"] = c["down"]["evict"] = evict
             out[f"down_tokens={tokens},evict={evict or 'normal'}"] = c
+    if T > 1:
+        for evict in ("evict_first", ""):
+            c = copy.deepcopy(base)
+            c["gate_up"]["group"] = True
+            c["down"]["tokens_per_program"] = min(16, T)
+            c["gate_up"]["evict"] = c["down"]["evict"] = evict
+            out[f"grouped,down_tokens={min(16, T)},evict={evict or 'normal'}"] = c
     return out
 
 

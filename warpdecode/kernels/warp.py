@@ -180,13 +180,30 @@ def warp_gate_up_kernel(
     BLOCK_H: tl.constexpr,  # columns of H per step
     USE_PDL: tl.constexpr,  # let the down kernel launch early (GPU only)
     EVICT: tl.constexpr,  # weight loads' cache policy
+    GROUP: tl.constexpr,  # pairs that share an expert: one program does them all, one after another
+    MAX_PAIRS: tl.constexpr,  # (GROUP) a power of two ≥ T * K
 ):
     if USE_PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
     # the pair index varies fastest: programs side by side share neuron rows
-    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pid % NUM_PAIRS, pid // NUM_PAIRS, BLOCK_I, BLOCK_H, EVICT)
+    pair = pid % NUM_PAIRS
+    pid_i = pid // NUM_PAIRS
+    if not GROUP:
+        _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+                      pair, pid_i, BLOCK_I, BLOCK_H, EVICT)
+    else:
+        # The first pair routed to this expert leads: it walks every pair with the same expert, so
+        # its rows come from HBM once and from cache for the rest; the other programs return.
+        offs_p = tl.arange(0, MAX_PAIRS)
+        ids = tl.load(topk_ids_ptr + offs_p, mask=offs_p < NUM_PAIRS, other=-1)
+        same = ids == tl.load(topk_ids_ptr + pair)
+        if tl.min(tl.where(same, offs_p, MAX_PAIRS)) == pair:
+            member = pair
+            while member < NUM_PAIRS:
+                _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr,
+                              stride_at, member, pid_i, BLOCK_I, BLOCK_H, EVICT)
+                member = tl.min(tl.where(same & (offs_p > member), offs_p, MAX_PAIRS))
 
 
 @triton.jit(do_not_specialize=["T"])
