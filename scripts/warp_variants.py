@@ -31,21 +31,15 @@ def variants(base: dict, T: int):
         c = copy.deepcopy(base)
         c["gate_up"]["evict"] = c["down"]["evict"] = evict
         out[f"evict={evict or 'normal'}"] = c
-    for tokens in (2, 4, 8, 16):
-        if tokens > 2 * T:
-            continue
-        for evict in ("evict_first", ""):
-            c = copy.deepcopy(base)
-            c["down"]["tokens_per_program"] = tokens
-            c["gate_up"]["evict"] = c["down"]["evict"] = evict
-            out[f"down_tokens={tokens},evict={evict or 'normal'}"] = c
-    if T > 1:
-        for evict in ("evict_first", ""):
-            c = copy.deepcopy(base)
-            c["gate_up"]["group"] = True
-            c["down"]["tokens_per_program"] = min(16, T)
-            c["gate_up"]["evict"] = c["down"]["evict"] = evict
-            out[f"grouped,down_tokens={min(16, T)},evict={evict or 'normal'}"] = c
+    if T == 1:
+        return out
+    for group, tokens, evict in [(False, 2, "evict_first"), (False, 4, "evict_first"), (True, 1, "evict_first"),
+                                 (True, 1, ""), (True, 4, "evict_first"), (True, 4, "")]:
+        c = copy.deepcopy(base)
+        c["gate_up"]["group"] = group
+        c["down"]["tokens_per_program"] = tokens
+        c["gate_up"]["evict"] = c["down"]["evict"] = evict
+        out[f"group={int(group)},down_tokens={tokens},evict={evict or 'normal'}"] = c
     return out
 
 

@@ -237,19 +237,24 @@ def warp_down_kernel(
     num_tb = tl.cdiv(T, TOKENS)
     t0 = (pid % num_tb) * TOKENS  # fastest: token blocks side by side share w2 rows of common experts
     pid_h = pid // num_tb
-    # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
-    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t0, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I,
-                     EVICT)
-    if USE_PDL:
-        gdc_wait()  # kernel 1 has finished and its intermediate is visible
-    for tt in tl.static_range(TOKENS):
-        t = t0 + tt
-        if t < T:
-            if tt > 0:
+    if TOKENS == 1:
+        # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
+        wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t0, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I,
+                         EVICT)
+        if USE_PDL:
+            gdc_wait()  # kernel 1 has finished and its intermediate is visible
+        _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
+                   stride_yt, t0, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", EVICT)
+    else:
+        if USE_PDL:
+            gdc_wait()
+        for tt in range(TOKENS):
+            t = t0 + tt
+            if t < T:
                 wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H,
                                  BLOCK_I, EVICT)
-            _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
-                       stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", EVICT)
+                _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we,
+                           stride_wr, stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", EVICT)
 
 
 # ---------------------------------------------------------------------------------------------
