@@ -94,6 +94,24 @@ def floor_us(nbytes: float, tbps: float) -> float:
     return nbytes / (tbps * 1e12) * 1e6
 
 
+def step_ledger(cfg, T: int, ctx: int, experts_read: float, *, layers: int | None = None,
+                elem: int = 2) -> dict[str, float]:
+    """The fewest bytes one decode step of the minimal decoder (``warpdecode.model``, config
+    ``cfg``, its first ``layers`` layers) must move, by part: T tokens at position ``ctx − 1``,
+    ``experts_read`` distinct routed experts summed over the layers (T = 1: exactly K per layer; see
+    :func:`expected_distinct` otherwise). The parts add up to ``warpdecode.bench.e2e.step_bytes``."""
+    L = layers or cfg.layers
+    H, hd, nq, nkv, E = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.moe.E
+    per_layer = 2 * H + 2 * hd + (nq + 2 * nkv) * hd * H + H * nq * hd + E * H  # norms, q/k/v/o, router
+    return {
+        "attention, norms, routers": L * per_layer * elem,
+        "LM head": (cfg.vocab * H + H) * elem,
+        "routed experts": experts_read * 3 * cfg.moe.I * H * elem,  # gate, up, down
+        "KV cache": L * 2 * T * ctx * nkv * hd * elem,
+        "embedding rows": T * H * elem,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # measured results
 
