@@ -226,7 +226,7 @@ print(f"\nAmdahl's bound: a step never gains more than its MoE layers do (on {GP
 #   rounded to bf16 and run the method. The error is then the MoE path's own, carried and
 #   compounded through the residual stream.
 #
-# ### The H200 run: 48 layers, the whole model in bf16
+# ### The H200 run (`e2e_errors.csv`)
 
 # %%
 run = data.e2e_errors_run(GPU, cfg.name)
@@ -251,12 +251,12 @@ assert all(math.isfinite(v) and v > 0 for e in run["errors"].values() for v in e
 # *NVIDIA H200: `figures/e2e_errors.png`, drawn from `results/NVIDIA_H200/e2e_errors.csv` by
 # `warpdecode/bench/plots.py`; solid lines: the whole model in bf16, dashed (when measured): MoE only.*
 #
-# In an all-bf16 model the MoE arithmetic is not what limits accuracy: bf16 attention, norms and the
-# residual stream put their error in from the first layer, and once the hidden state differs, some
-# routing decisions flip (a token's K-th and (K+1)-th experts swap), which moves the hidden state
-# by far more than any rounding. Whatever the MoE path saves is lost in that, so the three methods
-# land close together. To see the MoE path's own error, the rest must be exact: the `moe-only`
-# variants.
+# In an all-bf16 model the MoE arithmetic is not the only rounding: bf16 attention, norms and the
+# residual stream put their error in from the first layer, and where the hidden state differs
+# enough, routing decisions flip (a token's K-th and (K+1)-th experts swap; counted below), which
+# moves the hidden state by far more than any rounding. When the printed spread between the methods
+# is small, whatever the MoE path saves is lost in the rest. To see the MoE path's own error, the
+# rest must be exact: the `moe-only` variants.
 #
 # ### Live on this device: the MoE path's own error, layer by layer
 #
