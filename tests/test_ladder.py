@@ -43,6 +43,55 @@ def test_expert_stage_bytes_at_one_token():
     assert led["5 gate/up GEMM"] > QWEN.K * 2 * QWEN.I * QWEN.H * 2 > led["3 gather"]
 
 
+@pytest.mark.parametrize("T, ctx", [(1, 1), (1, 6), (5, 3)], ids=["T=1-first-position", "T=1", "T=5"])
+def test_step_ledger_adds_up_to_step_bytes(T, ctx):
+    """The ledger's parts sum to what the end-to-end benchmark counts (bench.e2e.step_bytes), with
+    the distinct experts the step's routing actually hit."""
+    from warpdecode.bench.e2e import step_bytes
+    from warpdecode.model import MODELS, Decoder
+
+    m = Decoder(MODELS["tiny"], seed=4)
+    routes = []
+    m.step(torch.arange(T) + 7, ctx - 1, m.new_cache(T, ctx, dtype=torch.float64), method="reference", routes=routes)
+    hit = sum(torch.unique(ti).numel() for ti in routes)
+    led = ladder.step_ledger(m.cfg, T, ctx, hit)
+    assert sum(led.values()) == step_bytes(m, T, ctx, routes)
+    assert led["routed experts"] == hit * m.cfg.moe.expert_bytes
+    if T == 1:
+        assert hit == len(m.layers) * m.cfg.moe.K
+
+
+def test_step_ledger_of_qwen3_at_one_token():
+    """Qwen3-30B-A3B, T = 1, context 1024: the H200's e2e_speed.csv counted the same bytes."""
+    from warpdecode.model import MODELS
+
+    cfg = MODELS["qwen3-30b-a3b"]
+    led = ladder.step_ledger(cfg, 1, 1024, cfg.layers * cfg.moe.K)
+    assert led["routed experts"] == 48 * 8 * 3 * 2048 * 768 * 2
+    assert led["KV cache"] == 48 * 2 * 1024 * 4 * 128 * 2
+    row = next(r for r in ladder.results("e2e_speed.csv") if (r["T"], r["ctx"]) == ("1", "1024"))
+    assert sum(led.values()) == int(row["bytes"])
+
+
+def test_differing_tokens_compares_sets():
+    a = torch.tensor([[0, 1, 2], [3, 4, 5], [6, 0, 1]])
+    assert ladder.differing_tokens(a, a.flip(-1)) == 0  # same experts, other order (weights tied)
+    b = a.clone()
+    b[1, 2] = 6  # token 1 takes expert 6 instead of 5
+    assert ladder.differing_tokens(a, b) == 1
+    assert ladder.differing_tokens(a, b + 1) == 3
+
+
+def test_routing_flips_counts_per_layer():
+    """The float64 model against itself flips nothing; with only the MoE layers rounded, the first
+    layer routes exactly as the float64 model (everything before its router is float64)."""
+    from warpdecode.model import MODELS
+
+    flips = ladder.routing_flips("tiny", T=3, steps=2, methods=("reference", "moe-only:loop"), device="cpu", seed=5)
+    assert flips["reference"] == [0] * MODELS["tiny"].layers
+    assert len(flips["moe-only:loop"]) == MODELS["tiny"].layers and flips["moe-only:loop"][0] == 0
+
+
 def test_results_are_the_h200_csv():
     rows = ladder.results("speed.csv")
     assert rows and {r["gpu"] for r in rows} == {"NVIDIA H200"}

@@ -94,6 +94,65 @@ def floor_us(nbytes: float, tbps: float) -> float:
     return nbytes / (tbps * 1e12) * 1e6
 
 
+def step_ledger(cfg, T: int, ctx: int, experts_read: float, *, layers: int | None = None,
+                elem: int = 2) -> dict[str, float]:
+    """The fewest bytes one decode step of the minimal decoder (``warpdecode.model``, config
+    ``cfg``, its first ``layers`` layers) must move, by part: T tokens at position ``ctx − 1``,
+    ``experts_read`` distinct routed experts summed over the layers (T = 1: exactly K per layer; see
+    :func:`expected_distinct` otherwise). The parts add up to ``warpdecode.bench.e2e.step_bytes``."""
+    L = layers or cfg.layers
+    H, hd, nq, nkv, E = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.moe.E
+    per_layer = 2 * H + 2 * hd + (nq + 2 * nkv) * hd * H + H * nq * hd + E * H  # norms, q/k/v/o, router
+    return {
+        "attention, norms, routers": L * per_layer * elem,
+        "LM head": (cfg.vocab * H + H) * elem,
+        "routed experts": experts_read * 3 * cfg.moe.I * H * elem,  # gate, up, down
+        "KV cache": L * 2 * T * ctx * nkv * hd * elem,
+        "embedding rows": T * H * elem,
+    }
+
+
+def routing_flips(name: str, *, T: int, steps: int, methods, layers: int | None = None, device=None,
+                  seed: int = 0) -> dict[str, list[int]]:
+    """How often rounding changes a routing decision. A decoder ``warpdecode.model.MODELS[name]``
+    (random weights from ``seed``) decodes the same random prompt, ``steps`` steps of T tokens, in
+    float64 (``method="reference"``) and with each of ``methods``; returns, per method, per layer,
+    the number of the steps · T tokens whose set of K experts differs from the float64 model's.
+
+    Once a token takes another expert, its hidden state moves by that expert's whole output times
+    its routing weight, far more than a rounding; the error study (``bench.e2e.layer_errors``) sees
+    that as a jump."""
+    from .model import MODELS, Decoder
+
+    model = Decoder(MODELS[name], device=device, layers=layers, seed=seed)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    prompt = torch.randint(0, model.cfg.vocab, (steps, T), generator=g).to(model.device)
+
+    def routes(method):
+        f64 = method == "reference" or method.startswith("moe-only:")
+        cache = model.new_cache(T, steps, dtype=torch.float64 if f64 else model.dtype)
+        out = []  # per step, per layer: (T, K) expert ids
+        for s in range(steps):
+            r = []
+            model.step(prompt[s], s, cache, method=method, routes=r)
+            out.append(r)
+        return out
+
+    ref = routes("reference")
+    flips = {}
+    for m in methods:
+        got = routes(m)
+        flips[m] = [sum(differing_tokens(a[li], b[li]) for a, b in zip(got, ref, strict=True))
+                    for li in range(len(model.layers))]
+    return flips
+
+
+def differing_tokens(topk_ids: torch.Tensor, other: torch.Tensor) -> int:
+    """Tokens (rows of two (T, K) id arrays) whose sets of experts differ; the order within a row,
+    which follows the routing weights, does not count."""
+    return int((topk_ids.sort(dim=-1).values != other.sort(dim=-1).values).any(dim=-1).sum())
+
+
 # ---------------------------------------------------------------------------------------------
 # measured results
 

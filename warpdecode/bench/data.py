@@ -61,3 +61,33 @@ def merge_write(path: Path, rows: list[dict]) -> None:
         w.writeheader()
         for r in old + rows:
             w.writerow({k: r.get(k, "") for k in fields})
+
+
+def e2e_speed_table(gpu: str) -> dict:
+    """e2e_speed.csv as {(model, layers, ctx): {method: {T: row}}}, the numeric columns as floats."""
+    out: dict = {}
+    for r in read(gpu_dir(gpu) / "e2e_speed.csv"):
+        for k in ("step_us", "p20_us", "p80_us", "tokens_per_s", "bytes", "floor_us", "frac_floor", "ceiling_TBps"):
+            r[k] = float(r[k])
+        key = (r["model"], int(r["layers"]), int(r["ctx"]))
+        out.setdefault(key, {}).setdefault(r["method"], {})[int(r["T"])] = r
+    return out
+
+
+def e2e_errors_run(gpu: str, model: str | None = None) -> dict | None:
+    """One run of e2e_errors.csv: the (model, T, steps) of the file's last row (of ``model``'s last
+    row, if given), as {"model", "T", "steps", "meta": that row, "errors": {method: {layer: error}}},
+    ``layer`` an int (1 … layers) or ``"logits"``. None when there is no such row.
+
+    ``merge_write`` appends re-measured rows at the end, so the last row names the latest run."""
+    rows = [r for r in read(gpu_dir(gpu) / "e2e_errors.csv") if model is None or r["model"] == model]
+    if not rows:
+        return None
+    last = rows[-1]
+    run = (last["model"], last["T"], last["steps"])
+    errors: dict = {}
+    for r in rows:
+        if (r["model"], r["T"], r["steps"]) == run:
+            layer = r["layer"] if r["layer"] == "logits" else int(r["layer"])
+            errors.setdefault(r["method"], {})[layer] = float(r["error"])
+    return {"model": run[0], "T": int(run[1]), "steps": int(run[2]), "meta": last, "errors": errors}

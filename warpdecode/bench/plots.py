@@ -134,6 +134,107 @@ def accuracy(gpu: str):
     return _save(fig, "accuracy.png")
 
 
+def _run_caption(row):
+    """GPU and versions of one measured row (the e2e CSVs carry their own)."""
+    return (f"{row.get('gpu')} · torch {row.get('torch', '?')} · triton {row.get('triton', '?')} · "
+            f"{row.get('date', '?')}")
+
+
+CTX_LINES = ["-", "--", ":", "-."]
+
+
+def e2e_speed(gpu: str, model: str | None = None):
+    """Whole decode steps (e2e_speed.csv) of the model measured last (of ``model``, if given, with
+    the number of layers it was last measured with): tokens/s and fraction of the
+    step's byte floor against T, per method and context length; then warp decode's speed-up over
+    the expert-centric path for one MoE layer (speed.csv), for the whole step, and as Amdahl
+    predicts it from the MoE layers' share of the step (``report.e2e_table``)."""
+    from ..model import MODELS
+    from .report import e2e_table
+
+    table = data.e2e_speed_table(gpu)
+    last = [r for r in data.read(data.gpu_dir(gpu) / "e2e_speed.csv") if model in (None, r["model"])][-1]
+    model, layers = last["model"], int(last["layers"])
+    ctxs = sorted(ctx for (m, L, ctx) in table if (m, L) == (model, layers))
+    fig, (ax_tps, ax_floor, ax_up) = plt.subplots(1, 3, figsize=(15, 4.8))
+    for i, ctx in enumerate(ctxs):
+        for m in ("expert", "warp", "auto"):
+            pts = sorted(table[(model, layers, ctx)].get(m, {}).items())
+            if not pts:
+                continue
+            st = {**STYLE[m], "linestyle": CTX_LINES[i % len(CTX_LINES)],
+                  "label": f"{STYLE[m]['label']}, ctx {ctx}"}
+            ax_tps.plot([t for t, _ in pts], [r["tokens_per_s"] for _, r in pts], **st)
+            ax_floor.plot([t for t, _ in pts], [100 * r["frac_floor"] for _, r in pts], **st)
+    rows = [r for r in e2e_table(gpu) if (r["model"], r["layers"]) == (model, layers)]
+    preset = MODELS[model].moe.name if model in MODELS else model
+    layer = data.speed_table(gpu).get(preset, {})
+    Tmax = max(T for ctx in ctxs for pts in table[(model, layers, ctx)].values() for T in pts)
+    Ts = [T for T in sorted(set(layer.get("warp", {})) & set(layer.get("expert", {}))) if T <= Tmax]
+    if Ts:
+        ax_up.plot(Ts, [layer["expert"][T]["median_us"] / layer["warp"][T]["median_us"] for T in Ts], color="k",
+                   marker="o", ms=4, label=f"one MoE layer ({preset}, speed.csv)")
+    for i, ctx in enumerate(ctxs):
+        r_ctx = sorted((r for r in rows if r["ctx"] == ctx), key=lambda r: r["T"])
+        ls = CTX_LINES[i % len(CTX_LINES)]
+        ax_up.plot([r["T"] for r in r_ctx], [r["measured_speedup"] for r in r_ctx], color=STYLE["warp"]["color"],
+                   marker="o", ls=ls, label=f"whole step, measured, ctx {ctx}")
+        pred = [r for r in r_ctx if r["predicted_speedup"]]
+        ax_up.plot([r["T"] for r in pred], [r["predicted_speedup"] for r in pred], color=STYLE["warp"]["color"],
+                   marker="D", mfc="none", ls="none", ms=9, label=f"whole step, Amdahl's prediction, ctx {ctx}")
+    ax_up.axhline(1, color="k", lw=0.6, ls="--")
+    for ax, ylabel in ((ax_tps, "decode tokens/s (T sequences × steps/s)"),
+                       (ax_floor, "% of the step's byte floor"), (ax_up, "expert time / warp decode time")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per step T")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, which="both")
+    ax_tps.set_yscale("log")
+    ax_floor.set_ylim(0, 100)
+    ax_tps.legend(fontsize=7)
+    ax_up.legend(fontsize=7)
+    ax_tps.set_title("throughput")
+    ax_floor.set_title("dense weights + distinct experts + KV cache, / ceiling", fontsize=9)
+    ax_up.set_title("warp decode's speed-up: one layer vs the whole step", fontsize=9)
+    fig.suptitle(f"{model}, {layers} layers, bf16, random weights: whole decode steps (CUDA graphs)\n"
+                 f"{_run_caption(last)}", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, "e2e_speed.png")
+
+
+def e2e_errors(gpu: str, model: str | None = None):
+    """The latest error run of e2e_errors.csv: relative error of the hidden state after each layer,
+    and of the logits, against the same model in float64, per method; solid: the whole model in
+    bf16, dashed: ``moe-only:`` (float64 model, MoE layers in bf16: the MoE path's own error)."""
+    run = data.e2e_errors_run(gpu, model)
+    fig, ax = plt.subplots(figsize=(11, 5))
+    n = max(k for e in run["errors"].values() for k in e if k != "logits")
+    x_logits = n + max(1, n / 12)
+    for method, errs in run["errors"].items():
+        moe_only = method.startswith("moe-only:")
+        base = method.split(":", 1)[-1]
+        st = STYLE.get(base, {"color": "k", "marker": "."})
+        pts = sorted((k, v) for k, v in errs.items() if k != "logits")
+        label = f"{st.get('label', base)}, " + ("MoE only (rest float64)" if moe_only else "whole model bf16")
+        ax.plot([k for k, _ in pts], [v for _, v in pts], color=st["color"], marker=st.get("marker") or ".",
+                ms=3, lw=1.2, ls="--" if moe_only else "-", mfc="none" if moe_only else st["color"], label=label)
+        if "logits" in errs:
+            ax.plot([x_logits], [errs["logits"]], color=st["color"], marker="*", ms=10,
+                    mfc="none" if moe_only else st["color"], ls="none")
+    ax.plot([], [], color="k", marker="*", ls="none", label="logits (final norm and LM head)")
+    ticks = sorted({1, n, *range(0, n + 1, max(1, n // 8))} - {0})
+    ax.set_xticks([*ticks, x_logits], [*map(str, ticks), "logits"])
+    ax.set_yscale("log")
+    ax.set_xlabel("after layer")
+    ax.set_ylabel("‖h − h_float64‖ / ‖h_float64‖")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    ax.set_title(f"{run['model']}: error against the float64 model, T = {run['T']}, after {run['steps']} decode "
+                 f"steps\n{_run_caption(run['meta'])}", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, "e2e_errors.png")
+
+
 def _save(fig, name):
     data.FIGURES.mkdir(exist_ok=True)
     path = data.FIGURES / name
@@ -143,4 +244,10 @@ def _save(fig, name):
 
 
 def all_figures(gpu: str):
-    return [headline(gpu), fraction_of_ceiling(gpu), stage_breakdown(gpu), accuracy(gpu)]
+    """Every figure whose CSV is there (the end-to-end ones only once ``python -m warpdecode e2e`` ran)."""
+    figs = [headline(gpu), fraction_of_ceiling(gpu), stage_breakdown(gpu), accuracy(gpu)]
+    if data.e2e_speed_table(gpu):
+        figs.append(e2e_speed(gpu))
+    if data.e2e_errors_run(gpu):
+        figs.append(e2e_errors(gpu))
+    return figs

@@ -94,6 +94,47 @@ def accuracy_table(gpu: str) -> str:
                                "`python -m warpdecode report`.")
 
 
+def amdahl(share: float, speedup: float) -> float:
+    """Amdahl's law: the whole's speed-up when a part that takes ``share`` of its time runs
+    ``speedup`` times faster and the rest does not change."""
+    return 1 / ((1 - share) + share / speedup)
+
+
+def e2e_table(gpu: str) -> list[dict]:
+    """Each decode step of e2e_speed.csv measured with both expert and warp, beside the MoE layer
+    timed alone at the same T (speed.csv, the model's layer preset):
+
+    - ``moe_share``: layers × the expert-centric layer's time / the expert-centric step's time
+    - ``layer_speedup``: expert / warp for one layer (speed.csv)
+    - ``predicted_speedup``: :func:`amdahl` of the two; ``measured_speedup``: expert step / warp step
+    - ``rest_us``: what the expert-centric step spends outside its MoE layers
+
+    The layer columns are None where speed.csv has no row at that T."""
+    from ..model import MODELS
+
+    speed = data.speed_table(gpu)
+    rows = []
+    for (model, layers, ctx), by_method in data.e2e_speed_table(gpu).items():
+        preset = MODELS[model].moe.name if model in MODELS else model
+        layer = speed.get(preset, {})
+        for T in sorted(set(by_method.get("expert", {})) & set(by_method.get("warp", {}))):
+            se, sw = by_method["expert"][T]["step_us"], by_method["warp"][T]["step_us"]
+            auto = by_method.get("auto", {}).get(T)
+            row = {"model": model, "layers": layers, "ctx": ctx, "T": T, "expert_step_us": se, "warp_step_us": sw,
+                   "auto_step_us": auto["step_us"] if auto else None, "measured_speedup": se / sw,
+                   "moe_expert_us": None, "moe_warp_us": None, "moe_share": None, "layer_speedup": None,
+                   "predicted_speedup": None, "rest_us": None}
+            le, lw = layer.get("expert", {}).get(T), layer.get("warp", {}).get(T)
+            if le and lw:
+                share = layers * le["median_us"] / se
+                row.update(moe_expert_us=le["median_us"], moe_warp_us=lw["median_us"], moe_share=share,
+                           layer_speedup=le["median_us"] / lw["median_us"],
+                           predicted_speedup=amdahl(share, le["median_us"] / lw["median_us"]),
+                           rest_us=se - layers * le["median_us"])
+            rows.append(row)
+    return rows
+
+
 def _replace_block(text: str, name: str, body: str) -> str:
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     if start not in text:

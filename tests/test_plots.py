@@ -1,0 +1,144 @@
+"""The end-to-end figures and the numbers behind them (warpdecode.bench.plots, report, data), on
+small synthetic CSV files written to a scratch results folder: each figure draws the CSV's
+numbers, and Amdahl's prediction is the arithmetic it claims to be."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("matplotlib")  # the `dev`, `bench` and `notebooks` extras
+
+from warpdecode.bench import data, plots, report  # noqa: E402
+
+GPU = "Test GPU"
+PNG = b"\x89PNG\r\n\x1a\n"
+META = {"gpu": GPU, "torch": "t", "triton": "tr", "date": "2026-01-01"}
+
+# one MoE layer alone (speed.csv) and whole steps of a 2-layer model (e2e_speed.csv), in µs
+LAYER_US = {(1, "expert"): 10.0, (1, "warp"): 5.0, (4, "expert"): 20.0, (4, "warp"): 25.0}
+STEP_US = {(1, "expert"): 100.0, (1, "warp"): 90.0, (1, "auto"): 90.0,
+           (4, "expert"): 200.0, (4, "warp"): 210.0, (4, "auto"): 200.0,
+           (8, "expert"): 300.0, (8, "warp"): 330.0}  # T = 8: no layer row in speed.csv
+LAYERS = 2
+
+
+def _speed_rows():
+    return [{"preset": "qwen3-30b-a3b", "T": T, "method": m, "median_us": us, "p20_us": us, "p80_us": us,
+             "floor_us": 1.0, "frac_ceiling": 0.5, "achieved_TBps": 1.0, "ceiling_TBps": 2.0,
+             "error_over_floor": 1.0, **META} for (T, m), us in LAYER_US.items()]
+
+
+def _e2e_rows(ctx):
+    return [{"model": "qwen3-30b-a3b", "layers": LAYERS, "T": T, "ctx": ctx, "method": m, "step_us": us,
+             "p20_us": us, "p80_us": us, "tokens_per_s": T / (us * 1e-6), "bytes": 1000, "floor_us": 50.0,
+             "frac_floor": 50.0 / us, "ceiling_TBps": 2.0, **META} for (T, m), us in STEP_US.items()]
+
+
+def _error_rows(steps, methods, layers=3):
+    rows = []
+    for i, m in enumerate(methods):
+        for layer in [*range(1, layers + 1), "logits"]:
+            err = (i + 1) * 1e-3 * (layer if layer != "logits" else layers + 1)
+            rows.append({"model": "qwen3-30b-a3b", "T": 4, "steps": steps, "method": m, "layer": layer,
+                         "error": err, **META})
+    return rows
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    """A scratch results/ and figures/ folder; returns results/<GPU>/."""
+    monkeypatch.setattr(data, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(data, "FIGURES", tmp_path / "figures")
+    out = data.gpu_dir(GPU)
+    data.merge_write(out / "speed.csv", _speed_rows())
+    return out
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the plot functions make, kept open instead of saved: [(figure, file name)]."""
+    figs = []
+    real_save = plots._save
+
+    def keep(fig, name):
+        figs.append((fig, name))
+        return real_save(fig, name)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return figs
+
+
+def _lines(ax):
+    return {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()}
+
+
+def test_amdahl():
+    assert report.amdahl(0.0, 3.0) == 1.0  # nothing sped up
+    assert report.amdahl(1.0, 3.0) == pytest.approx(3.0)  # everything sped up
+    assert report.amdahl(0.5, 2.0) == pytest.approx(1 / 0.75)
+
+
+def test_e2e_table_by_hand(results):
+    data.merge_write(results / "e2e_speed.csv", _e2e_rows(ctx=64))
+    rows = {r["T"]: r for r in report.e2e_table(GPU)}
+    assert sorted(rows) == [1, 4, 8]
+    r = rows[1]  # share 2 × 10 / 100 = 0.2, layer speed-up 2: Amdahl 1 / (0.8 + 0.1)
+    assert r["moe_share"] == pytest.approx(0.2) and r["layer_speedup"] == pytest.approx(2.0)
+    assert r["predicted_speedup"] == pytest.approx(1 / 0.9) and r["measured_speedup"] == pytest.approx(100 / 90)
+    assert r["rest_us"] == pytest.approx(80.0) and r["auto_step_us"] == 90.0
+    assert rows[4]["predicted_speedup"] == pytest.approx(1 / (0.8 + 0.2 / 0.8))  # warp slower: a slow-down
+    assert rows[8]["predicted_speedup"] is None and rows[8]["auto_step_us"] is None  # no layer row, no auto row
+
+
+def test_e2e_speed_figure_draws_the_csv(results, drawn):
+    data.merge_write(results / "e2e_speed.csv", _e2e_rows(ctx=64) + _e2e_rows(ctx=512))
+    path = plots.e2e_speed(GPU)
+    assert path == data.FIGURES / "e2e_speed.png" and path.read_bytes()[:8] == PNG
+    (fig, name), = drawn
+    ax_tps, ax_floor, ax_up = fig.axes
+    tps = _lines(ax_tps)
+    assert set(tps) == {f"{plots.STYLE[m]['label']}, ctx {c}" for m in ("expert", "warp", "auto") for c in (64, 512)}
+    Ts, tokens_per_s = tps[f"{plots.STYLE['warp']['label']}, ctx 512"]
+    assert Ts == [1, 4, 8] and tokens_per_s == pytest.approx([1 / 90e-6, 4 / 210e-6, 8 / 330e-6])
+    assert _lines(ax_floor)[f"{plots.STYLE['expert']['label']}, ctx 64"][1] == pytest.approx([50.0, 25.0, 50 / 3])
+    up = _lines(ax_up)
+    assert up["one MoE layer (qwen3-30b-a3b, speed.csv)"] == ([1, 4], [2.0, 0.8])
+    assert up["whole step, measured, ctx 64"][1] == pytest.approx([100 / 90, 200 / 210, 300 / 330])
+    assert up["whole step, Amdahl's prediction, ctx 512"] == ([1, 4], [pytest.approx(1 / 0.9),
+                                                                       pytest.approx(1 / (0.8 + 0.25))])
+    assert GPU in fig._suptitle.get_text()
+
+
+def test_e2e_errors_figure_shows_the_latest_run(results, drawn):
+    old = _error_rows(6, ["expert", "warp", "loop"], layers=5)
+    new = _error_rows(8, ["expert", "warp", "moe-only:expert", "moe-only:warp"])
+    data.merge_write(results / "e2e_errors.csv", old)
+    data.merge_write(results / "e2e_errors.csv", new)
+    run = data.e2e_errors_run(GPU)
+    assert (run["steps"], run["T"]) == (8, 4)
+    assert set(run["errors"]) == {"expert", "warp", "moe-only:expert", "moe-only:warp"}
+    assert run["errors"]["moe-only:warp"] == {1: 4e-3, 2: 8e-3, 3: pytest.approx(12e-3), "logits": 16e-3}
+
+    path = plots.e2e_errors(GPU)
+    assert path.name == "e2e_errors.png" and path.read_bytes()[:8] == PNG
+    (fig, _), = drawn
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    solid = lines[f"{plots.STYLE['warp']['label']}, whole model bf16"]
+    dashed = lines[f"{plots.STYLE['warp']['label']}, MoE only (rest float64)"]
+    assert solid.get_linestyle() == "-" and dashed.get_linestyle() == "--"
+    assert list(dashed.get_xdata()) == [1, 2, 3] and list(dashed.get_ydata()) == pytest.approx([4e-3, 8e-3, 12e-3])
+    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "logits"
+    assert not any("loop" in label for label in lines)  # the older run is not mixed in
+
+
+def test_all_figures_adds_the_e2e_figures_only_when_measured(results, monkeypatch):
+    for f in ("headline", "fraction_of_ceiling", "stage_breakdown", "accuracy"):  # not under test here
+        monkeypatch.setattr(plots, f, lambda gpu, _f=f: data.FIGURES / f"{_f}.png")
+    assert [p.name for p in plots.all_figures(GPU)] == ["headline.png", "fraction_of_ceiling.png",
+                                                        "stage_breakdown.png", "accuracy.png"]
+    data.merge_write(results / "e2e_speed.csv", _e2e_rows(ctx=64))
+    data.merge_write(results / "e2e_errors.csv", _error_rows(8, ["expert", "warp"]))
+    assert [p.name for p in plots.all_figures(GPU)][-2:] == ["e2e_speed.png", "e2e_errors.png"]
+    assert (data.FIGURES / "e2e_speed.png").read_bytes()[:8] == PNG
