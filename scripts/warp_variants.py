@@ -3,9 +3,10 @@
     python scripts/warp_variants.py [--presets ...] [--T 1 2 4 8 16]
 
 Variants: the weight loads' L2 policy (``evict_first`` streams past L2, ``""`` the default,
-``evict_last``); the gate/up kernel grouping the pairs that share an expert in one program;
-and the down kernel walking 2…16 tokens per program (a w2 row that two tokens share is then
-read from HBM once and from cache after). Rows go to
+``evict_last``). The CSV also holds rows of two variants measured at commit 5a0a4eb and then
+removed, being slower nearly everywhere: ``group=1`` (the gate/up program of the first pair
+routed to an expert walks every pair of that expert, so its rows come from HBM once) and
+``down_tokens=N`` (a down program walking N tokens). Rows go to
 results/<GPU>/warp_variants.csv: time per layer call, and the fraction of the read ceiling.
 """
 
@@ -31,15 +32,6 @@ def variants(base: dict, T: int):
         c = copy.deepcopy(base)
         c["gate_up"]["evict"] = c["down"]["evict"] = evict
         out[f"evict={evict or 'normal'}"] = c
-    if T == 1:
-        return out
-    for group, tokens, evict in [(False, 2, "evict_first"), (False, 4, "evict_first"), (True, 1, "evict_first"),
-                                 (True, 1, ""), (True, 4, "evict_first"), (True, 4, "")]:
-        c = copy.deepcopy(base)
-        c["gate_up"]["group"] = group
-        c["down"]["tokens_per_program"] = tokens
-        c["gate_up"]["evict"] = c["down"]["evict"] = evict
-        out[f"group={int(group)},down_tokens={tokens},evict={evict or 'normal'}"] = c
     return out
 
 

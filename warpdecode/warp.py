@@ -23,12 +23,10 @@ def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.
     I = w13.shape[1] // 2  # noqa: E741
     K = topk_ids.shape[1]
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
-    group = bool(cfg.get("group", False)) and T > 1  # pairs sharing an expert in one program
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
     kw.warp_gate_up_kernel[grid](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL, EVICT=cfg.get("evict", "evict_first"),
-        GROUP=group, MAX_PAIRS=triton.next_power_of_2(T * K) if group else 1,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return act
@@ -39,12 +37,11 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
     E, H, I = w2.shape
     T, K = topk_ids.shape
     y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
-    tokens = min(cfg.get("tokens_per_program", 1), triton.next_power_of_2(T))
-    grid = (triton.cdiv(T, tokens) * triton.cdiv(H, cfg["BLOCK_H"]),)
+    grid = (T * triton.cdiv(H, cfg["BLOCK_H"]),)
     kw.warp_down_kernel[grid](
         act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], USE_PDL=USE_PDL,
-        TOKENS=tokens, EVICT=cfg.get("evict", "evict_first"),
+        EVICT=cfg.get("evict", "evict_first"),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **({"launch_pdl": True} if USE_PDL else {}),
     )
     return y

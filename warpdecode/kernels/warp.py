@@ -180,30 +180,13 @@ def warp_gate_up_kernel(
     BLOCK_H: tl.constexpr,  # columns of H per step
     USE_PDL: tl.constexpr,  # let the down kernel launch early (GPU only)
     EVICT: tl.constexpr,  # weight loads' cache policy
-    GROUP: tl.constexpr,  # pairs that share an expert: one program does them all, one after another
-    MAX_PAIRS: tl.constexpr,  # (GROUP) a power of two ≥ T * K
 ):
     if USE_PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
     # the pair index varies fastest: programs side by side share neuron rows
-    pair = pid % NUM_PAIRS
-    pid_i = pid // NUM_PAIRS
-    if not GROUP:
-        _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                      pair, pid_i, BLOCK_I, BLOCK_H, EVICT)
-    else:
-        # The first pair routed to this expert leads: it walks every pair with the same expert, so
-        # its rows come from HBM once and from cache for the rest; the other programs return.
-        offs_p = tl.arange(0, MAX_PAIRS)
-        ids = tl.load(topk_ids_ptr + offs_p, mask=offs_p < NUM_PAIRS, other=-1)
-        same = ids == tl.load(topk_ids_ptr + pair)
-        if tl.min(tl.where(same, offs_p, MAX_PAIRS)) == pair:
-            member = pair
-            while member < NUM_PAIRS:
-                _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr,
-                              stride_at, member, pid_i, BLOCK_I, BLOCK_H, EVICT)
-                member = tl.min(tl.where(same & (offs_p > member), offs_p, MAX_PAIRS))
+    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+                  pid % NUM_PAIRS, pid // NUM_PAIRS, BLOCK_I, BLOCK_H, EVICT)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -229,32 +212,17 @@ def warp_down_kernel(
     BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
     BLOCK_I: tl.constexpr,  # columns of I per step
     USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
-    TOKENS: tl.constexpr,  # tokens per program, one after another: a w2 row two of them share is
-    #                        read from HBM once, then from cache
     EVICT: tl.constexpr,  # weight loads' cache policy
 ):
     pid = tl.program_id(0)
-    num_tb = tl.cdiv(T, TOKENS)
-    t0 = (pid % num_tb) * TOKENS  # fastest: token blocks side by side share w2 rows of common experts
-    pid_h = pid // num_tb
-    if TOKENS == 1:
-        # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
-        wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t0, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I,
-                         EVICT)
-        if USE_PDL:
-            gdc_wait()  # kernel 1 has finished and its intermediate is visible
-        _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
-                   stride_yt, t0, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", EVICT)
-    else:
-        if USE_PDL:
-            gdc_wait()
-        for tt in range(TOKENS):
-            t = t0 + tt
-            if t < T:
-                wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H,
-                                 BLOCK_I, EVICT)
-                _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we,
-                           stride_wr, stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", EVICT)
+    t = pid % T  # fastest: tokens side by side share w2 rows of common experts
+    pid_h = pid // T
+    # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+    if USE_PDL:
+        gdc_wait()  # kernel 1 has finished and its intermediate is visible
+    _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
+               stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", EVICT)
 
 
 # ---------------------------------------------------------------------------------------------
