@@ -72,7 +72,7 @@ for stage in "$@"; do
       run autobench "${TIMEOUT_BENCH:-200}" python3 -m warpdecode bench --methods auto --what speed ${AUTO_ARGS:-}
       cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
     e2e)
-      run e2e "${TIMEOUT_E2E:-300}" python3 -m warpdecode e2e ${E2E_ARGS:-}
+      run "${E2E_NAME:-e2e}" "${TIMEOUT_E2E:-300}" python3 -m warpdecode e2e ${E2E_ARGS:-}
       cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
     notebooks)  # needs the Jupyter wheels in .whl (carry it)
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl

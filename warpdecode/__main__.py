@@ -123,9 +123,9 @@ def cmd_e2e(args):
         from .bench.e2e import decode_speed
         from .bench.timing import read_ceiling
 
-        rows = decode_speed(name, args.T, args.ctx, ["expert", "warp", "auto"], layers=args.layers,
-                            ceiling_tbps=read_ceiling(2.0), compile=args.compile)
-        data.merge_write(out / "e2e_speed.csv", rows)
+        decode_speed(name, args.T, args.ctx, ["expert", "warp", "auto"], layers=args.layers,
+                     ceiling_tbps=read_ceiling(), compile=args.compile,
+                     emit=lambda row: data.merge_write(out / "e2e_speed.csv", [row]))
     if "generate" in args.what:
         from .bench.hf_generate import generate_speed
 

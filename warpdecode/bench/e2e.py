@@ -43,10 +43,11 @@ def moe_layers(model: Decoder, T: int, routes, method: str):
 
 
 def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, ceiling_tbps: float, reps: int = 30,
-                 compile: bool = False):
+                 compile: bool = False, emit=None):
     """Median time of one decode step (a CUDA graph of ``Decoder.step``) at the last position of
     a filled cache of ``ctx``, per T and MoE method; ``moe_us`` is the same step's MoE layers
-    replayed alone (:func:`moe_layers`) and ``moe_share`` their fraction of the step."""
+    replayed alone (:func:`moe_layers`) and ``moe_share`` their fraction of the step. ``emit``,
+    if given, receives each row as it is measured (so a long sweep cut short keeps its rows)."""
     model = Decoder(MODELS[name], device="cuda", layers=layers, seed=0, compile=compile)
     info = meta()
     rows = []
@@ -72,6 +73,8 @@ def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, cei
                              "floor_us": round(floor_us, 2), "frac_floor": round(floor_us / t.median_us, 4),
                              "moe_us": round(moe.median_us, 2), "moe_share": round(moe.median_us / t.median_us, 4),
                              "ceiling_TBps": round(ceiling_tbps, 4), **info})
+                if emit:
+                    emit(rows[-1])
                 print(f"{name} L={len(model.layers)} ctx={ctx} T={T} {m} ({model.dense}): {t.median_us:.1f} us/step, "
                       f"{T / (t.median_us * 1e-6):.0f} tok/s, {100 * floor_us / t.median_us:.0f}% of the step floor; "
                       f"MoE layers {moe.median_us:.1f} us ({100 * moe.median_us / t.median_us:.0f}% of the step)",
