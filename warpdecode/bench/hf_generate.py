@@ -11,20 +11,26 @@ import torch
 from .sweep import meta
 
 
-def generate_speed(*, layers: int = 8, batches=(1, 8), new_tokens: int = 64, prompt_len: int = 32,
-                   impls=("grouped_mm", "warpdecode"), repeats: int = 3):
+def make_model(layers: int = 8):
+    """A Qwen3-MoE causal LM with Qwen3-30B-A3B's shapes and ``layers`` layers, random bf16 weights, on the GPU."""
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    from ..integrations.transformers import register
-
-    register()
     cfg = Qwen3MoeConfig(vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
                          num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
                          num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
                          mlp_only_layers=[], max_position_embeddings=4096)
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = Qwen3MoeForCausalLM(cfg).to(torch.bfloat16).eval()
+        return Qwen3MoeForCausalLM(cfg).to(torch.bfloat16).eval()
+
+
+def generate_speed(*, layers: int = 8, batches=(1, 8), new_tokens: int = 64, prompt_len: int = 32,
+                   impls=("grouped_mm", "warpdecode"), repeats: int = 3):
+    from ..integrations.transformers import register
+
+    register()
+    model = make_model(layers)
+    cfg = model.config
     info = meta()
     rows = []
     for batch in batches:
