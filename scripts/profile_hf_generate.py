@@ -37,7 +37,7 @@ def main():
             model.generate(ids, **kw)
             torch.cuda.synchronize()
             prof.disable()
-        print(f"\\n===== {impl}: batch {args.batch}, {args.tokens} new tokens, {args.layers} layers")
+        print(f"\n===== {impl}: batch {args.batch}, {args.tokens} new tokens, {args.layers} layers")
         pstats.Stats(prof).sort_stats("tottime").print_stats(22)
 
 
