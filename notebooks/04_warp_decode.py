@@ -99,13 +99,17 @@ print(ladder.table(rows))
 # %% [markdown]
 # ## Kernel 1, gate/up, line by line
 #
+# The kernels are made of two tiles, `_gate_up_tile` and `_down_tile` (with `_down_chunk`, one
+# chunk of w2 rows), shared with the one-kernel persistent schedule shown further down.
+#
 # **Which output this program owns.** Program ids are laid out with the pair index fastest, so the
 # programs resident side by side work on the *same* neuron rows for different pairs: when two
 # tokens share an expert, the second finds its rows in L2. Nothing is sorted: the program reads its
 # pair's expert straight from `topk_ids`.
 
 # %%
-print(ladder.source(kw.warp_gate_up_kernel, "if USE_PDL:", "e = tl.load(topk_ids_ptr"))
+print(ladder.source(kw.warp_gate_up_kernel, "if USE_PDL:", "pid % NUM_PAIRS"))
+print(ladder.source(kw._gate_up_tile, "t = pair // K", "e = tl.load(topk_ids_ptr"))
 
 # %% [markdown]
 # **The tile.** `BLOCK_I` neuron rows × `BLOCK_H` columns of H. The gate row of neuron i is
@@ -113,16 +117,17 @@ print(ladder.source(kw.warp_gate_up_kernel, "if USE_PDL:", "e = tl.load(topk_ids
 # which is loaded once per step for both.
 
 # %%
-print(ladder.source(kw.warp_gate_up_kernel, "offs_i = pid_i", "x_ptrs ="))
+print(ladder.source(kw._gate_up_tile, "offs_i = pid_i", "x_ptrs ="))
 
 # %% [markdown]
-# **The stream.** Each step loads a `BLOCK_I × BLOCK_H` tile of gate and of up rows
-# (`evict_first`: these bytes are read once, so they should not push anything useful out of L2) and
+# **The stream.** Each step loads a `BLOCK_I × BLOCK_H` tile of gate and of up rows (cache policy
+# `EVICT`, `evict_first` unless a tuned config says otherwise: these bytes are read once, so they
+# should not push anything useful out of L2) and
 # accumulates elementwise products in FP32. No `tl.dot`: with one activation vector per row there is
 # nothing for a tensor core to reuse, and the FMAs are 13× cheaper than the bytes (results/NOTES.md).
 
 # %%
-print(ladder.source(kw.warp_gate_up_kernel, "acc_g = tl.zeros", "acc_u += u.to"))
+print(ladder.source(kw._gate_up_tile, "acc_g = tl.zeros", "acc_u += u.to"))
 
 # %% [markdown]
 # **The reduction and the store.** `tl.sum(acc, axis=1)` reduces each row across the lanes that hold
@@ -130,7 +135,7 @@ print(ladder.source(kw.warp_gate_up_kernel, "acc_g = tl.zeros", "acc_u += u.to")
 # and stored as FP32: the intermediate is never rounded to bf16.
 
 # %%
-print(ladder.source(kw.warp_gate_up_kernel, "g = tl.sum(acc_g", "tl.store(act_ptr"))
+print(ladder.source(kw._gate_up_tile, "g = tl.sum(acc_g", "tl.store(act_ptr"))
 
 # %% [markdown]
 # ## Kernel 2, down with the combine folded in, line by line
@@ -139,15 +144,15 @@ print(ladder.source(kw.warp_gate_up_kernel, "g = tl.sum(acc_g", "tl.store(act_pt
 # fastest, for the same L2 reason.
 
 # %%
-print(ladder.source(kw.warp_down_kernel, "pid = tl.program_id(0)", "offs_i = tl.arange"))
+print(ladder.source(kw.warp_down_kernel, "pid = tl.program_id(0)", "pid_h = pid // T"))
 
 # %% [markdown]
-# **The `[BLOCK_H, K, BLOCK_I]` tile.** For each output row h, the same columns of all K routed
+# **The `[BLOCK_H, K, BLOCK_I]` tile** (`_down_chunk`). For each output row h, the same columns of all K routed
 # experts' `w2[e, h, :]` rows. The K axis is the top-K combine: instead of a separate kernel that adds
 # K bf16 rows, the sum over the K experts is a sum over axis 1 of this tile.
 
 # %%
-print(ladder.source(kw.warp_down_kernel, "e = tl.load(topk_ids_ptr", "mask_hk ="))
+print(ladder.source(kw._down_chunk, "offs_h = pid_h", "return tl.load"))
 
 # %% [markdown]
 # **Overlap with kernel 1.** The first `BLOCK_I` columns of `w2` do not depend on kernel 1, so they
@@ -155,7 +160,8 @@ print(ladder.source(kw.warp_down_kernel, "e = tl.load(topk_ids_ptr", "mask_hk ="
 # (programmatic dependent launch, below). The routing weights are folded into the activations.
 
 # %%
-print(ladder.source(kw.warp_down_kernel, "# the first BLOCK_I columns", "rw = tl.load"))
+print(ladder.source(kw.warp_down_kernel, "# the first BLOCK_I columns", "stride_yt, t, pid_h"))
+print(ladder.source(kw._down_tile, "rw = tl.load", "a_ptrs ="))
 
 # %% [markdown]
 # **The stream, the combine, the dot product, one rounding.** Summing over axis 1 adds the K experts'
@@ -163,7 +169,7 @@ print(ladder.source(kw.warp_down_kernel, "# the first BLOCK_I columns", "rw = tl
 # lanes; `y` is rounded to bf16 once, in the store.
 
 # %%
-print(ladder.source(kw.warp_down_kernel, "acc = tl.zeros", "tl.store(y_ptr"))
+print(ladder.source(kw._down_tile, "acc = tl.zeros", "tl.store(y_ptr"))
 
 # %% [markdown]
 # ## "One warp per output" in Triton
@@ -278,6 +284,66 @@ if S.on_gpu and wd.warp.USE_PDL:
     assert with_pdl["checked"] and without["checked"]
 else:
     print("no GPU with programmatic dependent launch here: the H200 numbers above are the measurement")
+
+# %% [markdown]
+# ## One kernel instead of two: a persistent schedule (measured, and slower)
+#
+# If the cost is two launch ramps and the wait between the kernels, why not one kernel? The
+# persistent schedule (`schedule="fused"`, `warp_fused_kernel`) launches exactly as many programs as
+# the GPU holds at once. Each walks gate/up units, loads the w2 columns of its first down unit, then
+# meets all the others at a **grid barrier** (an atomic counter in global memory, reset by the last
+# to arrive), and walks down units. The same two tiles as above; the grid is sized from the compiled
+# kernel's occupancy, so every program is resident and the barrier can open. On the CPU the
+# interpreter runs programs one after another, where a barrier would never open, so the same kernel
+# runs as two launches there (`PHASE` 1, then 2). It computes the same sums:
+
+# %%
+gf = torch.Generator(device="cpu").manual_seed(7)
+w13, w2 = shape.weights(device=S.device, seed=7)
+x = torch.randn(3, shape.H, generator=gf).to(S.device, torch.bfloat16)
+tw, ti = wd.route(torch.randn(3, shape.E, generator=gf).to(S.device), shape.K, renormalize=shape.renormalize)
+ref = wd.reference_moe(x, w13, w2, tw, ti)
+with _alloc.poisoned():
+    y_fused = wd.moe(x, w13, w2, tw, ti, method="warp", schedule="fused")
+    y_split = wd.moe(x, w13, w2, tw, ti, method="warp", schedule="split")
+print(f"fused: {wd.rel_error(y_fused, ref) / wd.rounding_floor(ref, torch.bfloat16):.4f} × floor, "
+      f"split: {wd.rel_error(y_split, ref) / wd.rounding_floor(ref, torch.bfloat16):.4f} × floor")
+assert wd.rel_error(y_fused, ref) <= ladder.bound("warp") * wd.rounding_floor(ref, torch.bfloat16)
+
+# %% [markdown]
+# The tuner (`python -m warpdecode tune --paths fused`) timed every persistent configuration of
+# `warpdecode.bench.tune.fused_candidates` (warps, tile sizes, programs per SM) against
+# the tuned pair of kernels for every preset and token bucket, and keeps `fused` only where it
+# wins. The H200's table records both times:
+
+# %%
+import json  # noqa: E402
+
+from warpdecode import configs  # noqa: E402
+
+table = json.loads(configs.tuned_file(ladder.RESULTS_GPU).read_text())["warp"]
+rows_f = []
+for key, buckets in table.items():
+    for t_max, cfg in buckets:
+        m = cfg["measured_us"]
+        rows_f.append({"layer": key, "T": t_max, "two kernels µs": m["split"], "persistent µs": m["fused"],
+                       "persistent / two": f"{m['fused'] / m['split']:.2f}"})
+print(f"{ladder.RESULTS_GPU} (warpdecode/tuned/, measured_us of each bucket)")
+print(ladder.table(rows_f))
+assert not any("fused" in cfg for b in table.values() for _, cfg in b)  # it won nowhere
+
+# %% [markdown]
+# Slower in every bucket (the last column). The persistent kernel holds both phases' registers, so one SM keeps
+# fewer of its programs (and fewer loads in flight) than it keeps of the small gate/up programs,
+# and each program's loop waits on its own loads between units, where the hardware scheduler would
+# have started a fresh program. The barrier itself costs a microsecond or two. So the
+# two-kernel split with PDL stays. The numbers behind all this: a single streaming-read kernel of
+# exactly the T=1 bytes reaches only part of the multi-GB ceiling (`results/NVIDIA_H200/small_reads.csv`):
+
+# %%
+sr = ladder.results("small_reads.csv")
+print(ladder.table([{"MB read by one launch": f"{int(r['bytes']) / 1e6:.1f}", "µs": r["us"],
+                     "of the multi-GB ceiling": f"{float(r['fraction']):.0%}"} for r in sr]))
 
 # %% [markdown]
 # ## Correctness
