@@ -63,10 +63,14 @@ def merge_write(path: Path, rows: list[dict]) -> None:
             w.writerow({k: r.get(k, "") for k in fields})
 
 
-def e2e_speed_table(gpu: str) -> dict:
-    """e2e_speed.csv as {(model, layers, ctx): {method: {T: row}}}, the numeric columns as floats."""
+def e2e_speed_table(gpu: str, dense: str = "eager") -> dict:
+    """e2e_speed.csv as {(model, layers, ctx): {method: {T: row}}}, the numeric columns as floats;
+    only the steps whose dense (non-MoE) code ran as ``dense`` says: ``"eager"`` (PyTorch ops, the
+    default) or ``"compiled"`` (``python -m warpdecode e2e --compile``)."""
     out: dict = {}
     for r in read(gpu_dir(gpu) / "e2e_speed.csv"):
+        if (r.get("dense") or "eager") != dense:
+            continue
         for k in ("step_us", "p20_us", "p80_us", "tokens_per_s", "bytes", "floor_us", "frac_floor", "ceiling_TBps"):
             r[k] = float(r[k])
         key = (r["model"], int(r["layers"]), int(r["ctx"]))

@@ -100,7 +100,7 @@ def amdahl(share: float, speedup: float) -> float:
     return 1 / ((1 - share) + share / speedup)
 
 
-def e2e_table(gpu: str) -> list[dict]:
+def e2e_table(gpu: str, dense: str = "eager") -> list[dict]:
     """Each decode step of e2e_speed.csv measured with both expert and warp, beside the MoE layer
     timed alone at the same T (speed.csv, the model's layer preset):
 
@@ -114,7 +114,7 @@ def e2e_table(gpu: str) -> list[dict]:
 
     speed = data.speed_table(gpu)
     rows = []
-    for (model, layers, ctx), by_method in data.e2e_speed_table(gpu).items():
+    for (model, layers, ctx), by_method in data.e2e_speed_table(gpu, dense).items():
         preset = MODELS[model].moe.name if model in MODELS else model
         layer = speed.get(preset, {})
         for T in sorted(set(by_method.get("expert", {})) & set(by_method.get("warp", {}))):
