@@ -109,7 +109,7 @@ def test_pivot_and_table():
 
 
 def test_source_excerpt():
-    text = ladder.source(kw.warp_down_kernel, "acc = tl.zeros", "tl.store(y_ptr")
+    text = ladder.source(kw._down_tile, "acc = tl.zeros", "tl.store(y_ptr")
     assert text.splitlines()[0].split(maxsplit=1)[1].startswith("acc = tl.zeros")
     assert "tl.store(y_ptr" in text.splitlines()[-1]
     with pytest.raises(ValueError):

@@ -142,3 +142,27 @@ def test_all_figures_adds_the_e2e_figures_only_when_measured(results, monkeypatc
     data.merge_write(results / "e2e_errors.csv", _error_rows(8, ["expert", "warp"]))
     assert [p.name for p in plots.all_figures(GPU)][-2:] == ["e2e_speed.png", "e2e_errors.png"]
     assert (data.FIGURES / "e2e_speed.png").read_bytes()[:8] == PNG
+
+
+def _layer(preset, T, method, us, frac):
+    return {"preset": preset, "T": T, "method": method, "median_us": us, "p20_us": us, "p80_us": us,
+            "floor_us": frac * us, "frac_ceiling": frac, "achieved_TBps": 1.0, "ceiling_TBps": 2.0,
+            "error_over_floor": 1.0, **META}
+
+
+def test_targets_are_checked_against_the_csv(results):
+    """report.targets: each bar (85 % of the ceiling; auto within 3 % of the faster path) decided
+    from speed.csv rows, both ways."""
+    rows = [_layer("qwen3-30b-a3b", T, "warp", 10.0 * T, 0.9 if T > 1 else 0.84) for T in (1, 2, 4, 8)]
+    rows += [_layer("qwen3-30b-a3b", T, "expert", 20.0 * T, 0.86) for T in (1, 2, 4, 8, 32, 64)]
+    rows += [_layer("qwen3-30b-a3b", T, "auto", 10.0 * T, 0.9) for T in (1, 2, 4, 8)]
+    rows += [_layer("qwen3-30b-a3b", 32, "warp", 50.0 * 32, 0.3), _layer("qwen3-30b-a3b", 64, "warp", 50.0 * 64, 0.3),
+             _layer("qwen3-30b-a3b", 32, "auto", 20.0 * 32 * 1.031, 0.8)]  # 3.1 % over expert at T=32
+    data.merge_write(results / "speed.csv", rows)
+    got = {r["target"]: r for r in report.targets(GPU)}
+    assert not got["qwen3-30b-a3b, T=1: warp ≥ 85 % of ceiling"]["met"]  # 84 %
+    assert not got["qwen3-30b-a3b, T=1…8: warp ≥ 85 %"]["met"]  # T=1 fails it
+    assert got["qwen3-30b-a3b, T≥32: expert ≥ 85 %"]["met"]  # 86 % at 32 and 64
+    auto = got["qwen3-30b-a3b, every T: auto within 3 % of the faster path"]
+    assert not auto["met"] and "+3.1%" in auto["measured"]
+    assert "**no**" in report.targets_table(GPU) and "1 of 4 met" in report.targets_table(GPU)

@@ -51,8 +51,9 @@ def merge_write(path: Path, rows: list[dict]) -> None:
     key = KEYS.get(path.name)
     old = read(path)
     if key:
-        fresh = {tuple(str(r[k]) for k in key) for r in rows}
-        old = [r for r in old if tuple(str(r.get(k, "")) for k in key) not in fresh]  # old rows may lack a new column
+        # a row may lack a key column added later (e2e's "dense"): it counts as empty
+        fresh = {tuple(str(r.get(k, "")) for k in key) for r in rows}
+        old = [r for r in old if tuple(str(r.get(k, "")) for k in key) not in fresh]
     fields = list(rows[0].keys())
     fields += [k for r in old for k in r if k not in fields]
     path.parent.mkdir(parents=True, exist_ok=True)
