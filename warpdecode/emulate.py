@@ -8,6 +8,8 @@ step can be measured on its own against the reference (notebook 3):
     rounding step                                   where the expert-centric path makes it
     act_fp8       activations → FP8 e4m3, 1×128     quant_fp8_kernel, on x and on the intermediate
                   power-of-two block scales
+    gate_up       gate and up → compute dtype,      not made here (SiLU·up is fused into the GEMM); vLLM's
+                  before SiLU·up                    fused_moe + silu_and_mul and HF's grouped_mm make it
     intermediate  silu(gate)·up → compute dtype     grouped_gate_up_kernel's store
     slot_outputs  weight × expert output → dtype    grouped_down_kernel's store (one per slot)
     combine       Σ over the K slots in the          combine_kernel (vLLM's moe_sum): one rounding
@@ -38,6 +40,7 @@ class Rounding:
     """Which rounding steps to make; the output is always rounded to the compute dtype."""
 
     act_fp8: bool = False
+    gate_up: bool = False
     intermediate: bool = False
     slot_outputs: bool = False
     combine: bool = False
@@ -49,6 +52,8 @@ PATHS = {
     "warp_bf16_act": Rounding(intermediate=True),
     "expert": Rounding(intermediate=True, slot_outputs=True, combine=True),
     "expert_fp8": Rounding(act_fp8=True, intermediate=True, slot_outputs=True, combine=True),
+    # what vLLM's fused_moe rounds: the GEMM stores gate and up, silu_and_mul stores the intermediate
+    "expert_unfused": Rounding(gate_up=True, intermediate=True, slot_outputs=True, combine=True),
 }
 
 #: The expert-centric path built up one rounding at a time, as (label, roundings so far).
@@ -106,6 +111,8 @@ def emulate(x, w13, w2, topk_weights, topk_ids, rounding: Rounding, dtype=None) 
     for e in torch.unique(ids).tolist():
         tok, slot = torch.nonzero(ids == e, as_tuple=True)
         gu = x64[tok] @ w13[e].double().T  # (n, 2I)
+        if rounding.gate_up:
+            gu = _round(gu, dtype)
         h = F.silu(gu[:, :I]) * gu[:, I:]  # (n, I)
         if rounding.intermediate:
             h = _round(h, dtype)
