@@ -174,6 +174,19 @@ def _over_layers(fn, *columns):
     return lambda: [fn(*row) for row in rows]
 
 
+def _layer_copies(shape: MoEShape):
+    """(L, w13s, w2s): enough weight copies that a timed step reads them from HBM."""
+    L = num_copies(shape)
+    layers = make_layers(shape, L)
+    return L, [w for w, _ in layers], [w for _, w in layers]
+
+
+def _warp_inputs(shape: MoEShape, T: int, L: int):
+    """(xs, topk_ids, topk_weights), one per layer copy, the same draw for every warp tuning pass."""
+    inputs = make_inputs(shape, T, L, seed=3000 + T)
+    return [i.x for i in inputs], [i.topk_ids for i in inputs], [i.topk_weights for i in inputs]
+
+
 def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
     return wp.warp_down(wp.warp_gate_up(x, w13, ids, c_gu), w2, ids, tw, c_dn, torch.bfloat16)
 
@@ -183,13 +196,10 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print)
     fused_c = [c for c in fused_candidates(shape.H, shape.I, shape.K) if _key("warp_fused", shape.K, c) not in dropped]
     gate_up_c = [c for c in gate_up_c if _key("warp_gate_up", 2, c) not in dropped]
     down_c = [c for c in down_c if _key("warp_down", shape.K, c) not in dropped]
-    L = num_copies(shape)
-    layers = make_layers(shape, L)
-    w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
+    L, w13s, w2s = _layer_copies(shape)
     buckets = []
     for T in Ts:
-        inputs = make_inputs(shape, T, L, seed=3000 + T)
-        xs, ids, tws = [i.x for i in inputs], [i.topk_ids for i in inputs], [i.topk_weights for i in inputs]
+        xs, ids, tws = _warp_inputs(shape, T, L)
         t_gu, c_gu = _best([(_time(_over_layers(partial(wp.warp_gate_up, cfg=c), xs, w13s, ids), reps), c)
                             for c in gate_up_c])
         # the down kernel overlaps kernel 1 (programmatic dependent launch), so it is chosen by
@@ -208,7 +218,7 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print)
                 bucket["fused"] = c_fused
             bucket["measured_us"] = {"split": round(t_pair / L, 2), "fused": round(t_fused / L, 2)}
         buckets.append([T, bucket])
-    layers = w13s = w2s = None
+    w13s = w2s = None
     torch.cuda.empty_cache()
     return buckets
 
@@ -217,13 +227,10 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
     """The persistent schedule only, against the two-kernel configs already in ``buckets``: for
     each bucket's T, time that pair and every fused candidate; keep the fused config where it wins."""
     fused_c = [c for c in fused_candidates(shape.H, shape.I, shape.K) if _key("warp_fused", shape.K, c) not in dropped]
-    L = num_copies(shape)
-    layers = make_layers(shape, L)
-    w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
+    L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
-        inputs = make_inputs(shape, T, L, seed=3000 + T)
-        xs, ids, tws = [i.x for i in inputs], [i.topk_ids for i in inputs], [i.topk_weights for i in inputs]
+        xs, ids, tws = _warp_inputs(shape, T, L)
         t_pair = _time(_over_layers(partial(_warp_pair, c_gu=cfg["gate_up"], c_dn=cfg["down"]), xs, w13s, w2s, ids,
                                     tws), reps)
         t_fused, c_fused = _best([(_time(_over_layers(partial(wp.moe_warp_fused, cfg=c), xs, w13s, w2s, tws, ids),
@@ -234,7 +241,7 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
         if t_fused < t_pair:
             bucket["fused"] = c_fused
         out.append([T, bucket])
-    layers = w13s = w2s = None
+    w13s = w2s = None
     torch.cuda.empty_cache()
     return out
 
@@ -249,13 +256,10 @@ def refine_candidates(cfg: dict, T: int):  # noqa: ARG001  T: the bucket, for kn
 def tune_refine(shape: MoEShape, buckets, reps: int = 30, log=print):
     """Each bucket's pair against :func:`refine_candidates`; a knob is kept where it is at least
     1 % faster. The bucket's other entries (``fused``, ``measured_us``) are left as they are."""
-    L = num_copies(shape)
-    layers = make_layers(shape, L)
-    w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
+    L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
-        inputs = make_inputs(shape, T, L, seed=3000 + T)
-        xs, ids, tws = [i.x for i in inputs], [i.topk_ids for i in inputs], [i.topk_weights for i in inputs]
+        xs, ids, tws = _warp_inputs(shape, T, L)
         timed = [(_time(_over_layers(partial(_warp_pair, c_gu=c["gate_up"], c_dn=c["down"]), xs, w13s, w2s, ids,
                                      tws), reps), c) for c in refine_candidates(cfg, T)]
         t_base = timed[0][0]
@@ -265,7 +269,7 @@ def tune_refine(shape: MoEShape, buckets, reps: int = 30, log=print):
         knobs = {k: v for k, v in {**best["gate_up"], **best["down"]}.items() if k == "evict"}
         log(f"warp {shape.name} T={T}: pair {t_base / L:.2f} us; refined {t_best / L:.2f} us {knobs}")
         out.append([T, {**cfg, "gate_up": best["gate_up"], "down": best["down"]}])
-    layers = w13s = w2s = None
+    w13s = w2s = None
     torch.cuda.empty_cache()
     return out
 
@@ -297,7 +301,7 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
             log(f"expert{'_fp8' if fp8 else ''} {shape.name} T={T} BLOCK_M={bm}: gate/up {t_gu / L:.2f} us {c_gu}; "
                 f"down {t_dn / L:.2f} us {c_dn}")
         buckets.append([T, best[1]])
-    layers = w13s = w2s = None
+    w13s = w2s = None
     torch.cuda.empty_cache()
     return buckets
 
