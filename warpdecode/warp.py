@@ -134,8 +134,9 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
             kw.warp_fused_kernel[grid](*args(None), PHASE=phase, **meta)
         return y
 
-    grid = fused_grid(kw.warp_fused_kernel, args(barrier_state(x.device)), meta, cfg, x.device)
-    kw.warp_fused_kernel[grid](*args(barrier_state(x.device)), PHASE=0, **meta)
+    launch_args = args(barrier_state(x.device))
+    grid = fused_grid(kw.warp_fused_kernel, launch_args, meta, cfg, x.device)
+    kw.warp_fused_kernel[grid](*launch_args, PHASE=0, **meta)
     return y
 
 

@@ -192,8 +192,9 @@ def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
 
 
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):
+    """The two-kernel pair per token bucket: the best gate/up config alone, then the down config
+    that makes the fastest pair with it. (:func:`tune_fused` then weighs the persistent schedule.)"""
     gate_up_c, down_c = warp_candidates(shape.H, shape.I, shape.K)
-    fused_c = [c for c in fused_candidates(shape.H, shape.I, shape.K) if _key("warp_fused", shape.K, c) not in dropped]
     gate_up_c = [c for c in gate_up_c if _key("warp_gate_up", 2, c) not in dropped]
     down_c = [c for c in down_c if _key("warp_down", shape.K, c) not in dropped]
     L, w13s, w2s = _layer_copies(shape)
@@ -208,16 +209,7 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print)
                                      reps), c)
                               for c in down_c])
         log(f"warp {shape.name} T={T}: gate/up {t_gu / L:.2f} us {c_gu}; both {t_pair / L:.2f} us, down {c_dn}")
-        bucket = {"gate_up": c_gu, "down": c_dn}
-        # the persistent one-kernel schedule, kept only where it beats the pair
-        if fused_c:
-            t_fused, c_fused = _best([(_time(_over_layers(partial(wp.moe_warp_fused, cfg=c), xs, w13s, w2s, tws, ids),
-                                             reps), c) for c in fused_c])
-            log(f"warp {shape.name} T={T}: fused {t_fused / L:.2f} us {c_fused}")
-            if t_fused < t_pair:
-                bucket["fused"] = c_fused
-            bucket["measured_us"] = {"split": round(t_pair / L, 2), "fused": round(t_fused / L, 2)}
-        buckets.append([T, bucket])
+        buckets.append([T, {"gate_up": c_gu, "down": c_dn}])
     w13s = w2s = None
     torch.cuda.empty_cache()
     return buckets
@@ -246,7 +238,7 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
     return out
 
 
-def refine_candidates(cfg: dict, T: int):  # noqa: ARG001  T: the bucket, for knobs that depend on it
+def refine_candidates(cfg: dict):
     """The tuned pair, and the same pair with the weight loads' default L2 policy instead of
     evict_first (a clear win on Mixtral at T=1, results/NVIDIA_H200/warp_variants.csv)."""
     base = {"gate_up": dict(cfg["gate_up"]), "down": dict(cfg["down"])}
@@ -261,7 +253,7 @@ def tune_refine(shape: MoEShape, buckets, reps: int = 30, log=print):
     for T, cfg in buckets:
         xs, ids, tws = _warp_inputs(shape, T, L)
         timed = [(_time(_over_layers(partial(_warp_pair, c_gu=c["gate_up"], c_dn=c["down"]), xs, w13s, w2s, ids,
-                                     tws), reps), c) for c in refine_candidates(cfg, T)]
+                                     tws), reps), c) for c in refine_candidates(cfg)]
         t_base = timed[0][0]
         t_best, best = _best(timed)
         if t_best > 0.99 * t_base:
@@ -336,7 +328,7 @@ def tune(preset_names: list[str], *, paths=("warp", "expert"), log=print) -> dic
         key = shape_key(shape.H, shape.I, shape.E, shape.K)
         if "warp" in paths:
             table.setdefault("warp", {})[key] = tune_warp(shape, dropped=dropped, log=log)
-        elif "fused" in paths:  # the persistent schedule against the pair configs already tuned
+        if "warp" in paths or "fused" in paths:  # the persistent schedule against the tuned pair
             table["warp"][key] = tune_fused(shape, table["warp"][key], dropped=dropped, log=log)
         if "refine" in paths:  # the cache policy on top of the tuned pair
             table["warp"][key] = tune_refine(shape, table["warp"][key], log=log)
