@@ -9,9 +9,14 @@
     7 scatter  per-(token, slot) outputs back to token order    moves data
     8 combine  sum over K, in the compute dtype (vLLM moe_sum)  moves data
 
-vLLM fuses stage 3 into the GEMM's loads and stage 7 into its stores; here they are separate so
-that each can be timed and shown. They move T·K·H elements each, a small share of the bytes
-next to the weights, but each is a launch, and at decode a launch costs more than its bytes.
+:func:`moe_expert` runs them as vLLM's ``fused_moe`` does: stage 3 inside the gate/up GEMM's loads
+(row r of a tile reads x[sorted_token_ids[r] // K]) and stage 7 inside the down GEMM's stores
+(row r lands at row sorted_token_ids[r] of a (T·K, H) buffer), four launches in all (align,
+gate/up, down, combine). ``fuse_gather_scatter=False`` runs all eight as their own kernels, the
+form the stage-by-stage benchmark times and notebook 2 shows; the numbers are bit for bit the
+same. Gather and scatter move T·K·H elements each, a small share of the bytes next to the
+weights, but as kernels of their own each is a launch, and at decode a launch costs more than
+its bytes.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ def align(topk_ids: torch.Tensor, E: int, block_m: int) -> Alignment:
         BLOCK_P=max(16, triton.next_power_of_2(num_pairs)),
         BLOCK_E=max(16, triton.next_power_of_2(E + 1)),
         CHUNK=64,
+        FILL=min(1024, triton.next_power_of_2(EM)),
         num_warps=4 if num_pairs <= 1024 else 8,
     )
     return Alignment(sorted_token_ids, expert_ids, num_tokens_post_padded, block_m, num_pairs)
@@ -84,9 +90,11 @@ def gather(x: torch.Tensor, al: Alignment, K: int) -> torch.Tensor:
     return a
 
 
-def quantize(a: torch.Tensor, al: Alignment, fmt: str = "native"):
+def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
     """Stage 4: the GEMM's input format. ``native``: nothing to do, returns ``(a, None)``.
-    ``fp8``: e4m3 values and one power-of-two fp32 scale per row per 128 columns."""
+    ``fp8``: e4m3 values and one power-of-two fp32 scale per row per 128 columns. ``al``: the
+    alignment of an expert-major ``a`` (rows past ``num_tokens_post_padded`` are skipped), or None
+    for token rows (every row is quantized: the input of the gather-fused GEMM)."""
     if fmt == "native":
         return a, None
     EM, N = a.shape
@@ -94,8 +102,8 @@ def quantize(a: torch.Tensor, al: Alignment, fmt: str = "native"):
     q = _alloc.empty(EM, N, dtype=FP8, device=a.device)
     scales = _alloc.empty(EM, groups, dtype=torch.float32, device=a.device)
     kx.quant_fp8_kernel[(EM, groups)](
-        a, q, scales, al.num_tokens_post_padded, N, a.stride(0), q.stride(0), scales.stride(0),
-        GROUP=FP8_GROUP, num_warps=1,
+        a, q, scales, al.num_tokens_post_padded if al is not None else scales, N,
+        a.stride(0), q.stride(0), scales.stride(0), GROUP=FP8_GROUP, GUARD_ROWS=al is not None, num_warps=1,
     )
     return q, scales
 
@@ -109,31 +117,35 @@ def _gemm_meta(cfg: dict, a_scales, dtype) -> dict:
     )
 
 
-def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict) -> torch.Tensor:
-    """Stage 5: grouped GEMM over gate and up rows, SiLU·up in the epilogue, rounded to w13's dtype."""
+def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_k: int = 0) -> torch.Tensor:
+    """Stage 5: grouped GEMM over gate and up rows, SiLU·up in the epilogue, rounded to w13's dtype.
+    ``a``: the gathered (EM, H) buffer of stage 3, or, with ``gather_k = K``, the (T, H) token rows
+    themselves, gathered by the GEMM's loads (stage 3 fused, as vLLM does). Out: (EM, I), expert-major."""
     E, two_i, H = w13.shape
     I = two_i // 2  # noqa: E741
     out = _alloc.empty(al.EM, I, dtype=w13.dtype, device=w13.device)
     scales = a_scales if a_scales is not None else out  # never read when A_FP8 is off
     grid = (triton.cdiv(al.EM, al.block_m) * triton.cdiv(I, cfg["BLOCK_N"]),)
     kx.grouped_gate_up_kernel[grid](
-        a, scales, w13, out, al.expert_ids, al.num_tokens_post_padded,
-        al.EM, H, I, a.stride(0), scales.stride(0), w13.stride(0), w13.stride(1), out.stride(0),
-        BLOCK_M=al.block_m, **_gemm_meta(cfg, a_scales, w13.dtype),
+        a, scales, w13, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded,
+        al.EM, H, I, al.num_pairs, max(gather_k, 1), a.stride(0), scales.stride(0), w13.stride(0), w13.stride(1),
+        out.stride(0), BLOCK_M=al.block_m, GATHER=gather_k > 0, **_gemm_meta(cfg, a_scales, w13.dtype),
     )
     return out
 
 
-def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tensor, cfg: dict) -> torch.Tensor:
-    """Stage 6: grouped GEMM down, routing weight applied in the epilogue, rounded (EM, H)."""
+def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tensor, cfg: dict, *,
+         scatter: bool = False) -> torch.Tensor:
+    """Stage 6: grouped GEMM down, routing weight applied in the epilogue, rounded. Out: (EM, H)
+    expert-major, or with ``scatter`` (T*K, H) in token order (stage 7 fused into the stores, as vLLM does)."""
     E, H, I = w2.shape
-    out = _alloc.empty(al.EM, H, dtype=w2.dtype, device=w2.device)
+    out = _alloc.empty(al.num_pairs if scatter else al.EM, H, dtype=w2.dtype, device=w2.device)
     scales = h_scales if h_scales is not None else out
     grid = (triton.cdiv(al.EM, al.block_m) * triton.cdiv(H, cfg["BLOCK_N"]),)
     kx.grouped_down_kernel[grid](
         h, scales, w2, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, topk_weights,
         al.EM, H, I, al.num_pairs, h.stride(0), scales.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        BLOCK_M=al.block_m, **_gemm_meta(cfg, h_scales, w2.dtype),
+        BLOCK_M=al.block_m, SCATTER=scatter, **_gemm_meta(cfg, h_scales, w2.dtype),
     )
     return out
 
@@ -160,21 +172,30 @@ def combine(s: torch.Tensor, K: int) -> torch.Tensor:
     return y
 
 
-def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native", config: dict | None = None):
+def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native", config: dict | None = None,
+               fuse_gather_scatter: bool = True):
     """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
-    act_format: ``"native"`` feeds the GEMMs the compute dtype; ``"fp8"`` quantizes the gathered
+    act_format: ``"native"`` feeds the GEMMs the compute dtype; ``"fp8"`` quantizes the
     activations and the intermediate to FP8 e4m3 with 1×128 power-of-two block scales, the rounding
     of the blog's FP8 baseline (the weights stay in their dtype, so the bytes do not change).
+    fuse_gather_scatter: gather inside the gate/up GEMM's loads and scatter inside the down GEMM's
+    stores, as vLLM's ``fused_moe`` does (the default, and what the benchmark times as ``expert``);
+    False runs them as kernels of their own. The result is the same to the bit.
     """
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
     cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8")
     al = align(topk_ids, E, cfg["BLOCK_M"])
-    a = gather(x, al, K)
-    a, a_scales = quantize(a, al, act_format)
-    h = gate_up(a, a_scales, w13, al, cfg["gate_up"])
+    if fuse_gather_scatter:
+        a, a_scales = quantize(x, None, act_format)  # per token: the same values the gathered rows get
+        h = gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K)
+    else:
+        a, a_scales = quantize(gather(x, al, K), al, act_format)
+        h = gate_up(a, a_scales, w13, al, cfg["gate_up"])
     h, h_scales = quantize(h, al, act_format)
+    if fuse_gather_scatter:
+        return combine(down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=True), K)
     o = down(h, h_scales, w2, al, topk_weights, cfg["down"])
     return combine(scatter(o, al), K)

@@ -68,14 +68,17 @@ def fused_candidates(H: int, I: int, K: int):  # noqa: E741
     return [c for i, c in enumerate(out) if c not in out[:i]]
 
 
-def gemm_candidates(fp8: bool = False):
-    """Tiles in the neighbourhood vLLM's tuned H100/H200 tables pick for decode and batch."""
-    out = [{"BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 1, "num_warps": 4, "num_stages": s}
+def gemm_candidates(fp8: bool = False, group_m: int = 1):
+    """Tiles in the neighbourhood vLLM's tuned H100/H200 tables pick for decode and batch (for
+    Mixtral's shape at 128-256 tokens they pick 64-128 rows, 8 warps, 4 stages)."""
+    out = [{"BLOCK_N": n, "BLOCK_K": k, "GROUP_M": group_m, "num_warps": 4, "num_stages": s}
            for n, k, s in itertools.product([64, 128], [64, 128, 256], [3, 4])
            if not (fp8 and k > 128)]
-    out += [{"BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 8, "num_stages": 4},
-            {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 8, "num_stages": 3},
-            {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 5}]
+    out += [{"BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": group_m, "num_warps": 8, "num_stages": 4},
+            {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": group_m, "num_warps": 8, "num_stages": 3},
+            {"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": group_m, "num_warps": 8, "num_stages": 4},
+            {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": group_m, "num_warps": 8, "num_stages": 4},
+            {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": group_m, "num_warps": 4, "num_stages": 5}]
     return out
 
 
@@ -85,7 +88,16 @@ def block_m_candidates(T: int, shape: MoEShape):
         return [16]
     if pairs_per_expert <= 8:
         return [16, 32]
-    return [16, 32, 64]
+    if pairs_per_expert <= 32:
+        return [16, 32, 64]
+    return [16, 32, 64, 128]
+
+
+def group_m_candidates(T: int, shape: MoEShape, block_m: int):
+    """GROUP_M > 1 orders the programs so that the row blocks of one expert that read the same
+    weight columns run side by side (the second reads them from L2): worth trying once experts
+    hold more than one block."""
+    return [1, 8] if T * shape.K / shape.E > block_m / 2 else [1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,14 +136,14 @@ def _warm(job):
             wp.warp_down(torch.randn(T * K, I, device="cuda"), w2, ids, tw, cfg, torch.bfloat16)
         elif kind == "warp_fused":
             wp.moe_warp_fused(x, w13, w2, tw, ids, cfg)
-        else:
+        else:  # the forms moe_expert runs: gather fused into gate/up's loads, scatter into down's stores
             block_m, gcfg = cfg
             al = ex.align(ids, E, block_m)
-            a = ex.gather(x, al, K)
             if kind == "gate_up":
-                ex.gate_up(a, None, w13, al, gcfg)
+                ex.gate_up(x, None, w13, al, gcfg, gather_k=K)
             else:
-                ex.down(torch.randn(al.EM, I, device="cuda", dtype=torch.bfloat16), None, w2, al, tw, gcfg)
+                ex.down(torch.randn(al.EM, I, device="cuda", dtype=torch.bfloat16), None, w2, al, tw, gcfg,
+                        scatter=True)
         torch.cuda.synchronize()
     except Exception as e:
         return repr(e)
@@ -267,7 +279,6 @@ def tune_refine(shape: MoEShape, buckets, reps: int = 30, log=print):
 
 
 def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False, dropped=(), log=print):
-    cands = gemm_candidates(fp8)
     L = num_copies(shape)
     layers = make_layers(shape, L)
     w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
@@ -277,16 +288,19 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
         inputs = make_inputs(shape, T, L, seed=4000 + T)
         tws = [i.topk_weights for i in inputs]
         best = None
+        a_s = [ex.quantize(inp.x, None, fmt) for inp in inputs]  # token rows: the GEMM gathers them
+        a_, s_ = [a for a, _ in a_s], [s for _, s in a_s]
         for bm in block_m_candidates(T, shape):
             als = [ex.align(inp.topk_ids, shape.E, bm) for inp in inputs]
-            a_s = [ex.quantize(ex.gather(inp.x, al, shape.K), al, fmt) for inp, al in zip(inputs, als, strict=True)]
-            a_, s_ = [a for a, _ in a_s], [s for _, s in a_s]
-            t_gu, c_gu = _best([(_time(_over_layers(partial(ex.gate_up, cfg=c), a_, s_, w13s, als), reps), c)
+            cands = [c for gm in group_m_candidates(T, shape, bm) for c in gemm_candidates(fp8, gm)]
+            t_gu, c_gu = _best([(_time(_over_layers(partial(ex.gate_up, cfg=c, gather_k=shape.K), a_, s_, w13s, als),
+                                       reps), c)
                                 for c in cands if _key("gate_up", 2, [bm, c]) not in dropped])
-            hs = [ex.quantize(ex.gate_up(a, s, w13, al, c_gu), al, fmt)
+            hs = [ex.quantize(ex.gate_up(a, s, w13, al, c_gu, gather_k=shape.K), al, fmt)
                   for a, s, w13, al in zip(a_, s_, w13s, als, strict=True)]
             h_, hs_ = [h for h, _ in hs], [s for _, s in hs]
-            t_dn, c_dn = _best([(_time(_over_layers(partial(ex.down, cfg=c), h_, hs_, w2s, als, tws), reps), c)
+            t_dn, c_dn = _best([(_time(_over_layers(partial(ex.down, cfg=c, scatter=True), h_, hs_, w2s, als, tws),
+                                       reps), c)
                                 for c in cands if _key("down", 2, [bm, c]) not in dropped])
             if best is None or t_gu + t_dn < best[0]:
                 best = (t_gu + t_dn, {"BLOCK_M": bm, "gate_up": c_gu, "down": c_dn})
@@ -308,8 +322,9 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
     if "warp" in paths or "fused" in paths:
         jobs += [("warp_fused", K, c) for K in sorted({s.K for s in shapes}) for c in fused_candidates(H, I, K)]
     if "expert" in paths:
-        for bm, c in itertools.product([16, 32, 64], gemm_candidates()):
-            jobs += [("gate_up", 2, (bm, c)), ("down", 2, (bm, c))]
+        for bm, gm in itertools.product([16, 32, 64, 128], [1, 8]):
+            for c in gemm_candidates(group_m=gm):
+                jobs += [("gate_up", 2, (bm, c)), ("down", 2, (bm, c))]
     res = precompile(jobs)
     bad = {_key(*j): r for j, r in zip(jobs, res, strict=True) if r is not True}
     log(f"precompiled {len(jobs)} candidates; dropped {len(bad)}: "

@@ -40,7 +40,8 @@ def moe_align_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_P: tl.constexpr,  # ≥ NUM_PAIRS, power of two
     BLOCK_E: tl.constexpr,  # ≥ E, power of two
-    CHUNK: tl.constexpr,  # rows (or blocks) written per step
+    CHUNK: tl.constexpr,  # blocks of expert_ids written per step
+    FILL: tl.constexpr,  # sentinel rows written per step
 ):
     """One program: histogram → padded prefix sum → scatter. Like vLLM's small-batch kernel."""
     offs_p = tl.arange(0, BLOCK_P)
@@ -55,9 +56,9 @@ def moe_align_kernel(
 
     offs_e = tl.arange(0, BLOCK_E)
     tl.store(cursor_ptr + offs_e, starts, mask=offs_e < E)
-    for r0 in range(0, EM, CHUNK):  # every row starts as the "no pair" sentinel
-        offs_r = r0 + tl.arange(0, CHUNK)
-        tl.store(sorted_token_ids_ptr + offs_r, tl.full([CHUNK], 0, tl.int32) + NUM_PAIRS, mask=offs_r < EM)
+    for r0 in range(0, EM, FILL):  # every row starts as the "no pair" sentinel
+        offs_r = r0 + tl.arange(0, FILL)
+        tl.store(sorted_token_ids_ptr + offs_r, tl.full([FILL], 0, tl.int32) + NUM_PAIRS, mask=offs_r < EM)
     num_blocks = tl.cdiv(EM, BLOCK_M)
     for b0 in range(0, num_blocks, CHUNK):  # block b belongs to the expert whose rows cover b*BLOCK_M
         offs_b = b0 + tl.arange(0, CHUNK)
@@ -68,7 +69,9 @@ def moe_align_kernel(
         tl.store(expert_ids_ptr + offs_b, expert, mask=offs_b < num_blocks)
     tl.debug_barrier()  # cursors and sentinels are visible before the scatter
 
-    rank = tl.atomic_add(cursor_ptr + ids, 1, mask=mask_p)  # row of each pair inside its expert's run
+    # the row of each pair inside its expert's run. Relaxed: only atomicity matters here; the
+    # default (acq_rel) would order every element's atomic behind a fence
+    rank = tl.atomic_add(cursor_ptr + ids, 1, mask=mask_p, sem="relaxed")
     tl.store(sorted_token_ids_ptr + rank, offs_p, mask=mask_p)
 
 
@@ -103,18 +106,20 @@ def quant_fp8_kernel(
     a_ptr,  # (EM, N) compute dtype
     q_ptr,  # (EM, N) float8_e4m3fn out
     scale_ptr,  # (EM, cdiv(N, GROUP)) fp32 out: power-of-two scales
-    num_tokens_post_padded_ptr,  # (1,) int32
+    num_tokens_post_padded_ptr,  # (1,) int32, read only when GUARD_ROWS
     N,
     stride_ar,
     stride_qr,
     stride_sr,
     GROUP: tl.constexpr,  # 128: one scale per 1×128 block, as DeepSeek-V3 and vLLM's block FP8
+    GUARD_ROWS: tl.constexpr,  # an expert-major buffer: rows past num_tokens_post_padded are skipped
 ):
     """q = a / s rounded to e4m3, s = 2^ceil(log2(amax/448)). Power-of-two scales make q·s exact in bf16."""
     r = tl.program_id(0)
     g = tl.program_id(1)
-    if r >= tl.load(num_tokens_post_padded_ptr):
-        return
+    if GUARD_ROWS:
+        if r >= tl.load(num_tokens_post_padded_ptr):
+            return
     offs = g * GROUP + tl.arange(0, GROUP)
     mask = offs < N
     a = tl.load(a_ptr + r.to(tl.int64) * stride_ar + offs, mask=mask, other=0.0).to(tl.float32)
@@ -127,19 +132,22 @@ def quant_fp8_kernel(
     tl.store(scale_ptr + r.to(tl.int64) * stride_sr + g, s)
 
 
-@triton.jit(do_not_specialize=["EM"])
+@triton.jit(do_not_specialize=["EM", "NUM_PAIRS", "K"])
 def grouped_gate_up_kernel(
     # pointers
-    a_ptr,  # (EM, H) compute dtype or fp8: expert-major activations
-    a_scale_ptr,  # (EM, cdiv(H, 128)) fp32, read only when A_FP8
+    a_ptr,  # (EM, H) expert-major activations, or (T, H) token rows when GATHER; compute dtype or fp8
+    a_scale_ptr,  # (rows of a, cdiv(H, 128)) fp32, read only when A_FP8
     w13_ptr,  # (E, 2I, H) compute dtype
     out_ptr,  # (EM, I) compute dtype: silu(gate)·up, rounded
+    sorted_token_ids_ptr,  # (EM,) int32, read only when GATHER_K > 0
     expert_ids_ptr,  # (EM // BLOCK_M,) int32
     num_tokens_post_padded_ptr,  # (1,) int32
     # sizes
     EM,
     H,
     I,
+    NUM_PAIRS,  # T*K, the padding sentinel of sorted_token_ids
+    K,  # experts per token: pair p is token p // K's (read only when GATHER)
     # strides (elements)
     stride_ar,
     stride_sr,
@@ -154,6 +162,8 @@ def grouped_gate_up_kernel(
     A_FP8: tl.constexpr,
     DOT_FP32: tl.constexpr,  # the CPU interpreter's bf16 dot is wrong: widen there
     PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no tf32 shortcut); ignored for bf16/fp16
+    GATHER: tl.constexpr,  # False: a is the gathered buffer (stage 3 ran); True: row r of the tile
+                           # reads x[sorted_token_ids[r] // K], stage 3 fused into the loads as vLLM does
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(EM, BLOCK_M)
@@ -173,8 +183,13 @@ def grouped_gate_up_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < I
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m[:, None] * stride_ar + offs_k[None, :]
-    a_scale_ptrs = a_scale_ptr + offs_m * stride_sr
+    rows = offs_m  # the gathered buffer: row r (padding rows hold zeros)
+    if GATHER:  # token rows; padding rows (the sentinel) load zeros
+        pair = tl.load(sorted_token_ids_ptr + offs_m)
+        mask_m = pair < NUM_PAIRS
+        rows = (tl.where(mask_m, pair, 0) // K).to(tl.int64)
+    a_ptrs = a_ptr + rows[:, None] * stride_ar + offs_k[None, :]
+    a_scale_ptrs = a_scale_ptr + rows * stride_sr
     # w13[e, n, k] read as a (BLOCK_K, BLOCK_N) tile: the dot computes a @ wᵀ
     g_ptrs = w13_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
     u_ptrs = g_ptrs + I * stride_wr
@@ -184,7 +199,10 @@ def grouped_gate_up_kernel(
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, H, BLOCK_K):
         mask_k = (k0 + offs_k) < H
-        a = tl.load(a_ptrs + k0, mask=mask_k[None, :], other=0.0)
+        if GATHER:
+            a = tl.load(a_ptrs + k0, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        else:
+            a = tl.load(a_ptrs + k0, mask=mask_k[None, :], other=0.0)
         if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
             a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128)[:, None]
         a = a.to(dot_dtype)
@@ -205,7 +223,8 @@ def grouped_down_kernel(
     a_ptr,  # (EM, I) compute dtype or fp8: the intermediate, expert-major
     a_scale_ptr,  # (EM, cdiv(I, 128)) fp32, read only when A_FP8
     w2_ptr,  # (E, H, I) compute dtype
-    out_ptr,  # (EM, H) compute dtype: routing weight × expert output, rounded
+    out_ptr,  # (EM, H), or (T*K, H) in token order when SCATTER; compute dtype: routing weight ×
+              # expert output, rounded
     sorted_token_ids_ptr,  # (EM,) int32
     expert_ids_ptr,  # (EM // BLOCK_M,) int32
     num_tokens_post_padded_ptr,  # (1,) int32
@@ -229,6 +248,8 @@ def grouped_down_kernel(
     A_FP8: tl.constexpr,
     DOT_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
+    SCATTER: tl.constexpr,  # store row r at row sorted_token_ids[r] (stage 7 fused into the stores,
+                            # as vLLM does); padding rows are not stored
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(EM, BLOCK_M)
@@ -268,8 +289,14 @@ def grouped_down_kernel(
     valid = pair < NUM_PAIRS
     rw = tl.load(topk_weights_ptr + tl.where(valid, pair, 0), mask=valid, other=0.0)
     acc = acc * rw[:, None]
-    tl.store(out_ptr + offs_m[:, None] * stride_or + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=mask_n[None, :])
+    if SCATTER:
+        out_rows = tl.where(valid, pair, 0).to(tl.int64)
+        out_mask = valid[:, None] & mask_n[None, :]
+    else:
+        out_rows = offs_m
+        out_mask = mask_n[None, :]
+    tl.store(out_ptr + out_rows[:, None] * stride_or + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=out_mask)
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
