@@ -53,6 +53,10 @@ SCENARIOS = [
     ("qwen3-30b-T=8-expert-fp8-decode", "expert", QWEN, 8, BF16, dict(act_format="fp8"), DEFAULTS),
     ("qwen3-30b-T=8-expert-H200-tuned", "expert", QWEN, 8, BF16, {}, H200),
     ("odd-T=1-expert-fp32", "expert", ODD, 1, FP32, {}, DEFAULTS),
+    # gather and scatter as kernels of their own (the stage-by-stage form of notebook 2)
+    ("odd-T=3-expert-eight-kernels", "expert", ODD, 3, BF16, dict(fuse_gather_scatter=False), DEFAULTS),
+    ("qwen3-30b-T=8-expert-fp8-eight-kernels", "expert", QWEN, 8, BF16,
+     dict(act_format="fp8", fuse_gather_scatter=False), DEFAULTS),
 ]
 
 
