@@ -59,8 +59,10 @@ print(f"kernels run on: {S.gpu}")
 # | 7 scatter | `expert.scatter` | expert-major rows → (T·K, H) in token order | moves data |
 # | 8 combine | `expert.combine` | Σ over the K slots, in bf16 like vLLM's `moe_sum` | moves data |
 #
-# vLLM fuses gather into the gate/up GEMM's loads and scatter into the down GEMM's stores; here each
-# is its own kernel so that each can be shown and timed.
+# In this notebook each stage is its own kernel, so that each can be shown and timed. vLLM's
+# `fused_moe`, and `warpdecode.moe(method="expert")`, fuse gather into the gate/up GEMM's loads and
+# scatter into the down GEMM's stores: the same numbers (the last cell of the walk-through checks
+# it to the bit) in four launches instead of six.
 #
 # ## A small example
 #
@@ -240,6 +242,20 @@ with _alloc.poisoned():  # the whole path, with the configuration warpdecode pic
 assert wd.rel_error(y_full, ref) <= ladder.bound("expert") * floor
 
 # %% [markdown]
+# What `moe(method="expert")` runs is vLLM's form: row r of a gate/up tile loads
+# `x[sorted_token_ids[r] // K]` itself (stage 3 inside the GEMM's loads), and the down GEMM stores
+# row r at row `sorted_token_ids[r]` of a (T·K, H) buffer (stage 7 inside its stores). The same
+# roundings in the same order, so the same bits as the stages above, with the same configuration:
+
+# %%
+cfg_all = wd.configs.expert_config(shape.H, shape.I, E, K, T)
+with _alloc.poisoned():
+    y_fused = ex.moe_expert(x, w13, w2, topk_weights, topk_ids, config=cfg_all)
+    y_apart = ex.moe_expert(x, w13, w2, topk_weights, topk_ids, config=cfg_all, fuse_gather_scatter=False)
+print("fused gather/scatter == eight separate stages, bit for bit:", torch.equal(y_fused, y_apart))
+assert torch.equal(y_fused, y_apart)
+
+# %% [markdown]
 # ## Five of the eight stages only move data
 #
 # Route, the two GEMMs: computation. Align, gather, quantize, scatter, combine: data movement, to
@@ -268,9 +284,10 @@ assert sum(ledger[st] for st in moves_data) < 0.02 * sum(ledger.values())  # < 2
 assert data_us > 0.25 * sum(h200.values())  # ...more than a quarter of the time
 
 # %% [markdown]
-# Each data-moving stage takes 5–7 µs on the H200 for a few hundred KB: that is a launch and a
+# Each data-moving stage takes several µs on the H200 for a few hundred KB: that is a launch and a
 # kernel's ramp-up, not bandwidth. As T grows the GEMMs' bytes grow with the distinct experts and the
-# fixed costs fade; at T = 1 they are a third of the step.
+# fixed costs fade; at T = 1 they are a third of the step. Fusing gather and scatter into the GEMMs,
+# as vLLM does, removes two of those launches; align and combine stay.
 #
 # ![Expert-centric stages at each T, NVIDIA H200](../figures/stage_breakdown.png)
 #
@@ -306,6 +323,6 @@ else:
 
 # %% [markdown]
 # The expert-centric path is what a batch needs: at T = 256 the two GEMMs are over 80% of its time and
-# run near the memory ceiling (rung 3). At decode, its five data-moving launches and its
-# half-empty tiles are overhead. Rung 3 opens the grouped GEMM kernel and measures where its
+# run near the memory ceiling (rung 3). At decode, its data-moving launches (two even in vLLM's
+# fused form) and its half-empty tiles are overhead. Rung 3 opens the grouped GEMM kernel and measures where its
 # precision goes; rung 4 removes the layout altogether.

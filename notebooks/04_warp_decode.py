@@ -56,7 +56,7 @@ print(f"kernels run on: {S.gpu}; layer: {shape.name} H={shape.H} I={shape.I} E={
 # | layout work | align, gather, scatter (and quantize) | none: a warp reads `topk_ids` and goes straight to its rows |
 # | top-K combine | a separate kernel, summed in bf16 | a sum over one axis of a tile, in FP32 registers |
 # | roundings | intermediate, per-slot outputs, K − 1 partial sums, output | output |
-# | launches (bf16) | 6, route excluded | 2 |
+# | launches (bf16) | 4, route excluded (align, gate/up gathering its rows, down scattering its rows, combine) | 2 |
 #
 # What each path launches on an H200 for Qwen3-30B-A3B at T = 1, with the tuned configurations
 # (recorded from the launchers on `meta` tensors, so this runs anywhere):
