@@ -128,9 +128,9 @@ print(ladder.table(rows))
 # %% [markdown]
 # The GEMMs themselves stream well once they have work: close to 90% of the ceiling or more from
 # T = 8 on. At T = 1 they reach a half to two thirds of it: each is a small kernel whose ramp-up and
-# last wave weigh on a few tens of MB. The **whole path** is further from the ceiling, because align and combine
-# add their launches (gather and scatter ride inside the two GEMMs, as in vLLM). Across every preset and T (`speed.csv`, method `expert`, the
-# tuned configurations):
+# last wave weigh on a few tens of MB. The **whole path** is further from the ceiling, because
+# align and combine add their launches (gather and scatter ride inside the two GEMMs, as in vLLM).
+# Across every preset and T (`speed.csv`, method `expert`, the tuned configurations):
 
 # %%
 speed = ladder.results("speed.csv")
