@@ -307,3 +307,93 @@ def warp_fused_kernel(
             _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e,
                        stride_w2r, stride_yt, unit % T, unit // T, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I,
                        ".cg" if PHASE == 0 else "", "evict_first")
+
+
+# ---------------------------------------------------------------------------------------------
+# One pass, no barrier: the down projection split over I, combined with FP32 atomics
+
+
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
+def warp_atomic_kernel(
+    # pointers
+    x_ptr,  # (T, H) compute dtype
+    w13_ptr,  # (E, 2I, H) compute dtype
+    w2_ptr,  # (E, H, I) compute dtype
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_weights_ptr,  # (T, K) fp32
+    acc_ptr,  # (≥ T, H) fp32 scratch: zero between launches (each token's last program re-zeroes it)
+    count_ptr,  # (≥ T,) int32 scratch: programs of each token done; zero between launches
+    y_ptr,  # (T, H) compute dtype
+    # sizes
+    H,
+    I,
+    NUM_PAIRS,  # T * K
+    K,
+    # strides (elements)
+    stride_xt,
+    stride_w13e,
+    stride_w13r,
+    stride_w2e,
+    stride_w2r,
+    stride_acct,
+    stride_yt,
+    # meta
+    BLOCK_I: tl.constexpr,  # neurons per program
+    BLOCK_H: tl.constexpr,  # columns of H per gate/up step
+    BLOCK_O: tl.constexpr,  # hidden outputs per down step
+    EVICT: tl.constexpr,
+):
+    """Program (pair, block of BLOCK_I neurons): silu(gate)·up of its neurons, as in kernel 1, kept
+    in registers with the routing weight folded in; then their share of the token's H outputs,
+    w2[e, :, neurons] · a, added into an FP32 accumulator with atomics. The last of the token's
+    K·cdiv(I, BLOCK_I) programs to finish rounds the accumulator to y once and zeroes it again."""
+    pid = tl.program_id(0)
+    pair = pid % NUM_PAIRS  # fastest: programs side by side share neuron rows
+    pid_i = pid // NUM_PAIRS
+    t = pair // K
+    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    rw = tl.load(topk_weights_ptr + pair)
+    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = offs_i < I
+    offs_h = tl.arange(0, BLOCK_H)
+
+    gate_ptrs = w13_ptr + e * stride_w13e + offs_i[:, None].to(tl.int64) * stride_w13r + offs_h[None, :]
+    up_ptrs = gate_ptrs + I * stride_w13r
+    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
+    acc_g = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        mask_h = (h0 + offs_h) < H
+        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
+        mask = mask_i[:, None] & mask_h[None, :]
+        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
+        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
+        acc_g += g.to(tl.float32) * xv[None, :]
+        acc_u += u.to(tl.float32) * xv[None, :]
+    g = tl.sum(acc_g, axis=1)
+    u = tl.sum(acc_u, axis=1)
+    a = g * tl.sigmoid(g) * u * rw  # [BLOCK_I] FP32, never rounded
+
+    # down: rows of w2 are H outputs, its columns our neurons
+    offs_c = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    offs_o = tl.arange(0, BLOCK_O)
+    w_ptrs = w2_ptr + e * stride_w2e + offs_o[:, None].to(tl.int64) * stride_w2r + offs_c[None, :]
+    acc_row = acc_ptr + t.to(tl.int64) * stride_acct
+    for o0 in range(0, H, BLOCK_O):
+        mask_o = (o0 + offs_o) < H
+        w = tl.load(w_ptrs + o0 * stride_w2r, mask=mask_o[:, None] & (offs_c < I)[None, :], other=0.0,
+                    eviction_policy=EVICT)
+        part = tl.sum(w.to(tl.float32) * a[None, :], axis=1)  # a moves to the tile's columns
+        tl.atomic_add(acc_row + o0 + offs_o, part, mask=mask_o, sem="relaxed", scope="gpu")
+
+    # the token's last program: every other program's adds are visible after this acq_rel count
+    tl.debug_barrier()
+    done = tl.atomic_add(count_ptr + t, 1, sem="acq_rel", scope="gpu")
+    if done == K * tl.cdiv(I, BLOCK_I) - 1:
+        offs_f = tl.arange(0, BLOCK_O)
+        for o0 in range(0, H, BLOCK_O):
+            mask_f = (o0 + offs_f) < H
+            v = tl.load(acc_row + o0 + offs_f, mask=mask_f, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptr + t.to(tl.int64) * stride_yt + o0 + offs_f, v.to(y_ptr.dtype.element_ty), mask=mask_f)
+            tl.store(acc_row + o0 + offs_f, tl.zeros([BLOCK_O], dtype=tl.float32), mask=mask_f)
+        tl.atomic_xchg(count_ptr + t, 0, sem="relaxed", scope="gpu")
