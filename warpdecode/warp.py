@@ -140,49 +140,6 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
     return y
 
 
-# ---------------------------------------------------------------------------------------------
-# One pass: the down projection split over I, combined with FP32 atomics (see warpdecode.kernels.warp)
-
-_atomic_scratch: dict = {}  # device index -> (acc fp32, count int32), zero between launches
-
-
-def atomic_scratch(device, T: int, H: int):
-    """The accumulator and per-token counters of :func:`moe_warp_atomic` on this device, zero
-    between launches (each token's last program re-zeroes its row). Grown, zeroed, when a call
-    needs more; never while a CUDA graph is being captured (the graph would own the memory)."""
-    device = torch.device(device)
-    acc, count = _atomic_scratch.get(device.index, (None, None))
-    if acc is None or acc.numel() < T * H or count.numel() < T:
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("warp decode's atomic schedule needs its scratch made before graph capture: "
-                               f"call it once with T >= {T} and H = {H} first")
-        acc = torch.zeros(max(T * H, 64 * 8192), dtype=torch.float32, device=device)
-        count = torch.zeros(max(T, 64), dtype=torch.int32, device=device)
-        _atomic_scratch[device.index] = (acc, count)
-    return acc, count
-
-
-def moe_warp_atomic(x, w13, w2, topk_weights, topk_ids, cfg: dict):
-    """One launch, no barrier: each program computes BLOCK_I neurons of one pair and adds their
-    share of the token's outputs into an FP32 accumulator with atomics; the token's last program
-    rounds it to y once. cfg: ``{"BLOCK_I", "BLOCK_H", "BLOCK_O", "num_warps", "num_stages"}``.
-    The FP32 sums arrive in a run-dependent order, so y may differ in its last bit from run to run."""
-    T, H = x.shape
-    E, two_i, _ = w13.shape
-    I = two_i // 2  # noqa: E741
-    K = topk_ids.shape[1]
-    y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
-    acc, count = atomic_scratch(x.device, T, H)
-    grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
-    kw.warp_atomic_kernel[grid](
-        x, w13, w2, topk_ids, topk_weights, acc, count, y, H, I, T * K, K,
-        x.stride(0), w13.stride(0), w13.stride(1), w2.stride(0), w2.stride(1), H, y.stride(0),
-        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], BLOCK_O=cfg["BLOCK_O"], EVICT=cfg.get("evict", "evict_first"),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
-    return y
-
-
 def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, config: dict | None = None,
              schedule: str | None = None):
     """Warp decode on validated, contiguous inputs (``warpdecode.moe`` checks them first).

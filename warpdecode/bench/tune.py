@@ -68,16 +68,6 @@ def fused_candidates(H: int, I: int, K: int):  # noqa: E741
     return [c for i, c in enumerate(out) if c not in out[:i]]
 
 
-def atomic_candidates(H: int, I: int):  # noqa: E741
-    """The one-pass kernel: (neurons, gate/up columns, warps) keeping each gate/up accumulator at
-    ≤ 64 floats per thread, by hidden outputs per down step and pipelining depth."""
-    gate_up = [(8, 512, 2), (8, 1024, 4), (16, 512, 4), (16, 1024, 8), (32, 256, 4), (32, 512, 8), (64, 256, 8)]
-    return [{"BLOCK_I": bi, "BLOCK_H": min(bh, max(256, triton.next_power_of_2(H))), "BLOCK_O": bo,
-             "num_warps": w, "num_stages": s}
-            for (bi, bh, w), bo, s in itertools.product(gate_up, [64, 256], [1, 3])
-            if bi <= max(8, triton.next_power_of_2(I))]
-
-
 def gemm_candidates(fp8: bool = False, group_m: int = 1):
     """Tiles in the neighbourhood vLLM's tuned H100/H200 tables pick for decode and batch (for
     Mixtral's shape at 128-256 tokens they pick 64-128 rows, 8 warps, 4 stages)."""
@@ -116,7 +106,7 @@ def group_m_candidates(T: int, shape: MoEShape, block_m: int):
 
 
 _KERNEL_OF = {"warp_gate_up": kw.warp_gate_up_kernel, "warp_down": kw.warp_down_kernel,
-              "warp_fused": kw.warp_fused_kernel, "warp_atomic": kw.warp_atomic_kernel,
+              "warp_fused": kw.warp_fused_kernel,
               "gate_up": kx.grouped_gate_up_kernel, "down": kx.grouped_down_kernel}
 
 
@@ -146,8 +136,6 @@ def _warm(job):
             wp.warp_down(torch.randn(T * K, I, device="cuda"), w2, ids, tw, cfg, torch.bfloat16)
         elif kind == "warp_fused":
             wp.moe_warp_fused(x, w13, w2, tw, ids, cfg)
-        elif kind == "warp_atomic":
-            wp.moe_warp_atomic(x, w13, w2, tw, ids, cfg)
         else:  # the forms moe_expert runs: gather fused into gate/up's loads, scatter into down's stores
             block_m, gcfg = cfg
             al = ex.align(ids, E, block_m)
