@@ -257,7 +257,8 @@ print(ladder.table(proj))
 # Neither is reproduced here, and neither maps one-to-one onto these numbers: theirs is whole-model
 # throughput against their production baseline and an FP32 reference; ours is one MoE layer's time
 # against this repository's tuned expert-centric path, and error against float64. What the H200 data
-# does show is the same direction on both axes: warp decode is faster at decode batch sizes on every
-# preset (1.1–1.6× per layer at T = 1), and its error is the bf16 floor, two to three times closer to
-# the exact result than the expert-centric path's (mean error / floor 1.00 against 2.6 in
+# does show is the same direction on both axes: warp decode is faster at T = 1 on every preset
+# (1.05–1.29× per layer, against the tuned baseline in vLLM's launch structure; the margin is
+# gone by T = 2 to 16, depending on the preset), and its error is the bf16 floor, two to three
+# times closer to the exact result than the expert-centric path's (mean error / floor 1.00 against 2.6 in
 # `accuracy.csv`).
