@@ -412,9 +412,9 @@ else:
 
 # %% [markdown]
 # Warp decode reaches 69–95% of the ceiling at T = 1 and beats the tuned expert-centric path on
-# every preset there, by 1.05–1.29×. It stops paying off as T grows: every (token, slot) pair streams its expert's rows on
-# its own, so its bytes grow as T·K while the bytes that must move stop growing at E experts
-# (rung 1). Grid order puts pairs that share rows side by side so L2 can serve repeats, but the
-# measured times grow linearly in T: L2 is not catching them. Past the crossover, grouping the
-# tokens of an expert, which is what the expert-centric path does, wins. Rung 5 puts the paths side
-# by side and finds that crossover.
+# every preset there, by 1.05–1.29×. It stops paying off as T grows: every (token, slot) pair
+# streams its expert's rows on its own, so its bytes grow as T·K while the bytes that must move
+# stop growing at E experts (rung 1). Grid order puts pairs that share rows side by side so L2 can
+# serve repeats, but the measured times grow linearly in T: L2 is not catching them. Past the
+# crossover, grouping the tokens of an expert, which is what the expert-centric path does, wins.
+# Rung 5 puts the paths side by side and finds that crossover.
