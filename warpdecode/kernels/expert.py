@@ -139,7 +139,7 @@ def grouped_gate_up_kernel(
     a_scale_ptr,  # (rows of a, cdiv(H, 128)) fp32, read only when A_FP8
     w13_ptr,  # (E, 2I, H) compute dtype
     out_ptr,  # (EM, I) compute dtype: silu(gate)·up, rounded
-    sorted_token_ids_ptr,  # (EM,) int32, read only when GATHER_K > 0
+    sorted_token_ids_ptr,  # (EM,) int32, read only when GATHER
     expert_ids_ptr,  # (EM // BLOCK_M,) int32
     num_tokens_post_padded_ptr,  # (1,) int32
     # sizes
