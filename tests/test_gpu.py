@@ -129,6 +129,21 @@ def test_warp_at_least_twice_closer_than_expert(preset, T):
         f"error(expert) / error(warp) = {err_expert / err_warp:.2f}, claimed ≥ {EXPERT_OVER_WARP_CLAIM}")
 
 
+FUSED_IO_CASES = [(p, T, f) for p in warpdecode.MODEL_PRESETS for T in (1, 33) for f in ("native", "fp8")]
+
+
+@pytest.mark.parametrize("preset,T,act_format", FUSED_IO_CASES, ids=[f"{p}-T={T}-{f}" for p, T, f in FUSED_IO_CASES])
+def test_expert_fused_gather_scatter_is_the_eight_kernels(preset, T, act_format):
+    """What moe(method='expert') runs (gather in the gate/up GEMM's loads, scatter in the down
+    GEMM's stores, vLLM's form) gives the eight separate kernels' result to the bit, tuned configs."""
+    inputs, _, _ = _preset_inputs(preset, T)
+    with warpdecode._alloc.poisoned():
+        fused = warpdecode.expert.moe_expert(*inputs, act_format=act_format)
+        apart = warpdecode.expert.moe_expert(*inputs, act_format=act_format, fuse_gather_scatter=False)
+    assert not fused.isnan().any()
+    assert torch.equal(fused, apart)
+
+
 @pytest.mark.parametrize("case,variant", EDGE_RUNS, ids=[f"{c.id}-{v}" for c, v in EDGE_RUNS])
 def test_edge_at_gpu_size(case, variant):
     _check(*_edge_inputs(case), variant)
