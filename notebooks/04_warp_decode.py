@@ -346,6 +346,34 @@ print(ladder.table([{"MB read by one launch": f"{int(r['bytes']) / 1e6:.1f}", "�
                      "of the multi-GB ceiling": f"{float(r['fraction']):.0%}"} for r in sr]))
 
 # %% [markdown]
+# That kernel is a persistent grid striding over its buffer. Shaped like warp decode's own kernels
+# instead (one program per tile, no loop, the hardware scheduler filling the SMs), a read of the
+# same bytes does better; through TMA boxes it does worse (`scripts/read_variants.py`,
+# `results/NVIDIA_H200/read_variants.csv`):
+
+# %%
+rv = ladder.results("read_variants.csv")
+print(ladder.table([{"MB": r["MB"], "read": r["kind"], "µs": r["us"], "of the ceiling": f"{float(r['fraction']):.0%}",
+                     "best config": r["config"]} for r in rv]))
+tiles = {float(r["MB"]): float(r["us"]) for r in rv if r["kind"] == "tiles"}
+ceiling_rv = float(rv[0]["ceiling_TBps"])
+one_launch_us = tiles[75.5]
+two_launch_us = tiles[50.3] + tiles[25.2]  # gate/up's bytes, then down's, each one launch
+warp_t1 = next(float(r["median_us"]) for r in ladder.results("speed.csv") if r["preset"] == s30.name and r["T"] == "1"
+               and r["method"] == "warp")
+for what, us_ in [("one launch of 75.5 MB", one_launch_us), ("two launches, 50.3 + 25.2 MB", two_launch_us)]:
+    print(f"{what}: {us_:.1f} µs, {75.5e6 / (us_ * 1e-6) / 1e12 / ceiling_rv:.0%} of the ceiling")
+print(f"warp decode, Qwen3-30B-A3B T=1: {warp_t1:.1f} µs, {two_launch_us / warp_t1:.0%} of the two-launch bound")
+assert one_launch_us < two_launch_us  # the kernel boundary costs time a single launch does not pay
+
+# %% [markdown]
+# So on this H200 the 85 % bar at Qwen3-30B-A3B T = 1 lies between what one launch of its 75.5 MB
+# can do and what two launches can. Reaching it takes one launch that streams both phases'
+# weights the way the tile read does, with the dependency between the phases handled inside it;
+# the persistent kernel above and the one-pass atomic kernel of `results/NOTES.md` (v6) were two
+# attempts, both slower.
+
+# %% [markdown]
 # ## Correctness
 #
 # Warp decode against the float64 reference on this device's layer, poisoned: its error should be
