@@ -1,14 +1,14 @@
-"""A/B of warp decode's knobs at T = 1…16 on every preset, against the tuned configs.
+"""A/B of warp decode's cache knobs at T = 1…16 on every preset, against the tuned configs.
 
     python scripts/warp_variants.py [--presets ...] [--T 1 2 4 8 16]
 
 Variants: the weight loads' L2 policy (``evict_first`` streams past L2, ``""`` the default,
-``evict_last``); the down kernel's loop over I software-pipelined (``num_stages`` 2, 3). The
-CSV also holds rows of two variants measured at commit 5a0a4eb and then removed, being slower
-nearly everywhere: ``group=1`` (the gate/up program of the first pair routed to an expert walks
-every pair of that expert, so its rows come from HBM once) and ``down_tokens=N`` (a down program
-walking N tokens). Rows go to results/<GPU>/warp_variants.csv: time per layer call, and the
-fraction of the read ceiling.
+``evict_last``). The CSV also holds rows of two variants measured at commit 5a0a4eb and then
+removed, being slower nearly everywhere: ``group=1`` (the gate/up program of the first pair
+routed to an expert walks every pair of that expert, so its rows come from HBM once) and
+``down_tokens=N`` (a down program walking N tokens); and rows ``down num_stages=2/3`` (the down
+kernel's loop over I pipelined, measured at commit 4db7704, within 1 %). Rows go to
+results/<GPU>/warp_variants.csv: time per layer call, and the fraction of the read ceiling.
 """
 
 import argparse
@@ -33,10 +33,6 @@ def variants(base: dict, T: int):
         c = copy.deepcopy(base)
         c["gate_up"]["evict"] = c["down"]["evict"] = evict
         out[f"evict={evict or 'normal'}"] = c
-    for stages in (2, 3):  # the down kernel's loop over I, software-pipelined
-        c = copy.deepcopy(base)
-        c["down"]["num_stages"] = stages
-        out[f"down num_stages={stages}"] = c
     return out
 
 

@@ -140,18 +140,15 @@ def _down_tile(
     rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
     a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
 
-    # the first chunk, with the caller's early-loaded w2 columns
-    a = tl.load(a_ptrs, mask=mask_k[:, None] & (offs_i < I)[None, :], other=0.0,
-                cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
-    acc = tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
-    # the rest: loads with no condition around them, which num_stages > 1 can pipeline
-    for i0 in range(BLOCK_I, I, BLOCK_I):
-        wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
-                         K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+    acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+    for i0 in range(0, I, BLOCK_I):
+        if i0 > 0:
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
+                             K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
         mask_i = (i0 + offs_i) < I
         a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0,
                     cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
-        acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)
+        acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
 
     y = tl.sum(acc, axis=1)  # the dot product, across the warp
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
