@@ -195,7 +195,5 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
         a, a_scales = quantize(gather(x, al, K), al, act_format)
         h = gate_up(a, a_scales, w13, al, cfg["gate_up"])
     h, h_scales = quantize(h, al, act_format)
-    if fuse_gather_scatter:
-        return combine(down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=True), K)
-    o = down(h, h_scales, w2, al, topk_weights, cfg["down"])
-    return combine(scatter(o, al), K)
+    o = down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=fuse_gather_scatter)
+    return combine(o if fuse_gather_scatter else scatter(o, al), K)
