@@ -166,8 +166,9 @@ def main(argv=None):
 
     t = sub.add_parser("tune", help="search launch configs on this GPU, write warpdecode/tuned/<GPU>.json")
     t.add_argument("--presets", nargs="+", choices=sorted(PRESETS))
-    t.add_argument("--paths", nargs="+", default=["warp", "expert"], choices=["warp", "expert", "fused", "refine"],
-                   help="fused: only the persistent warp schedule, against the tuned two-kernel configs; "
+    t.add_argument("--paths", nargs="+", default=["warp", "fused", "expert"],
+                   choices=["warp", "expert", "fused", "refine"],
+                   help="warp: the two-kernel pair; fused: the persistent warp schedule, against the tuned pair; "
                         "refine: the tuned pair's L2 cache policy")
     t.set_defaults(fn=cmd_tune)
 

@@ -30,21 +30,30 @@ from ..presets import MoEShape, get_preset
 from .timing import capture, time_replays
 from .workload import make_inputs, make_layers, num_copies
 
-WARP_T = [1, 4, 16]
+WARP_T = [1, 2, 4, 8, 16]
 EXPERT_T = [1, 8, 32, 128, 256]
 
 
+def _fits(rows: int, warps: int, columns: int) -> bool:
+    """Every warp has work: a row spreads over at most columns / 256 warps (8 bf16 per lane), the
+    rest stack over rows (kernels/warp.py); more warps than that would hold copies of each other."""
+    return warps <= rows * max(1, columns // 256)
+
+
 def warp_candidates(H: int, I: int, K: int):  # noqa: E741
-    """gate/up: (rows, warps) with one or two rows per warp, by column width and pipelining depth.
-    down: the same, keeping the [rows, K, columns] tile at ≤ 256 elements per thread."""
-    rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8)]
+    """gate/up: (rows, warps) with one or two rows per warp, or a row spread over 2–8 warps (the
+    shape of the one-program-per-tile read, ``scripts/read_variants.py``), by column width and
+    pipelining depth. down: the same, keeping the [rows, K, columns] tile at ≤ 256 elements per
+    thread."""
+    rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8),
+                  (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)]
     gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
                for (r, w), c, s in itertools.product(rows_warps, [256, 512, 1024, 2048], [1, 3])
-               if c <= max(256, triton.next_power_of_2(H))]
+               if c <= max(256, triton.next_power_of_2(H)) and _fits(r, w, c)]
     k_pad = triton.next_power_of_2(K)
     down = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": 1}
             for (r, w), c in itertools.product(rows_warps, [256, 512, 1024])
-            if c <= max(256, triton.next_power_of_2(I)) and r * k_pad * c // (32 * w) <= 256]
+            if c <= max(256, triton.next_power_of_2(I)) and r * k_pad * c // (32 * w) <= 256 and _fits(r, w, c)]
     return gate_up, down
 
 
@@ -221,7 +230,7 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print)
                                      reps), c)
                               for c in down_c])
         log(f"warp {shape.name} T={T}: gate/up {t_gu / L:.2f} us {c_gu}; both {t_pair / L:.2f} us, down {c_dn}")
-        buckets.append([T, {"gate_up": c_gu, "down": c_dn}])
+        buckets.append([T, {"gate_up": c_gu, "down": c_dn, "measured_us": {"split": round(t_pair / L, 2)}}])
     w13s = w2s = None
     torch.cuda.empty_cache()
     return buckets
@@ -312,14 +321,14 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
     return buckets
 
 
-def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
+def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=print):
     """Compile every candidate once, in parallel. Only the warp down kernel depends on K."""
     jobs = []
     H, I = max(s.H for s in shapes), max(s.I for s in shapes)  # noqa: E741
     if "warp" in paths:
         jobs += [("warp_gate_up", 2, c) for c in warp_candidates(H, I, 2)[0]]
         jobs += [("warp_down", K, c) for K in sorted({s.K for s in shapes}) for c in warp_candidates(H, I, K)[1]]
-    if "warp" in paths or "fused" in paths:
+    if "fused" in paths:
         jobs += [("warp_fused", K, c) for K in sorted({s.K for s in shapes}) for c in fused_candidates(H, I, K)]
     if "expert" in paths:
         for bm, gm in itertools.product([16, 32, 64, 128], [1, 8]):
@@ -332,7 +341,7 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
     return bad
 
 
-def tune(preset_names: list[str], *, paths=("warp", "expert"), log=print) -> dict:
+def tune(preset_names: list[str], *, paths=("warp", "fused", "expert"), log=print) -> dict:
     """Tune the named presets, merge into this GPU's table, write it, and return it."""
     shapes = [get_preset(n) for n in preset_names]
     path = tuned_file()
@@ -343,7 +352,7 @@ def tune(preset_names: list[str], *, paths=("warp", "expert"), log=print) -> dic
         key = shape_key(shape.H, shape.I, shape.E, shape.K)
         if "warp" in paths:
             table.setdefault("warp", {})[key] = tune_warp(shape, dropped=dropped, log=log)
-        if "warp" in paths or "fused" in paths:  # the persistent schedule against the tuned pair
+        if "fused" in paths:  # the persistent schedule against the tuned pair
             table["warp"][key] = tune_fused(shape, table["warp"][key], dropped=dropped, log=log)
         if "refine" in paths:  # the cache policy on top of the tuned pair
             table["warp"][key] = tune_refine(shape, table["warp"][key], log=log)
