@@ -423,7 +423,8 @@ ratio = [{"preset": p, **{f"T={t}": f"{us[(p, t, 'expert')] / us[(p, t, 'warp')]
                           for t in ("1", "2", "4", "8", "16", "64")}} for p in wd.MODEL_PRESETS]
 print("\nexpert-centric time / warp decode time (> 1: warp decode is faster)")
 print(ladder.table(ratio))
-assert all(us[(p, "1", "expert")] > us[(p, "1", "warp")] for p in wd.MODEL_PRESETS)  # faster at T=1 everywhere
+# faster at T=1 on every preset with K ≥ 4; Mixtral (K = 2) below
+assert all(us[(p, "1", "expert")] > us[(p, "1", "warp")] for p in wd.MODEL_PRESETS if wd.get_preset(p).K >= 4)
 
 # %%
 if S.on_gpu:
@@ -439,8 +440,13 @@ else:
     print("no GPU: the H200's rows above are the measurement")
 
 # %% [markdown]
-# Warp decode reaches 69–95% of the ceiling at T = 1 and beats the tuned expert-centric path on
-# every preset there, by 1.05–1.29×. It stops paying off as T grows: every (token, slot) pair
+# At T = 1 warp decode beats the tuned expert-centric path on every preset with K ≥ 4 (the
+# ratios above). Mixtral is the exception that needs care: with K = 2 a call streams two experts
+# of 352 MB each, both paths reach 85–95 % of the ceiling there, and which one is faster has
+# changed between runs on different H200s and even between processes on one, with the same
+# configurations. `scripts/grid_order.py` re-allocates the weights at other addresses and times
+# warp decode again (`results/NVIDIA_H200/grid_order.csv`): the spread it shows is the spread of
+# the memory system, not of the kernel. It stops paying off as T grows: every (token, slot) pair
 # streams its expert's rows on its own, so its bytes grow as T·K while the bytes that must move
 # stop growing at E experts (rung 1). Grid order puts pairs that share rows side by side so L2 can
 # serve repeats, but the measured times grow linearly in T: L2 is not catching them. Past the

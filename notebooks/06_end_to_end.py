@@ -151,8 +151,10 @@ print(ladder.table(speed_rows))
 #
 # ## Why the step gains less than the layer: Amdahl, with the share the clock measures
 #
-# `report.e2e_table` puts each measured step beside the MoE layer timed alone at the same T:
-# the MoE share f is layers × the expert-centric layer's time over the expert-centric step's time,
+# `report.e2e_table` puts each measured step beside the same step's MoE layers replayed alone in
+# the same run (`moe_us` in e2e_speed.csv: same process, weights and GPU; `speed.csv` comes from
+# other runs, on whichever H200 the device tool lent, and a few per cent between machines would
+# blur a 5 % check): the MoE share f is the expert-centric step's MoE layers over that step's time,
 # the rest is everything else the step does. Amdahl's prediction with that f is then compared with
 # the measured ratio of step times.
 

@@ -14,11 +14,12 @@ GPU = "Test GPU"
 PNG = b"\x89PNG\r\n\x1a\n"
 META = {"gpu": GPU, "torch": "t", "triton": "tr", "date": "2026-01-01"}
 
-# one MoE layer alone (speed.csv) and whole steps of a 2-layer model (e2e_speed.csv), in µs
+# one MoE layer alone (speed.csv, and in e2e_speed.csv's moe_us: the step's layers replayed alone)
+# and whole steps of a 2-layer model (e2e_speed.csv), in µs
 LAYER_US = {(1, "expert"): 10.0, (1, "warp"): 5.0, (4, "expert"): 20.0, (4, "warp"): 25.0}
 STEP_US = {(1, "expert"): 100.0, (1, "warp"): 90.0, (1, "auto"): 90.0,
            (4, "expert"): 200.0, (4, "warp"): 210.0, (4, "auto"): 200.0,
-           (8, "expert"): 300.0, (8, "warp"): 330.0}  # T = 8: no layer row in speed.csv
+           (8, "expert"): 300.0, (8, "warp"): 330.0}  # T = 8: no layer time (an older row without moe_us)
 LAYERS = 2
 
 
@@ -31,7 +32,9 @@ def _speed_rows():
 def _e2e_rows(ctx):
     return [{"model": "qwen3-30b-a3b", "layers": LAYERS, "T": T, "ctx": ctx, "method": m, "step_us": us,
              "p20_us": us, "p80_us": us, "tokens_per_s": T / (us * 1e-6), "bytes": 1000, "floor_us": 50.0,
-             "frac_floor": 50.0 / us, "ceiling_TBps": 2.0, **META} for (T, m), us in STEP_US.items()]
+             "frac_floor": 50.0 / us, "ceiling_TBps": 2.0,
+             "moe_us": LAYERS * LAYER_US[(T, m)] if (T, m) in LAYER_US else "", **META}
+            for (T, m), us in STEP_US.items()]
 
 
 def _error_rows(steps, methods, layers=3):

@@ -74,6 +74,7 @@ def e2e_speed_table(gpu: str, dense: str = "eager") -> dict:
             continue
         for k in ("step_us", "p20_us", "p80_us", "tokens_per_s", "bytes", "floor_us", "frac_floor", "ceiling_TBps"):
             r[k] = float(r[k])
+        r["moe_us"] = float(r["moe_us"]) if r.get("moe_us") else None  # the step's MoE layers alone
         key = (r["model"], int(r["layers"]), int(r["ctx"]))
         out.setdefault(key, {}).setdefault(r["method"], {})[int(r["T"])] = r
     return out

@@ -159,36 +159,32 @@ def amdahl(share: float, speedup: float) -> float:
 
 
 def e2e_table(gpu: str, dense: str = "eager") -> list[dict]:
-    """Each decode step of e2e_speed.csv measured with both expert and warp, beside the MoE layer
-    timed alone at the same T (speed.csv, the model's layer preset):
+    """Each decode step of e2e_speed.csv measured with both expert and warp, beside the same step's
+    MoE layers replayed alone in the same run (``moe_us``: same process, same weights, same GPU, so
+    no comparison crosses runs):
 
-    - ``moe_share``: layers × the expert-centric layer's time / the expert-centric step's time
-    - ``layer_speedup``: expert / warp for one layer (speed.csv)
+    - ``moe_share``: the expert-centric step's MoE layers / that step's time
+    - ``layer_speedup``: expert / warp MoE layers alone
     - ``predicted_speedup``: :func:`amdahl` of the two; ``measured_speedup``: expert step / warp step
     - ``rest_us``: what the expert-centric step spends outside its MoE layers
 
-    The layer columns are None where speed.csv has no row at that T."""
-    from ..model import MODELS
-
-    speed = data.speed_table(gpu)
+    ``moe_expert_us`` and ``moe_warp_us`` are per layer; the layer columns are None where a row has no
+    ``moe_us``."""
     rows = []
     for (model, layers, ctx), by_method in data.e2e_speed_table(gpu, dense).items():
-        preset = MODELS[model].moe.name if model in MODELS else model
-        layer = speed.get(preset, {})
         for T in sorted(set(by_method.get("expert", {})) & set(by_method.get("warp", {}))):
-            se, sw = by_method["expert"][T]["step_us"], by_method["warp"][T]["step_us"]
+            e, w = by_method["expert"][T], by_method["warp"][T]
+            se, sw = e["step_us"], w["step_us"]
             auto = by_method.get("auto", {}).get(T)
             row = {"model": model, "layers": layers, "ctx": ctx, "T": T, "expert_step_us": se, "warp_step_us": sw,
                    "auto_step_us": auto["step_us"] if auto else None, "measured_speedup": se / sw,
                    "moe_expert_us": None, "moe_warp_us": None, "moe_share": None, "layer_speedup": None,
                    "predicted_speedup": None, "rest_us": None}
-            le, lw = layer.get("expert", {}).get(T), layer.get("warp", {}).get(T)
-            if le and lw:
-                share = layers * le["median_us"] / se
-                row.update(moe_expert_us=le["median_us"], moe_warp_us=lw["median_us"], moe_share=share,
-                           layer_speedup=le["median_us"] / lw["median_us"],
-                           predicted_speedup=amdahl(share, le["median_us"] / lw["median_us"]),
-                           rest_us=se - layers * le["median_us"])
+            if e["moe_us"] and w["moe_us"]:
+                share = e["moe_us"] / se
+                row.update(moe_expert_us=e["moe_us"] / layers, moe_warp_us=w["moe_us"] / layers, moe_share=share,
+                           layer_speedup=e["moe_us"] / w["moe_us"],
+                           predicted_speedup=amdahl(share, e["moe_us"] / w["moe_us"]), rest_us=se - e["moe_us"])
             rows.append(row)
     return rows
 

@@ -180,13 +180,18 @@ def warp_gate_up_kernel(
     BLOCK_H: tl.constexpr,  # columns of H per step
     USE_PDL: tl.constexpr,  # let the down kernel launch early (GPU only)
     EVICT: tl.constexpr,  # weight loads' cache policy
+    PAIR_FASTEST: tl.constexpr = True,  # grid order; False: neuron blocks fastest, one pair after another
 ):
     if USE_PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
-    # the pair index varies fastest: programs side by side share neuron rows
+    if PAIR_FASTEST:  # programs side by side read the same neuron rows of every pair (shared experts: L2)
+        pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
+    else:  # programs side by side read consecutive rows of one expert, which streams expert by expert
+        blocks_i = tl.cdiv(I, BLOCK_I)
+        pair, pid_i = pid // blocks_i, pid % blocks_i
     _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pid % NUM_PAIRS, pid // NUM_PAIRS, BLOCK_I, BLOCK_H, EVICT)
+                  pair, pid_i, BLOCK_I, BLOCK_H, EVICT)
 
 
 @triton.jit(do_not_specialize=["T"])

@@ -1,0 +1,74 @@
+"""Does warp decode's time at small T depend on where the weights sit in memory, and does the
+gate/up kernel's grid order change that? (Mixtral T=1 measured 163–186 µs across runs with the
+same configs, results/NOTES.md.)
+
+For each preset and placement, a spacer of random size is allocated first, so the layer copies
+land at other addresses; then the tuned pair runs with the gate/up grid in both orders:
+``pair`` (the pair index fastest, shipped) and ``neuron`` (one pair's neuron blocks after
+another: programs side by side read consecutive rows of one expert).
+
+    python scripts/grid_order.py [--presets mixtral-8x7b ...] [--placements 4]
+
+Writes results/<GPU>/grid_order.csv: µs per layer, fraction of the read ceiling, by placement.
+"""
+
+import argparse
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from warpdecode import configs
+from warpdecode import warp as wp
+from warpdecode.bench import data
+from warpdecode.bench.sweep import meta
+from warpdecode.bench.timing import read_ceiling
+from warpdecode.bench.tune import _over_layers, _time
+from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
+from warpdecode.presets import get_preset
+
+
+def _pair(x, w13, w2, ids, tw, c_gu, c_dn):
+    return wp.warp_down(wp.warp_gate_up(x, w13, ids, c_gu), w2, ids, tw, c_dn, torch.bfloat16)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=["mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-20b", "qwen3-235b-a22b"])
+    p.add_argument("--T", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--placements", type=int, default=4)
+    p.add_argument("--out", default=f"results/{torch.cuda.get_device_name().replace(' ', '_')}/grid_order.csv")
+    args = p.parse_args()
+    ceiling = read_ceiling()
+    gen = torch.Generator().manual_seed(7)
+    rows = []
+    for name in args.presets:
+        shape = get_preset(name)
+        for placement in range(args.placements):
+            spacer_mb = 0 if placement == 0 else int(torch.randint(1, 4096, (1,), generator=gen))
+            spacer = torch.empty(spacer_mb << 20, dtype=torch.uint8, device="cuda")
+            L = num_copies(shape)
+            layers = make_layers(shape, L, seed=placement)
+            w13s, w2s = [a for a, _ in layers], [b for _, b in layers]
+            for T in args.T:
+                inputs = make_inputs(shape, T, L, seed=5000 + T)
+                xs, ids, tws = [i.x for i in inputs], [i.topk_ids for i in inputs], [i.topk_weights for i in inputs]
+                cfg = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T)
+                floor = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
+                for order in ("pair", "neuron"):
+                    c_gu = dict(cfg["gate_up"], pair_fastest=order == "pair")
+                    us = _time(_over_layers(partial(_pair, c_gu=c_gu, c_dn=cfg["down"]), xs, w13s, w2s, ids, tws),
+                               50) / L
+                    rows.append({"preset": name, "T": T, "placement": placement, "spacer_MB": spacer_mb,
+                                 "order": order, "us": round(us, 2), "floor_us": round(floor, 2),
+                                 "frac_ceiling": round(floor / us, 4), "ceiling_TBps": round(ceiling, 4), **meta()})
+                    print(f"{name:16s} T={T} placement {placement} (+{spacer_mb:4d} MB) {order:6s} {us:8.2f} us "
+                          f"{100 * floor / us:5.1f}%", flush=True)
+            del layers, w13s, w2s, spacer
+            torch.cuda.empty_cache()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    data.merge_write(Path(args.out), rows)
+
+
+if __name__ == "__main__":
+    main()
