@@ -37,6 +37,7 @@ def main():
     p.add_argument("--presets", nargs="+", default=["mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-20b", "qwen3-235b-a22b"])
     p.add_argument("--T", type=int, nargs="+", default=[1, 2])
     p.add_argument("--placements", type=int, default=4)
+    p.add_argument("--seed", type=int, default=5000, help="routing draw: make_inputs seed = SEED + T (bench: 1000)")
     p.add_argument("--out", default=f"results/{torch.cuda.get_device_name().replace(' ', '_')}/grid_order.csv")
     args = p.parse_args()
     ceiling = read_ceiling()
@@ -51,7 +52,7 @@ def main():
             layers = make_layers(shape, L, seed=placement)
             w13s, w2s = [a for a, _ in layers], [b for _, b in layers]
             for T in args.T:
-                inputs = make_inputs(shape, T, L, seed=5000 + T)
+                inputs = make_inputs(shape, T, L, seed=args.seed + T)
                 xs, ids, tws = [i.x for i in inputs], [i.topk_ids for i in inputs], [i.topk_weights for i in inputs]
                 cfg = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T)
                 floor = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
@@ -59,10 +60,12 @@ def main():
                     c_gu = dict(cfg["gate_up"], pair_fastest=order == "pair")
                     us = _time(_over_layers(partial(_pair, c_gu=c_gu, c_dn=cfg["down"]), xs, w13s, w2s, ids, tws),
                                50) / L
-                    rows.append({"preset": name, "T": T, "placement": placement, "spacer_MB": spacer_mb,
+                    rows.append({"preset": name, "T": T, "seed": args.seed + T, "placement": placement,
+                                 "spacer_MB": spacer_mb,
                                  "order": order, "us": round(us, 2), "floor_us": round(floor, 2),
                                  "frac_ceiling": round(floor / us, 4), "ceiling_TBps": round(ceiling, 4), **meta()})
-                    print(f"{name:16s} T={T} placement {placement} (+{spacer_mb:4d} MB) {order:6s} {us:8.2f} us "
+                    print(f"{name:16s} T={T} seed {args.seed + T} placement {placement} (+{spacer_mb:4d} MB) {order:6s} "
+                          f"{us:8.2f} us "
                           f"{100 * floor / us:5.1f}%", flush=True)
             del layers, w13s, w2s, spacer
             torch.cuda.empty_cache()
