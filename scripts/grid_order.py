@@ -64,7 +64,8 @@ def main():
                                  "spacer_MB": spacer_mb,
                                  "order": order, "us": round(us, 2), "floor_us": round(floor, 2),
                                  "frac_ceiling": round(floor / us, 4), "ceiling_TBps": round(ceiling, 4), **meta()})
-                    print(f"{name:16s} T={T} seed {args.seed + T} placement {placement} (+{spacer_mb:4d} MB) {order:6s} "
+                    print(f"{name:16s} T={T} seed {args.seed + T} placement {placement} "
+                          f"(+{spacer_mb:4d} MB) {order:6s} "
                           f"{us:8.2f} us "
                           f"{100 * floor / us:5.1f}%", flush=True)
             del layers, w13s, w2s, spacer
