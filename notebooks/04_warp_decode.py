@@ -423,8 +423,7 @@ ratio = [{"preset": p, **{f"T={t}": f"{us[(p, t, 'expert')] / us[(p, t, 'warp')]
                           for t in ("1", "2", "4", "8", "16", "64")}} for p in wd.MODEL_PRESETS]
 print("\nexpert-centric time / warp decode time (> 1: warp decode is faster)")
 print(ladder.table(ratio))
-# faster at T=1 on every preset with K ≥ 4; Mixtral (K = 2) below
-assert all(us[(p, "1", "expert")] > us[(p, "1", "warp")] for p in wd.MODEL_PRESETS if wd.get_preset(p).K >= 4)
+assert all(us[(p, "1", "expert")] > us[(p, "1", "warp")] for p in wd.MODEL_PRESETS)  # faster at T=1 everywhere
 
 # %%
 if S.on_gpu:
@@ -440,13 +439,15 @@ else:
     print("no GPU: the H200's rows above are the measurement")
 
 # %% [markdown]
-# At T = 1 warp decode beats the tuned expert-centric path on every preset with K ≥ 4 (the
-# ratios above). Mixtral is the exception that needs care: with K = 2 a call streams two experts
-# of 352 MB each, both paths reach 85–95 % of the ceiling there, and which one is faster has
-# changed between runs on different H200s and even between processes on one, with the same
-# configurations. `scripts/grid_order.py` re-allocates the weights at other addresses and times
-# warp decode again (`results/NVIDIA_H200/grid_order.csv`): the spread it shows is the spread of
-# the memory system, not of the kernel. It stops paying off as T grows: every (token, slot) pair
+# At T = 1 warp decode beats the tuned expert-centric path on every preset (the ratios above).
+# Mixtral needs a footnote: there a call streams two experts of 352 MB each, and warp decode's time
+# depends on what the process did before. In a fresh process it takes 162–165 µs (96 % of the
+# ceiling, `results/NVIDIA_H200/grid_order.csv`, four weight placements and three routing draws);
+# in a process that first allocated and freed DeepSeek-V3's layers, as a sweep over all presets
+# does, 184–186 µs, with the expert-centric path at 170–173 µs in both
+# (`results/NVIDIA_H200/logs/order_check2.log`). Not heat (`scripts/heat_check.py`), not the grid
+# order; the cause is not pinned down, so the Mixtral rows of `speed.csv` come from a process of
+# their own. Warp decode stops paying off as T grows: every (token, slot) pair
 # streams its expert's rows on its own, so its bytes grow as T·K while the bytes that must move
 # stop growing at E experts (rung 1). Grid order puts pairs that share rows side by side so L2 can
 # serve repeats, but the measured times grow linearly in T: L2 is not catching them. Past the

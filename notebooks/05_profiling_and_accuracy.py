@@ -251,8 +251,8 @@ print(ladder.table(proj))
 # smaller fixed cost (time beyond the floor) gains: under this model warp decode's lead at T = 1
 # grows wherever it has the smaller fixed cost (the two speed-up columns), and both paths fall
 # further below the ceiling. Mixtral (K = 2, two experts of 352 MB each) is the preset where the
-# two paths' fixed costs are closest, and there which path is faster at T = 1 has changed from
-# run to run (notebook 4). The model is crude: part of the "rest"
+# two paths' fixed costs are closest, and there warp decode's own time depends on what the
+# process ran before (notebook 4). The model is crude: part of the "rest"
 # (ramp-up, the tail wave) does scale with the hardware, which would shrink the projected gaps, and
 # the crossover would move in ways only a measurement can tell.
 #
