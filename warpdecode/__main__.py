@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,6 +70,9 @@ def cmd_bench(args):
         if args.out:
             data.merge_write(Path(args.out) / "accuracy.csv", rows)
         return
+    if len(shapes) > 1 and not args.in_process:
+        _bench_each_in_own_process(args, [s.name for s in shapes])
+        return
     from .bench.timing import copy_ceiling, read_ceiling
 
     out = Path(args.out) if args.out else data.gpu_dir(torch.cuda.get_device_name())
@@ -89,6 +93,25 @@ def cmd_bench(args):
                                                                      "warp_bf16_act", "grouped_mm"])
         data.merge_write(out / "accuracy.csv", rows)
     print(f"wrote {out}")
+
+
+def bench_argv(args, preset: str) -> list[str]:
+    """The command line that benchmarks one preset, in a process of its own, as ``args`` asks."""
+    argv = [sys.executable, "-m", "warpdecode", "bench", "--presets", preset, "--in-process",
+            "--stage-T", *map(str, args.stage_T), "--methods", *args.methods, "--what", *args.what,
+            "--reps", str(args.reps)]
+    argv += ["--T", *map(str, args.T)] if args.T else []
+    return argv + (["--out", args.out] if args.out else [])
+
+
+def _bench_each_in_own_process(args, presets: list[str]):
+    """One process per preset. What a process allocated and freed before changes later timings:
+    Mixtral's warp decode at T=1 took 184 µs after DeepSeek-V3's layers had come and gone in the
+    same process and 162 µs in a fresh one (results/NOTES.md), so no preset inherits another's
+    memory history. Each process measures its own read ceiling, which its rows carry."""
+    for preset in presets:
+        print(f"== {preset}, in a process of its own", flush=True)
+        subprocess.run(bench_argv(args, preset), check=True)
 
 
 def cmd_tune(args):
@@ -162,6 +185,9 @@ def main(argv=None):
     b.add_argument("--what", nargs="+", default=sweeps, choices=sweeps)
     b.add_argument("--reps", type=int, default=100)
     b.add_argument("--out", help="output folder (default results/<GPU>; on a CPU nothing is written unless given)")
+    b.add_argument("--in-process", action="store_true",
+                   help="run every preset in this process (by default, on a GPU, each preset runs in a process "
+                        "of its own: what an earlier preset allocated changes later timings)")
     b.set_defaults(fn=cmd_bench)
 
     t = sub.add_parser("tune", help="search launch configs on this GPU, write warpdecode/tuned/<GPU>.json")

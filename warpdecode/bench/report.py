@@ -97,6 +97,7 @@ def accuracy_table(gpu: str) -> str:
 #: The H200 targets of the benchmark issue: (what, bar as a fraction of the read ceiling).
 BAR = 0.85
 AUTO_SLACK = 0.03
+CEILING_SPREAD = 0.01  # read ceilings further apart than this: the rows were not measured on one GPU state
 
 
 def targets(gpu: str) -> list[dict]:
@@ -133,13 +134,18 @@ def targets(gpu: str) -> list[dict]:
             out.append({"target": f"{preset}, T≥32: expert ≥ 85 %",
                         "measured": " / ".join(f"{f:.0%}" for f in fr) + f" (T={','.join(map(str, big))})",
                         "met": all(f >= BAR for f in fr)})
-        over = []
+        over, ceilings = [], []
         for T, a in speed[preset].get("auto", {}).items():
-            best = min(speed[preset][m][T]["median_us"] for m in ("warp", "expert") if T in speed[preset].get(m, {}))
-            over.append(a["median_us"] / best - 1)
+            rows = [a] + [speed[preset][m][T] for m in ("warp", "expert") if T in speed[preset].get(m, {})]
+            over.append(a["median_us"] / min(r["median_us"] for r in rows[1:]) - 1)
+            ceilings += [r["ceiling_TBps"] for r in rows]
         if over:
+            # auto is timed in a later run than the paths it chooses between (the crossover comes
+            # from their rows); a run on another GPU of the same model shows in its read ceiling
+            spread = max(ceilings) / min(ceilings) - 1
+            note = f"; rows from runs whose read ceilings differ by {spread:.1%}" if spread > CEILING_SPREAD else ""
             out.append({"target": f"{preset}, every T: auto within 3 % of the faster path",
-                        "measured": f"worst {max(over):+.1%} over {len(over)} T", "met": max(over) <= AUTO_SLACK})
+                        "measured": f"worst {max(over):+.1%} over {len(over)} T{note}", "met": max(over) <= AUTO_SLACK})
     return out
 
 
