@@ -262,7 +262,7 @@ print(ladder.table(proj))
 # throughput against their production baseline and an FP32 reference; ours is one MoE layer's time
 # against this repository's tuned expert-centric path, and error against float64. What the H200 data
 # does show is the same direction on both axes: warp decode is faster at T = 1 on every preset
-# (1.05–1.29× per layer, against the tuned baseline in vLLM's launch structure; the margin is
-# gone by T = 2 to 16, depending on the preset), and its error is the bf16 floor, two to three
+# (the H200 speed-up column above, per layer, against the tuned baseline in vLLM's launch
+# structure; the margin is gone by T = 2 to 16, depending on the preset), and its error is the bf16 floor, two to three
 # times closer to the exact result than the expert-centric path's (mean error / floor 1.00 against 2.6 in
 # `accuracy.csv`).
