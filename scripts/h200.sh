@@ -6,6 +6,7 @@
 #   pytest    the GPU tests alone (tests marked gpu)
 #   lab       scripts/small_reads.py: the read ceiling of one decode-sized kernel (6 MB … 600 MB)
 #   variants  scripts/warp_variants.py: warp decode's cache knobs against the tuned configs
+#   ordered   scripts/ordered_launch.py: the one-launch experiment (v8) against the tuned pair
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
@@ -54,6 +55,9 @@ for stage in "$@"; do
     variants)
       run variants "${TIMEOUT_VARIANTS:-300}" python3 scripts/warp_variants.py ${VARIANT_ARGS:-}
       cp "$GPU_DIR"/warp_variants.csv "$OUT/" 2>/dev/null ;;
+    ordered)
+      run ordered "${TIMEOUT_ORDERED:-400}" python3 scripts/ordered_launch.py ${ORDERED_ARGS:-}
+      cp "$GPU_DIR"/ordered_launch.csv "$OUT/" 2>/dev/null ;;
     memtest)  # -v: every finished test is in the log even if the stage runs out of time
       run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
           python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py \
