@@ -1,6 +1,6 @@
-"""The command line's plumbing that no CPU run exercises otherwise: on a GPU, ``bench`` runs each
-preset in a process of its own (what one preset allocated changed another's timings on the H200,
-results/NOTES.md), forwarding every option it was given."""
+"""The command line's plumbing that no CPU run exercises otherwise: on a GPU, ``bench`` and
+``tune`` run each preset in a process of its own (what one preset allocated changed another's
+timings on the H200, results/NOTES.md), forwarding every option they were given."""
 
 from __future__ import annotations
 
@@ -67,3 +67,23 @@ def test_bench_with_one_preset_or_in_process_does_not_spawn(monkeypatch):
                  ["bench", "--presets", "tiny", "mixtral-8x7b", "--in-process"]):
         with pytest.raises(_InProcess):
             cli.main(argv)
+
+
+def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
+    from warpdecode.bench import tune
+
+    calls = []
+    monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
+    monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
+    monkeypatch.setattr(tune, "tune", lambda *a, **k: (_ for _ in ()).throw(AssertionError("tuned in this process")))
+    cli.main(["tune", "--presets", "olmoe-1b-7b", "gpt-oss-20b", "--paths", "warp", "fused"])
+    assert [c[c.index("--presets") + 1:c.index("--presets") + 2] for c in calls] == [["olmoe-1b-7b"], ["gpt-oss-20b"]]
+    assert all(c[:4] == [sys.executable, "-m", "warpdecode", "tune"] and "--in-process" in c
+               and c[c.index("--paths") + 1:] == ["warp", "fused"] for c in calls)
+    # one preset, or --in-process: tuned right here
+    seen = []
+    monkeypatch.setattr(tune, "tune", lambda presets, paths: seen.append((presets, paths)))
+    cli.main(["tune", "--presets", "olmoe-1b-7b"])
+    cli.main(["tune", "--presets", "olmoe-1b-7b", "gpt-oss-20b", "--in-process", "--paths", "expert"])
+    assert seen == [(["olmoe-1b-7b"], ["warp", "fused", "expert"]), (["olmoe-1b-7b", "gpt-oss-20b"], ["expert"])]
+    assert len(calls) == 2

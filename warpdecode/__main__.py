@@ -119,7 +119,14 @@ def cmd_tune(args):
 
     if _runtime.DEFAULT_DEVICE.type != "cuda":
         sys.exit("tune needs a CUDA GPU")
-    tune.tune(args.presets or MODEL_PRESETS, paths=args.paths)
+    presets = args.presets or MODEL_PRESETS
+    if len(presets) > 1 and not args.in_process:  # as bench does, for the same reason
+        for preset in presets:  # each process merges its buckets into the table file and writes it
+            print(f"== {preset}, in a process of its own", flush=True)
+            subprocess.run([sys.executable, "-m", "warpdecode", "tune", "--presets", preset, "--in-process",
+                            "--paths", *args.paths], check=True)
+        return
+    tune.tune(presets, paths=args.paths)
 
 
 def cmd_e2e(args):
@@ -196,6 +203,8 @@ def main(argv=None):
                    choices=["warp", "expert", "fused", "refine"],
                    help="warp: the two-kernel pair; fused: the persistent warp schedule, against the tuned pair; "
                         "refine: the tuned pair's L2 cache policy")
+    t.add_argument("--in-process", action="store_true",
+                   help="tune every preset in this process (by default each preset gets a process of its own)")
     t.set_defaults(fn=cmd_tune)
 
     e = sub.add_parser("e2e", help="whole decode steps: tokens/s per method, per-layer error vs float64, HF generate")
