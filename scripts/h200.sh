@@ -7,6 +7,7 @@
 #   lab       scripts/small_reads.py: the read ceiling of one decode-sized kernel (6 MB … 600 MB)
 #   variants  scripts/warp_variants.py: warp decode's cache knobs against the tuned configs
 #   ordered   scripts/ordered_launch.py: the one-launch experiment (v8) against the tuned pair
+#   gateup    scripts/gate_up_ladder.py: a read, then the gate/up kernel's ingredients one by one
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
@@ -58,6 +59,9 @@ for stage in "$@"; do
     ordered)
       run ordered "${TIMEOUT_ORDERED:-400}" python3 scripts/ordered_launch.py ${ORDERED_ARGS:-}
       cp "$GPU_DIR"/ordered_launch.csv "$OUT/" 2>/dev/null ;;
+    gateup)
+      run gateup "${TIMEOUT_GATEUP:-200}" python3 scripts/gate_up_ladder.py ${GATEUP_ARGS:-}
+      cp "$GPU_DIR"/gate_up_ladder.csv "$OUT/" 2>/dev/null ;;
     memtest)  # -v: every finished test is in the log even if the stage runs out of time
       run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
           python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py \

@@ -47,6 +47,14 @@ SCENARIOS = [
     ("odd-T=3-warp-evict-normal", "warp", ODD, 3, BF16, dict(config={
         "gate_up": {"BLOCK_I": 4, "BLOCK_H": 1024, "num_warps": 2, "num_stages": 3, "evict": ""},
         "down": {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1, "evict": ""}}), DEFAULTS),
+    # the gate/up kernel's per-step reduction (a tuner candidate, config "lean"), at the tuned
+    # Qwen3-30B T=1 tile: a fraction of the default's registers (test_lean_gate_up_frees_registers)
+    ("qwen3-30b-T=1-warp-lean", "warp", QWEN, 1, BF16, dict(config={
+        "gate_up": {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1, "lean": True},
+        "down": {"BLOCK_H": 8, "BLOCK_I": 256, "num_warps": 8, "num_stages": 1}}), DEFAULTS),
+    ("qwen3-30b-T=1-warp-tile-accumulators", "warp", QWEN, 1, BF16, dict(config={
+        "gate_up": {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1},
+        "down": {"BLOCK_H": 8, "BLOCK_I": 256, "num_warps": 8, "num_stages": 1}}), DEFAULTS),
     ("qwen3-30b-T=8-expert-decode", "expert", QWEN, 8, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=64-expert", "expert", QWEN, 64, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=64-expert-fp8", "expert", QWEN, 64, BF16, dict(act_format="fp8"), DEFAULTS),
@@ -221,3 +229,16 @@ def test_grouped_gemm_precision(built, name):
         assert not re.search(r"\b(?:wgmma|mma)\b|\.tf32", ptx)
     else:
         assert re.search(r"\b(?:wgmma\.mma_async|mma\.sync)\S*\.bf16", ptx)
+
+
+def test_lean_gate_up_frees_registers(built):
+    """What the ``lean`` knob is for, read from ptxas: at the tuned Qwen3-30B T=1 tile (one warp,
+    one neuron, 1024 columns per step) the default [BLOCK_I, BLOCK_H] FP32 accumulators cost about
+    twice the registers of the per-step reduction; an SM holds at most 32 programs, so only the
+    lean kernel fits 32 of these one-warp programs (twice the bytes in flight). Whether that
+    makes it faster is for the tuner to measure on the GPU."""
+    lean = compiled.ptxas_report(built["warp_gate_up_kernel-qwen3-30b-T=1-warp-lean"])["registers"]
+    tile = compiled.ptxas_report(built["warp_gate_up_kernel-qwen3-30b-T=1-warp-tile-accumulators"])["registers"]
+    assert SPECS["warp_gate_up_kernel-qwen3-30b-T=1-warp-lean"].constexprs["LEAN"] is True
+    assert SPECS["warp_gate_up_kernel-qwen3-30b-T=1-warp-tile-accumulators"].constexprs["LEAN"] is False
+    assert lean <= 64 < tile, (lean, tile)  # 64 registers × 32 lanes × 32 programs = the 64 K register file

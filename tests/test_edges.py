@@ -44,3 +44,25 @@ def test_poison_is_armed():
         assert _alloc._POISON
     assert torch.isnan(f).all() and (i == _alloc.INT_POISON).all()
     assert not _alloc._POISON
+
+
+@pytest.mark.parametrize("case", EDGE_CASES, ids=[c.id for c in EDGE_CASES])
+def test_warp_lean_gate_up(case, seed):
+    """The gate/up kernel's per-step reduction (config ``lean``, a tuner candidate): the same
+    tolerance as warp decode on every edge, poisoned. It sums in another order than the default
+    tile accumulators, so it is held to the reference, not to the default's bits."""
+    from test_accuracy import limit
+
+    import warpdecode
+    from warpdecode.configs import warp_config
+    from warpdecode.warp import moe_warp
+
+    inputs = make_inputs(case, torch.bfloat16, seed)
+    x, w13, w2, tw, ids = inputs
+    cfg = warp_config(case.H, case.I, case.E, case.K, case.T)
+    cfg = {"gate_up": dict(cfg["gate_up"], lean=True), "down": cfg["down"]}
+    with _alloc.poisoned():
+        y = moe_warp(x, w13, w2, tw, ids, config=cfg)
+    ref = warpdecode.reference_moe(*inputs)
+    ratio = warpdecode.rel_error(y, ref) / warpdecode.rounding_floor(ref, torch.bfloat16)
+    assert ratio <= limit(torch.bfloat16, "warp", case.K), ratio

@@ -27,7 +27,8 @@ def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.
     kw.warp_gate_up_kernel[grid](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL, EVICT=cfg.get("evict", "evict_first"),
-        PAIR_FASTEST=cfg.get("pair_fastest", True), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        PAIR_FASTEST=cfg.get("pair_fastest", True), LEAN=cfg.get("lean", False),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return act
 

@@ -43,13 +43,17 @@ def _fits(rows: int, warps: int, columns: int) -> bool:
 def warp_candidates(H: int, I: int, K: int):  # noqa: E741
     """gate/up: (rows, warps) with one or two rows per warp, or a row spread over 2–8 warps (the
     shape of the one-program-per-tile read, ``scripts/read_variants.py``), by column width and
-    pipelining depth. down: the same, keeping the [rows, K, columns] tile at ≤ 256 elements per
-    thread."""
+    pipelining depth; and the per-step reduction (``lean``) of the one-or-two-rows-per-warp tiles.
+    down: the same shapes, keeping the [rows, K, columns] tile at ≤ 256 elements per thread."""
     rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8),
                   (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)]
     gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
                for (r, w), c, s in itertools.product(rows_warps, [256, 512, 1024, 2048], [1, 3])
                if c <= max(256, triton.next_power_of_2(H)) and _fits(r, w, c)]
+    # the per-step reduction (kernels/warp.py _gate_up_tile, LEAN) where the tile accumulators are
+    # large: one or two rows per warp, 512 columns or more
+    gate_up += [dict(c, lean=True) for c in gate_up
+                if c["BLOCK_H"] >= 512 and c["BLOCK_I"] in (c["num_warps"], 2 * c["num_warps"])]
     k_pad = triton.next_power_of_2(K)
     down = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": 1}
             for (r, w), c in itertools.product(rows_warps, [256, 512, 1024])

@@ -70,8 +70,15 @@ def _gate_up_tile(
     pid_i,  # which block of BLOCK_I neurons
     BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
     EVICT: tl.constexpr,  # the weight loads' cache policy: "evict_first" streams past L2
+    LEAN: tl.constexpr,  # reduce each step's products to one FP32 number per row (see below)
 ):
-    """silu(gate)·up of neurons [pid_i·BLOCK_I, +BLOCK_I) of one (token, slot) pair."""
+    """silu(gate)·up of neurons [pid_i·BLOCK_I, +BLOCK_I) of one (token, slot) pair.
+
+    The accumulators: by default two [BLOCK_I, BLOCK_H] FP32 tiles, summed across the warp once at
+    the end: per lane twice as many registers as the bf16 weights it loads each step, which caps
+    how many programs, and so how many bytes in flight, an SM holds. ``LEAN`` sums each step's
+    products across the warp at once (five shuffles per row and step) into one FP32 number per
+    row, so the registers go to loads in flight instead."""
     t = pair // K
     e = tl.load(topk_ids_ptr + pair).to(tl.int64)
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -82,19 +89,30 @@ def _gate_up_tile(
     up_ptrs = gate_ptrs + I * stride_wr
     x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
 
-    acc_g = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
+    if LEAN:
+        acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
+    else:
+        acc_g = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
     for h0 in range(0, H, BLOCK_H):
         mask_h = (h0 + offs_h) < H
         xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
         mask = mask_i[:, None] & mask_h[None, :]
         g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
         u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
-        acc_g += g.to(tl.float32) * xv[None, :]
-        acc_u += u.to(tl.float32) * xv[None, :]
+        if LEAN:
+            acc_g += tl.sum(g.to(tl.float32) * xv[None, :], axis=1)
+            acc_u += tl.sum(u.to(tl.float32) * xv[None, :], axis=1)
+        else:
+            acc_g += g.to(tl.float32) * xv[None, :]
+            acc_u += u.to(tl.float32) * xv[None, :]
 
-    g = tl.sum(acc_g, axis=1)  # warp-shuffle reduction: one warp holds one row
-    u = tl.sum(acc_u, axis=1)
+    if LEAN:
+        g, u = acc_g, acc_u
+    else:
+        g = tl.sum(acc_g, axis=1)  # warp-shuffle reduction: one warp holds one row
+        u = tl.sum(acc_u, axis=1)
     a = g * tl.sigmoid(g) * u  # SiLU(g)·u in registers
     tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
 
@@ -181,6 +199,7 @@ def warp_gate_up_kernel(
     USE_PDL: tl.constexpr,  # let the down kernel launch early (GPU only)
     EVICT: tl.constexpr,  # weight loads' cache policy
     PAIR_FASTEST: tl.constexpr = True,  # grid order; False: neuron blocks fastest, one pair after another
+    LEAN: tl.constexpr = False,  # per-step reduction (_gate_up_tile)
 ):
     if USE_PDL:
         gdc_launch_dependents()
@@ -191,7 +210,7 @@ def warp_gate_up_kernel(
         blocks_i = tl.cdiv(I, BLOCK_I)
         pair, pid_i = pid // blocks_i, pid % blocks_i
     _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pair, pid_i, BLOCK_I, BLOCK_H, EVICT)
+                  pair, pid_i, BLOCK_I, BLOCK_H, EVICT, LEAN)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -297,7 +316,8 @@ def warp_fused_kernel(
         num_pairs = T * K
         for unit in range(pid, num_pairs * tl.cdiv(I, GU_BLOCK_I), num_programs):
             _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
-                          stride_at, unit % num_pairs, unit // num_pairs, GU_BLOCK_I, GU_BLOCK_H, "evict_first")
+                          stride_at, unit % num_pairs, unit // num_pairs, GU_BLOCK_I, GU_BLOCK_H, "evict_first",
+                          False)
 
     if PHASE != 1:  # down: units of DN_BLOCK_H outputs of one token, the token varying fastest
         # the first unit's first columns do not depend on the intermediate: load them before waiting
