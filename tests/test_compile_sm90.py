@@ -242,3 +242,5 @@ def test_lean_gate_up_frees_registers(built):
     assert SPECS["warp_gate_up_kernel-qwen3-30b-T=1-warp-lean"].constexprs["LEAN"] is True
     assert SPECS["warp_gate_up_kernel-qwen3-30b-T=1-warp-tile-accumulators"].constexprs["LEAN"] is False
     assert lean <= 64 < tile, (lean, tile)  # 64 registers × 32 lanes × 32 programs = the 64 K register file
+    assert compiled.programs_per_sm(built["warp_gate_up_kernel-qwen3-30b-T=1-warp-lean"]) == 32
+    assert compiled.programs_per_sm(built["warp_gate_up_kernel-qwen3-30b-T=1-warp-tile-accumulators"]) == 16
