@@ -14,6 +14,9 @@ Here every program does one tile of one phase, like the tile read, and the phase
 - a gate/up program stores its intermediate and counts itself done (release);
 - a down program loads its w2 tile (all of I when DN_BLOCK_I ≥ I) before it waits for the done
   count to reach n_gate_up (acquire): its weight stream overlaps the gate/up tail inside one launch.
+  Or (``prefetch``) it only asks L2 for the tile's lines before the wait, which holds no register
+  (registers are allocated for the heavier phase, and held ones cost every gate/up program
+  occupancy), and loads the tile from L2 after it.
 - the last down program to finish resets the counters, so the next launch finds them at zero.
 
     python scripts/ordered_launch.py [--presets qwen3-30b-a3b olmoe-1b-7b gpt-oss-20b] [--T 1 2 4 8]
@@ -72,6 +75,8 @@ def warp_ordered_kernel(
     DN_BLOCK_H: tl.constexpr,
     DN_BLOCK_I: tl.constexpr,
     MAX_SPINS: tl.constexpr,
+    PREFETCH_LINES: tl.constexpr,  # 0: load the first w2 chunk into registers before the wait;
+    # else prefetch this many 128-byte lines of each w2 row into L2 (no registers), load after it
 ):
     n_pairs = T * K
     n_gate_up = n_pairs * tl.cdiv(I, GU_BLOCK_I)
@@ -87,8 +92,12 @@ def warp_ordered_kernel(
         t = unit % T
         pid_h = unit // T
         # the w2 rows do not depend on the intermediate: in flight before the wait
-        wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD, DN_BLOCK_H,
-                         DN_BLOCK_I, "evict_first")
+        if PREFETCH_LINES == 0:
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD, DN_BLOCK_H,
+                             DN_BLOCK_I, "evict_first")
+        else:
+            _prefetch_w2_l2(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, K, K_PAD, DN_BLOCK_H,
+                            PREFETCH_LINES)
         spins = 0
         done = tl.atomic_add(sync_ptr + 1, 0, sem="acquire", scope="gpu")
         while (done < n_gate_up) & (spins < MAX_SPINS):
@@ -96,6 +105,9 @@ def warp_ordered_kernel(
             spins += 1
         if spins >= MAX_SPINS:
             tl.atomic_xchg(sync_ptr + 3, 1, sem="relaxed", scope="gpu")
+        if PREFETCH_LINES != 0:  # from L2 now
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD, DN_BLOCK_H,
+                             DN_BLOCK_I, "evict_first")
         _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e, stride_w2r,
                    stride_yt, t, pid_h, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, ".cg", "evict_first")
         tl.debug_barrier()
@@ -104,6 +116,24 @@ def warp_ordered_kernel(
             tl.atomic_xchg(sync_ptr, 0, sem="relaxed", scope="gpu")
             tl.atomic_xchg(sync_ptr + 1, 0, sem="relaxed", scope="gpu")
             tl.atomic_xchg(sync_ptr + 2, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _prefetch_w2_l2(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h,
+                    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, LINES: tl.constexpr):
+    """``prefetch.global.L2::evict_last`` of every 128-byte line of the w2 rows token t needs for
+    its BLOCK_H outputs: the DRAM reads start and no register waits for them (v3's instruction)."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    offs_l = tl.arange(0, LINES) * (1024 // w2_ptr.dtype.element_ty.primitive_bitwidth)  # 128 B apart
+    e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+    ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
+            + offs_l[None, None, :])
+    mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_l < I)[None, None, :]
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $1, 0; @p prefetch.global.L2::evict_last [$2]; mov.u32 $0, 0; }",
+        "=r,r,l", [mask.to(tl.int32), ptrs], dtype=tl.int32, is_pure=False, pack=1)
 
 
 _sync: dict = {}
@@ -129,6 +159,7 @@ def moe_warp_ordered(x, w13, w2, topk_weights, topk_ids, cfg: dict):
         w13.stride(1), w2.stride(0), w2.stride(1), act.stride(0), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), GU_BLOCK_I=cfg["GU_BLOCK_I"], GU_BLOCK_H=cfg["GU_BLOCK_H"],
         DN_BLOCK_H=cfg["DN_BLOCK_H"], DN_BLOCK_I=cfg["DN_BLOCK_I"], MAX_SPINS=MAX_SPINS,
+        PREFETCH_LINES=triton.next_power_of_2(triton.cdiv(I, 64)) if cfg.get("prefetch") else 0,
         num_warps=cfg["num_warps"], num_stages=1)
     return y
 
@@ -152,7 +183,8 @@ def candidates(shape, interpret: bool):
         dn_rows = max(1, min(8, 64 * 32 * w // (k_pad * dn_cols)))  # ≤ 64 weight elements per thread
         out.append({"GU_BLOCK_I": gu_rows, "GU_BLOCK_H": gu_cols, "DN_BLOCK_H": dn_rows, "DN_BLOCK_I": dn_cols,
                     "num_warps": w})
-    return [c for i, c in enumerate(out) if c not in out[:i]]
+    out = [c for i, c in enumerate(out) if c not in out[:i]]
+    return out + [dict(c, prefetch=True) for c in out]  # the same tiles, w2 prefetched into L2 instead
 
 
 def check(shape, T: int, cfg: dict, device) -> float:
