@@ -19,17 +19,12 @@ from pathlib import Path
 import torch
 
 from warpdecode import configs
-from warpdecode import warp as wp
 from warpdecode.bench import data
 from warpdecode.bench.sweep import meta
 from warpdecode.bench.timing import read_ceiling
-from warpdecode.bench.tune import _over_layers, _time
+from warpdecode.bench.tune import _over_layers, _time, _warp_pair
 from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
 from warpdecode.presets import get_preset
-
-
-def _pair(x, w13, w2, ids, tw, c_gu, c_dn):
-    return wp.warp_down(wp.warp_gate_up(x, w13, ids, c_gu), w2, ids, tw, c_dn, torch.bfloat16)
 
 
 def main():
@@ -58,7 +53,7 @@ def main():
                 floor = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
                 for order in ("pair", "neuron"):
                     c_gu = dict(cfg["gate_up"], pair_fastest=order == "pair")
-                    us = _time(_over_layers(partial(_pair, c_gu=c_gu, c_dn=cfg["down"]), xs, w13s, w2s, ids, tws),
+                    us = _time(_over_layers(partial(_warp_pair, c_gu=c_gu, c_dn=cfg["down"]), xs, w13s, w2s, ids, tws),
                                50) / L
                     rows.append({"preset": name, "T": T, "seed": args.seed + T, "placement": placement,
                                  "spacer_MB": spacer_mb,

@@ -70,8 +70,8 @@ def cmd_bench(args):
         if args.out:
             data.merge_write(Path(args.out) / "accuracy.csv", rows)
         return
-    if len(shapes) > 1 and not args.in_process:
-        _bench_each_in_own_process(args, [s.name for s in shapes])
+    if len(shapes) > 1 and not args.in_process:  # each measures its own read ceiling, which its rows carry
+        _each_in_own_process(bench_argv, args, [s.name for s in shapes])
         return
     from .bench.timing import copy_ceiling, read_ceiling
 
@@ -104,14 +104,20 @@ def bench_argv(args, preset: str) -> list[str]:
     return argv + (["--out", args.out] if args.out else [])
 
 
-def _bench_each_in_own_process(args, presets: list[str]):
-    """One process per preset. What a process allocated and freed before changes later timings:
-    Mixtral's warp decode at T=1 took 184 µs after DeepSeek-V3's layers had come and gone in the
-    same process and 162 µs in a fresh one (results/NOTES.md), so no preset inherits another's
-    memory history. Each process measures its own read ceiling, which its rows carry."""
+def tune_argv(args, preset: str) -> list[str]:
+    """The command line that tunes one preset, in a process of its own (it merges its buckets into
+    the table file and writes it)."""
+    return [sys.executable, "-m", "warpdecode", "tune", "--presets", preset, "--in-process", "--paths", *args.paths]
+
+
+def _each_in_own_process(argv_of, args, presets: list[str]):
+    """One process per preset, for ``bench`` and ``tune``. What a process allocated and freed
+    before changes later timings: Mixtral's warp decode at T=1 took 184 µs after DeepSeek-V3's
+    layers had come and gone in the same process and 162 µs in a fresh one (results/NOTES.md), so
+    no preset inherits another's memory history."""
     for preset in presets:
         print(f"== {preset}, in a process of its own", flush=True)
-        subprocess.run(bench_argv(args, preset), check=True)
+        subprocess.run(argv_of(args, preset), check=True)
 
 
 def cmd_tune(args):
@@ -120,11 +126,8 @@ def cmd_tune(args):
     if _runtime.DEFAULT_DEVICE.type != "cuda":
         sys.exit("tune needs a CUDA GPU")
     presets = args.presets or MODEL_PRESETS
-    if len(presets) > 1 and not args.in_process:  # as bench does, for the same reason
-        for preset in presets:  # each process merges its buckets into the table file and writes it
-            print(f"== {preset}, in a process of its own", flush=True)
-            subprocess.run([sys.executable, "-m", "warpdecode", "tune", "--presets", preset, "--in-process",
-                            "--paths", *args.paths], check=True)
+    if len(presets) > 1 and not args.in_process:
+        _each_in_own_process(tune_argv, args, presets)
         return
     tune.tune(presets, paths=args.paths)
 

@@ -143,14 +143,10 @@ def ptxas_report(compiled: Compiled) -> dict:
     }
 
 
-def programs_per_sm(compiled: Compiled, *, registers: int = 65536, warps: int = 64, programs: int = 32,
-                    shared: int = 233472) -> int:
-    """How many programs of ``compiled`` one SM holds at once: registers (allocated per warp in
-    units of 256), warps, programs and shared memory (1 KB per program is the driver's). The
-    defaults are Hopper's (sm_90: 64 K registers, 64 warps, 32 programs, 228 KB)."""
-    regs = -(-ptxas_report(compiled)["registers"] * 32 // 256) * 256  # per warp
-    by_shared = shared // (compiled.shared + 1024) if compiled.shared else programs
-    return min(registers // (regs * compiled.num_warps), warps // compiled.num_warps, programs, by_shared)
+def programs_per_sm(compiled: Compiled) -> int:
+    """How many programs of ``compiled`` one Hopper SM holds at once (:func:`warpdecode.warp.programs_per_sm`
+    with the register count ptxas reports)."""
+    return _wp.programs_per_sm(ptxas_report(compiled)["registers"], compiled.num_warps, compiled.shared)
 
 
 def layouts(compiled: Compiled) -> list[str]:

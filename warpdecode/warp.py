@@ -76,18 +76,25 @@ def barrier_health() -> list[tuple]:
     return [(d, *b.tolist()) for d, b in _barriers.items()]
 
 
-def _programs_per_sm(compiled, num_warps: int, props) -> int:
-    """How many programs of a compiled kernel one SM holds at once (registers, warps, shared memory)."""
-    # Hopper's numbers where an older torch does not report them
-    regs = getattr(props, "regs_per_multiprocessor", 65536)
-    threads = getattr(props, "max_threads_per_multi_processor", 2048)
-    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
-    regs_per_warp = -(-compiled.n_regs * 32 // 256) * 256  # allocated per warp in units of 256
+def programs_per_sm(regs_per_thread: int, num_warps: int, shared: int, *, regs: int = 65536,
+                    threads: int = 2048, smem: int = 233472, programs: int = 32) -> int:
+    """How many programs of a compiled kernel one SM holds at once: registers (allocated per warp in
+    units of 256), threads, shared memory (1 KB per program is the driver's) and the 32-program
+    limit. The defaults are Hopper's (sm_90)."""
+    regs_per_warp = -(-regs_per_thread * 32 // 256) * 256
     by_regs = regs // max(1, regs_per_warp * num_warps)
     by_warps = threads // (32 * num_warps)
-    shared = compiled.metadata.shared
-    by_shared = smem // (shared + 1024) if shared else 32  # 1 KB per program is the driver's
-    return max(0, min(by_regs, by_warps, by_shared, 32))
+    by_shared = smem // (shared + 1024) if shared else programs
+    return max(0, min(by_regs, by_warps, by_shared, programs))
+
+
+def _programs_per_sm(compiled, num_warps: int, props) -> int:
+    """:func:`programs_per_sm` of a kernel compiled on this GPU, with the limits its properties
+    report (Hopper's where an older torch does not report them)."""
+    return programs_per_sm(compiled.n_regs, num_warps, compiled.metadata.shared,
+                           regs=getattr(props, "regs_per_multiprocessor", 65536),
+                           threads=getattr(props, "max_threads_per_multi_processor", 2048),
+                           smem=getattr(props, "shared_memory_per_multiprocessor", 233472))
 
 
 def fused_grid(kernel, args, meta: dict, cfg: dict, device) -> tuple:
