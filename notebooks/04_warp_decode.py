@@ -218,11 +218,11 @@ for name, lns in jobs.items():
 #   The down kernel's `[rows, K, columns]` tile gets `sizePerThread = [1, 1, 8]`,
 #   `warpsPerCTA = [4, 1, 1]`: rows over warps, the K experts inside each thread (the combine costs
 #   no communication at all), columns over lanes.
-# - **tuned, T = 4**: one row, one warp, 256 columns: one warp per output, one warp per program.
-# - **tuned, T = 1**: one row, one warp, 1024 columns per step: the row is four warps' worth of
-#   columns, so the single warp walks it as four 256-column pieces, each lane holding 32 weights per
-#   projection, and the sum still never leaves the warp. The down kernel stacks 8 rows over 8 warps.
-#   Longer rows per step mean more bytes in flight per warp; the tuner found that fastest at T = 1.
+# - **tuned, T = 1 and T = 4**: one row, one warp, 2048 columns per step (all of H): the row is
+#   eight warps' worth of columns, so the single warp walks it as eight 256-column pieces, each lane
+#   holding 64 weights per projection, and the sum still never leaves the warp. The down kernel
+#   stacks its rows over its warps. Longer rows per step mean more bytes in flight per warp; the
+#   tuner found that fastest at both T (with the per-step reduction below, `lean`).
 #   "One warp per output" is the mental model, and the compiler is free to bend it where the tuner
 #   finds that faster.
 #
@@ -230,34 +230,64 @@ for name, lns in jobs.items():
 #
 # A memory-bound kernel runs as fast as the bytes it keeps in flight allow, and what an SM keeps in
 # flight is (programs it holds) × (bytes each program has requested). A Hopper SM holds at most 32
-# programs, 64 warps and 64 K registers. The registers of the tuned T = 1 gate/up tile above go
-# mostly to its two [BLOCK_I, BLOCK_H] FP32 accumulators, not to its loads. Summing each step's
-# products across the warp right away (`lean`: five shuffles per row and step, one FP32 number
-# per row kept) frees them:
+# programs, 64 warps and 64 K registers. Written the obvious way, the gate/up tile keeps two
+# [BLOCK_I, BLOCK_H] FP32 accumulators (gate and up) and sums them across the warp once, at the end:
+# at the one-row, 1024-column tile the tuner picked before, most of its registers go to those
+# accumulators, not to its loads. Summing each step's products across the warp right away (`lean`:
+# five shuffles per row and step, one FP32 number per row kept) frees them, and lets the tile grow:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-lean_cfg = {"gate_up": dict(tuned[1]["gate_up"], lean=True), "down": tuned[1]["down"]}
-lean_job = next(ln.job for ln in ladder.recorded_jobs("warp", s30, 1, config=lean_cfg)
-                if ln.kernel == "warp_gate_up_kernel")
-tile_c = next(c for ln, c in zip(jobs["tuned, T=1"], built["tuned, T=1"], strict=True)
-              if ln.kernel == "warp_gate_up_kernel")
-lean_c = compiled.compile_many([lean_job])[0]
-g1 = tuned[1]["gate_up"]
-step_kb = g1["BLOCK_I"] * 2 * min(g1["BLOCK_H"], s30.H) * 2 / 1024  # gate and up rows, bf16, one step
+import json  # noqa: E402
+
+from warpdecode import configs  # noqa: E402
+
+g1 = tuned[1]["gate_up"]  # the tuned T=1 gate/up tile
+before = {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1}  # the tuned T=1 tile before `lean`
+tiles = {"1 × 1024, tile accumulators": dict(before, lean=False), "1 × 1024, lean": dict(before, lean=True),
+         f"{g1['BLOCK_I']} × {g1['BLOCK_H']}, {'lean' if g1.get('lean') else 'tile acc.'} (tuned)": g1}
 occ = {}
-for name, c in (("tile accumulators (shipped)", tile_c), ("lean (per-step reduction)", lean_c)):
+for name, gu in tiles.items():
+    job = next(ln.job for ln in ladder.recorded_jobs("warp", s30, 1, config={"gate_up": gu, "down": tuned[1]["down"]})
+               if ln.kernel == "warp_gate_up_kernel")
+    c = compiled.compile_many([job])[0]
+    r = compiled.ptxas_report(c)
     occ[name] = compiled.programs_per_sm(c)
-    print(f"{name:28s} {compiled.ptxas_report(c)['registers']:4d} registers/thread → {occ[name]:2d} programs/SM "
-          f"→ {occ[name] * step_kb:4.0f} KB of weights requested per SM per step")
-assert occ["lean (per-step reduction)"] >= 2 * occ["tile accumulators (shipped)"]
+    step_kb = gu["BLOCK_I"] * 2 * min(gu["BLOCK_H"], s30.H) * 2 / 1024  # gate and up rows, bf16, one step
+    print(f"{name:32s} {r['registers']:4d} registers/thread, {r['spill_stores']} B spilled → {occ[name]:2d} "
+          f"programs/SM → {occ[name] * step_kb:4.0f} KB of weights requested per SM per step")
+    assert r["spill_stores"] == 0
+assert occ["1 × 1024, lean"] >= 2 * occ["1 × 1024, tile accumulators"]
 
 # %% [markdown]
-# Twice the bytes in flight per SM, at the level of the plain tile read that reaches 87 % of the
-# ceiling (128 KB per SM). This was found by compiling, after the session's GPU time was spent: the
-# tuner now weighs `lean` against the tile accumulators, and whether it makes the kernel faster is
-# for the next H200 run to measure (`results/NOTES.md`, v9). Until then the shipped kernels keep
-# the tile accumulators.
+# At the same tile, twice the programs per SM and so twice the bytes in flight: the level of the
+# plain tile read that reaches 87 % of the ceiling (128 KB per SM). With the registers free, the
+# tuner (which weighs `lean` against the tile accumulators at every tile it tries) picked `lean` in
+# every bucket of every preset on the H200, here with rows twice as long. What it bought, measured
+# on the H200: the gate/up kernel's ingredients added to a plain read of the same tile, one by one
+# (`scripts/gate_up_ladder.py`, run with the table from before `lean`), then the tuner's pick:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+rungs = [r for r in ladder.results("gate_up_ladder.csv") if r["preset"] == s30.name and r["T"] == "1"]
+pick = next(cfg for t_max, cfg in json.loads(configs.tuned_file(ladder.RESULTS_GPU).read_text())["warp"][
+    f"H={s30.H},I={s30.I},E={s30.E},K={s30.K}"] if t_max == 1)
+print(f"{ladder.RESULTS_GPU}, {s30.name}, gate/up kernel alone at T=1 ({rungs[0]['gate_up_MB']} MB)")
+print(ladder.table([{"rung": r["rung"], "tile": r["config"], "µs": r["us"],
+                     "of the read ceiling": f"{float(r['frac_ceiling']):.0%}"} for r in rungs]))
+print(f"tuned pair at T=1 (warpdecode/tuned/): {pick['measured_us']['split']} µs for both kernels, "
+      f"gate/up {pick['gate_up']}")
+lean_rung = next(float(r["us"]) for r in rungs if "lean" in r["rung"])
+tile_rung = next(float(r["us"]) for r in rungs if "(shipped)" in r["rung"])
+assert lean_rung < tile_rung and pick["gate_up"].get("lean")
+
+# %% [markdown]
+# Rungs 1–4 all keep the two tile accumulators (the read rungs sum the loaded rows into them), and
+# they all take about the same time: the kernel's ingredients (the expert lookup, the activation,
+# the dot products, SiLU·up) cost next to nothing on top of the loads. Only dropping the
+# accumulators moves it, and the tuner's longer `lean` rows move it further. The pair
+# as a whole moved less than the gate/up kernel did: the down kernel and the boundary between the
+# launches are unchanged (`results/NOTES.md`, v9, has the before and after).
 #
 # ## Programmatic dependent launch (PDL) between the kernels
 #
@@ -350,10 +380,6 @@ assert wd.rel_error(y_fused, ref) <= ladder.bound("warp") * wd.rounding_floor(re
 # wins. The H200's table records both times:
 
 # %%
-import json  # noqa: E402
-
-from warpdecode import configs  # noqa: E402
-
 table = json.loads(configs.tuned_file(ladder.RESULTS_GPU).read_text())["warp"]
 rows_f = []
 for key, buckets in table.items():
