@@ -181,3 +181,16 @@ def test_targets_name_auto_rows_from_another_gpu_state(results):
     data.merge_write(results / "speed.csv", [{**_layer("olmoe-1b-7b", 2, "auto", 10.0, 0.9), "ceiling_TBps": 2.05}])
     auto = {r["target"]: r for r in report.targets(GPU)}["olmoe-1b-7b, every T: auto within 3 % of the faster path"]
     assert "ceilings differ by 2.5%" in auto["measured"]
+
+
+def test_results_caption_names_each_runs_ceiling(results):
+    """The README results table: one ceiling named when its rows come from one run, each run's
+    ceiling and date (with the methods measured in it) when they do not."""
+    rows = [_layer("qwen3-30b-a3b", T, m, 10.0, 0.5) for T in (1, 8, 64) for m in ("warp", "expert")]
+    data.merge_write(results / "speed.csv", rows)
+    data.merge_write(results / "ceiling.csv", [{"read_TBps": 2.0, "copy_TBps": 1.0, **META}])
+    assert "the measured read ceiling (2.00 TB/s)" in report.results_table(GPU)
+    older = {**_layer("qwen3-30b-a3b", 1, "loop", 99.0, 0.1), "ceiling_TBps": 1.9, "date": "2025-12-31"}
+    data.merge_write(results / "speed.csv", [older])
+    caption = report.results_table(GPU)
+    assert "warp, expert: 2.00 TB/s, 2026-01-01" in caption and "loop: 1.90 TB/s, 2025-12-31" in caption
