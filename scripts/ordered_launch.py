@@ -165,22 +165,26 @@ def moe_warp_ordered(x, w13, w2, topk_weights, topk_ids, cfg: dict):
 
 
 def candidates(shape, interpret: bool):
-    """One num_warps for both phases (one kernel); gate/up tiles of 4–16 KB per matrix; down tiles
+    """One num_warps for both phases (one kernel); gate/up tiles of 2–16 KB per matrix; down tiles
     holding all of I (so the whole w2 tile is in flight before the wait) or 256 columns of it; at
-    most 64 weight elements per thread in either. Compiled for sm_90a (session 4, no GPU) these
-    take 96–246 registers per thread, which leaves 2–8 programs per SM: the occupancy problem of
-    the persistent kernel (v4) in part, since registers are allocated for the heavier phase."""
+    most 64 weight elements per thread in either (128 where one row of all of I needs it).
+    Compiled for sm_90a (no GPU) these take 96–246 registers per thread, which leaves 3–8
+    programs per SM: the occupancy problem of the persistent kernel (v4) in part, since registers
+    are allocated for the heavier phase. The one-warp tiles (session 5: the shipped gate/up
+    kernel's shape since v9) take 127 registers, 16 programs per SM, at Qwen3-30B."""
     if interpret:
         return [{"GU_BLOCK_I": 4, "GU_BLOCK_H": 32, "DN_BLOCK_H": 4, "DN_BLOCK_I": triton.next_power_of_2(shape.I),
                  "num_warps": 4}]
     k_pad = triton.next_power_of_2(shape.K)
     out = []
-    for w, gu_rows, gu_cols, dn_cols in itertools.product([2, 4, 8], [1, 2, 4], [1024, 2048],
+    for w, gu_rows, gu_cols, dn_cols in itertools.product([1, 2, 4, 8], [1, 2, 4], [1024, 2048],
                                                           [256, triton.next_power_of_2(shape.I)]):
         gu_cols = min(gu_cols, triton.next_power_of_2(shape.H))
         if gu_rows * gu_cols // (32 * w) > 64:  # gate and up tiles of > 64 elements per thread spill
             continue
         dn_rows = max(1, min(8, 64 * 32 * w // (k_pad * dn_cols)))  # ≤ 64 weight elements per thread
+        if dn_rows * k_pad * dn_cols // (32 * w) > 128:  # one row of all of I over one warp: spills
+            continue
         out.append({"GU_BLOCK_I": gu_rows, "GU_BLOCK_H": gu_cols, "DN_BLOCK_H": dn_rows, "DN_BLOCK_I": dn_cols,
                     "num_warps": w})
     out = [c for i, c in enumerate(out) if c not in out[:i]]
