@@ -238,10 +238,6 @@ for name, lns in jobs.items():
 
 # %%
 # NBVAL_CHECK_OUTPUT
-import json  # noqa: E402
-
-from warpdecode import configs  # noqa: E402
-
 g1 = tuned[1]["gate_up"]  # the tuned T=1 gate/up tile
 before = {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1}  # the tuned T=1 tile before `lean`
 tiles = {"1 × 1024, tile accumulators": dict(before, lean=False), "1 × 1024, lean": dict(before, lean=True),
@@ -270,16 +266,14 @@ assert occ["1 × 1024, lean"] >= 2 * occ["1 × 1024, tile accumulators"]
 # %%
 # NBVAL_CHECK_OUTPUT
 rungs = [r for r in ladder.results("gate_up_ladder.csv") if r["preset"] == s30.name and r["T"] == "1"]
-pick = next(cfg for t_max, cfg in json.loads(configs.tuned_file(ladder.RESULTS_GPU).read_text())["warp"][
-    f"H={s30.H},I={s30.I},E={s30.E},K={s30.K}"] if t_max == 1)
 print(f"{ladder.RESULTS_GPU}, {s30.name}, gate/up kernel alone at T=1 ({rungs[0]['gate_up_MB']} MB)")
 print(ladder.table([{"rung": r["rung"], "tile": r["config"], "µs": r["us"],
                      "of the read ceiling": f"{float(r['frac_ceiling']):.0%}"} for r in rungs]))
-print(f"tuned pair at T=1 (warpdecode/tuned/): {pick['measured_us']['split']} µs for both kernels, "
-      f"gate/up {pick['gate_up']}")
+print(f"tuned pair at T=1 (warpdecode/tuned/): {tuned[1]['measured_us']['split']} µs for both kernels, "
+      f"gate/up {g1}")
 lean_rung = next(float(r["us"]) for r in rungs if "lean" in r["rung"])
 tile_rung = next(float(r["us"]) for r in rungs if "(shipped)" in r["rung"])
-assert lean_rung < tile_rung and pick["gate_up"].get("lean")
+assert lean_rung < tile_rung and g1.get("lean")
 
 # %% [markdown]
 # Rungs 1–4 all keep the two tile accumulators (the read rungs sum the loaded rows into them), and
@@ -380,6 +374,10 @@ assert wd.rel_error(y_fused, ref) <= ladder.bound("warp") * wd.rounding_floor(re
 # wins. The H200's table records both times:
 
 # %%
+import json  # noqa: E402
+
+from warpdecode import configs  # noqa: E402
+
 table = json.loads(configs.tuned_file(ladder.RESULTS_GPU).read_text())["warp"]
 rows_f = []
 for key, buckets in table.items():

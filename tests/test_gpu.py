@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from moecases import VARIANTS, Case, make_inputs, resolved, run_poisoned, seed_for, variant_kwargs
+from moecases import VARIANTS, Case, make_inputs, other_gate_up_sum, resolved, run_poisoned, seed_for, variant_kwargs
 from test_accuracy import limit
 
 import warpdecode
@@ -89,19 +89,17 @@ def _edge_inputs(case: Case):
     return _cases[("edge", case.id)]
 
 
-#: GPU-only variant: warp decode with the gate/up kernel's per-step reduction (config ``lean``,
-#: a tuner candidate) on whatever tile the tuned table picks, so it runs here whether or not the
-#: tuner chose it for this shape
-LEAN = "warp-lean"
+#: GPU-only variant: warp decode with the gate/up reduction the table did not pick (``lean``
+#: flipped, moecases.other_gate_up_sum), so both forms of the kernel run here on every shape
+OTHER_SUM = "warp-other-sum"
 
 
 def _run(inputs, variant):
-    if variant != LEAN:
+    if variant != OTHER_SUM:
         return run_poisoned(inputs, **variant_kwargs(variant, DTYPE))
     x, w13, w2, topk_weights, topk_ids = inputs
     E, two_i, H = w13.shape
-    cfg = warp_config(H, two_i // 2, E, topk_ids.shape[1], x.shape[0])
-    cfg = {"gate_up": dict(cfg["gate_up"], lean=True), "down": cfg["down"]}
+    cfg = other_gate_up_sum(warp_config(H, two_i // 2, E, topk_ids.shape[1], x.shape[0]))
     with _alloc.poisoned():
         return moe_warp(x, w13, w2, topk_weights, topk_ids.to(torch.int32), config=cfg)
 
@@ -114,7 +112,7 @@ def _check(inputs, ref, floor, variant):
     y = _run(inputs, variant)
     assert y.shape == (T, H) and y.dtype == DTYPE and y.device == x.device
     ratio = warpdecode.rel_error(y, ref) / floor
-    key = "warp" if variant == LEAN else resolved(variant, T, H, two_i // 2, E, K)
+    key = "warp" if variant == OTHER_SUM else resolved(variant, T, H, two_i // 2, E, K)
     tol = limit(DTYPE, key, K)
     assert ratio <= tol, f"{variant} ({key}, K={K}): error = {ratio:.3f} × floor > {tol:.3f}"
     if key == "warp":
@@ -123,8 +121,8 @@ def _check(inputs, ref, floor, variant):
 
 
 # one flat list, the method varying fastest, so that the cases sharing inputs run back to back
-PRESET_RUNS = [(p, T, v) for p, T in PRESET_CASES for v in [*VARIANTS, LEAN]]
-EDGE_RUNS = [(c, v) for c in GPU_EDGES for v in [*VARIANTS, LEAN]]
+PRESET_RUNS = [(p, T, v) for p, T in PRESET_CASES for v in [*VARIANTS, OTHER_SUM]]
+EDGE_RUNS = [(c, v) for c in GPU_EDGES for v in [*VARIANTS, OTHER_SUM]]
 
 
 @pytest.mark.parametrize("preset,T,variant", PRESET_RUNS, ids=[f"{p}-T={T}-{v}" for p, T, v in PRESET_RUNS])

@@ -75,7 +75,8 @@ def results_table(gpu: str, Ts=(1, 8, 64)) -> str:
                 if r:
                     runs.setdefault((round(r["ceiling_TBps"], 2), r["date"]), set()).add(m)
     if len(runs) <= 1:
-        ceiling = f"the measured read ceiling ({float(meta.get('read_TBps', 'nan')):.2f} TB/s)"
+        c = next(iter(runs), (float("nan"),))[0]
+        ceiling = f"the measured read ceiling ({c:.2f} TB/s)"
     else:
         each = [f"{', '.join(m for m in methods if m in ms)}: {c:.2f} TB/s, {d}" for (c, d), ms in sorted(runs.items())]
         ceiling = f"the read ceiling measured in the same run ({'; '.join(each)})"
