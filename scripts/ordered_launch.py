@@ -252,7 +252,7 @@ def _time_all(args, device):
     from warpdecode.warp import moe_warp
 
     ceiling = read_ceiling()
-    rows = []
+    out = Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/ordered_launch.csv")
     for name in args.presets:
         shape = wd.get_preset(name)
         for cfg in candidates(shape, False):  # correctness first, at an awkward T
@@ -272,15 +272,15 @@ def _time_all(args, device):
             assert sync_state(device)[3].item() == 0, "a down program gave up waiting"
             pair_us = timed[0][1]
             best = min(timed[1:], key=lambda r: r[1])
+            rows = []
             for kind, us, cfg in (timed[0], best):
                 rows.append({"preset": name, "T": T, "kind": kind, "config": cfg, "us": round(us, 2),
                              "vs_pair": round(us / pair_us, 4), "frac_ceiling": round(floor_us / us, 4),
                              "ceiling_TBps": round(ceiling, 4), **meta()})
                 print(f"{name:14s} T={T:2d} {kind:20s} {us:8.2f} us {100 * floor_us / us:5.1f}% {cfg}", flush=True)
+            data.merge_write(out, rows)  # after every T: a time limit loses only the unfinished ones
         layers = cols = None
         torch.cuda.empty_cache()
-    out = Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/ordered_launch.csv")
-    data.merge_write(out, rows)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ KEYS = {
     "hf_generate.csv": ("model", "layers", "batch", "impl"),
     "small_reads.csv": ("bytes",),
     "warp_variants.csv": ("preset", "T", "variant"),
+    "ordered_launch.csv": ("preset", "T", "kind"),
 }
 
 
