@@ -125,9 +125,9 @@ assert max(led1, key=led1.get) == "routed experts"  # at T = 1 the largest part
 #
 # Each step is one CUDA graph (all layers, the LM head), replayed with a KV cache filled to the
 # context length; tokens/s is T / step time, and the fraction is the step's floor over its time.
-# These steps (and `moe_us`, the same run's layers replayed alone) were measured before the gate/up
-# kernel's per-step reduction (v9, `results/NOTES.md`), which made one Qwen3-30B layer at T = 1
-# about 6 % faster in `speed.csv`; they have not been re-run since.
+# `moe_us` is the same run's MoE layers replayed alone. The steps run the shipped kernels, the
+# ones `speed.csv` times (re-run in session 6, after the gate/up kernel's per-step reduction, v9 in
+# `results/NOTES.md`).
 
 # %%
 e2e = data.e2e_speed_table(GPU)
