@@ -56,6 +56,7 @@ VARIANTS = {
     "warp": dict(method="warp"),
     "warp-split": dict(method="warp", schedule="split"),  # two kernels, whatever the tuned table picks
     "warp-fused": dict(method="warp", schedule="fused"),  # the persistent kernel (two phases on a CPU)
+    "warp-grouped": dict(method="warp", schedule="grouped"),  # each routed expert's rows read once
     "auto": dict(method="auto"),
     "expert-fp8": dict(method="expert", act_format="fp8"),
     "warp-act": dict(method="warp", act_dtype=None),
@@ -101,8 +102,8 @@ def variant_kwargs(variant: str, dtype) -> dict:
 
 def resolved(variant: str, T: int, H: int, I: int, E: int, K: int) -> str:  # noqa: E741
     """The tolerance key of a variant: ``auto`` is whichever method it picks for this shape; both
-    warp-decode schedules compute the same sums in the same order, so they share warp's."""
-    if variant in ("warp-split", "warp-fused"):
+    warp-decode schedules keep every sum in FP32 and round once, so they share warp's."""
+    if variant in ("warp-split", "warp-fused", "warp-grouped"):
         return "warp"
     return warpdecode.pick_method(T, H, I, E, K) if variant == "auto" else variant
 

@@ -27,7 +27,7 @@ from warpdecode import MoEShape, compiled, configs
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp as kw
 
-BF16, FP32 = torch.bfloat16, torch.float32
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 KERNEL_MODULES = (kx, kw)
 
 # (scenario id, path, layer shape, T, dtype, options, GPU whose tuned table configs.py reads)
@@ -36,6 +36,7 @@ KERNEL_MODULES = (kx, kw)
 # every warp-decode bucket is added below.
 QWEN = dict(H=2048, I=768, E=128, K=8)  # Qwen3-30B-A3B
 ODD = dict(H=2880, I=1408, E=61, K=4)  # H/32 and I/32 not whole, prime E
+MIXTRAL = dict(H=4096, I=14336, E=8, K=2)
 DEFAULTS, H200 = "no tuned table", "NVIDIA H200"
 SCENARIOS = [
     ("qwen3-30b-T=8-warp", "warp", QWEN, 8, BF16, {}, DEFAULTS),
@@ -55,6 +56,11 @@ SCENARIOS = [
     ("qwen3-30b-T=1-warp-tile-accumulators", "warp", QWEN, 1, BF16, dict(config={
         "gate_up": {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1},
         "down": {"BLOCK_H": 8, "BLOCK_I": 256, "num_warps": 8, "num_stages": 1}}), DEFAULTS),
+    # the grouped schedule (each routed expert's rows read once for all its tokens) in every dtype
+    ("mixtral-T=8-warp-grouped", "warp", MIXTRAL, 8, BF16, dict(schedule="grouped"), DEFAULTS),
+    ("odd-T=3-warp-grouped", "warp", ODD, 3, BF16, dict(schedule="grouped"), DEFAULTS),
+    ("odd-T=3-warp-grouped-fp16", "warp", ODD, 3, FP16, dict(schedule="grouped"), DEFAULTS),
+    ("odd-T=3-warp-grouped-fp32", "warp", ODD, 3, FP32, dict(schedule="grouped"), DEFAULTS),
     ("qwen3-30b-T=8-expert-decode", "expert", QWEN, 8, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=64-expert", "expert", QWEN, 64, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=64-expert-fp8", "expert", QWEN, 64, BF16, dict(act_format="fp8"), DEFAULTS),
@@ -104,6 +110,8 @@ def _all_specs() -> dict[str, compiled.Job]:
 
 SPECS = _all_specs()  # id -> Job, recorded at collection (Python only: no compile here)
 WARP = [n for n, j in SPECS.items() if j.name.startswith("warp_")]
+GROUPED = [n for n in WARP if "_grouped_" in SPECS[n].name]  # tensor-core tiles, not one warp per output
+PAIR = [n for n in WARP if n not in GROUPED]
 GEMM = [n for n, j in SPECS.items() if j.name.startswith("grouped_")]
 
 
@@ -134,6 +142,7 @@ def test_scenarios_use_the_gpu_branch():
                                                  == FP32 else "tf32"), n
         if j.name.startswith("warp_"):
             assert j.constexprs.get("USE_PDL", j.name == "warp_fused_kernel") is True, n
+            assert j.constexprs.get("WIDEN", False) is False, n
     bm = {n: j.constexprs["BLOCK_M"] for n, j in SPECS.items() if j.name == "moe_align_kernel"}
     assert bm["moe_align_kernel-qwen3-30b-T=64-expert"] == 64  # vLLM's default past T*K > E
     assert bm["moe_align_kernel-qwen3-30b-T=8-expert-decode"] == 16
@@ -165,7 +174,7 @@ def _weight_load_layouts(ttgir: str, job) -> set:
             if dims.count("x") == rank}
 
 
-EVICT_FIRST = [n for n in WARP if SPECS[n].constexprs.get("EVICT", "evict_first") == "evict_first"]
+EVICT_FIRST = [n for n in PAIR if SPECS[n].constexprs.get("EVICT", "evict_first") == "evict_first"]
 
 
 @pytest.mark.parametrize("name", EVICT_FIRST)
@@ -186,7 +195,7 @@ def test_global_loads_sees_every_load(built, name):
     assert sorted(compiled.global_loads(built[name])) == sorted(_bits(ln) for ln in lines)
 
 
-@pytest.mark.parametrize("name", WARP)
+@pytest.mark.parametrize("name", PAIR)
 def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
     """The weight tile's layout follows the rule kernels/warp.py states: the reduction axis (the
     last) goes across the 32 lanes of a warp, 8 bf16 (16 bytes) per lane, so one warp spans 256
@@ -229,6 +238,22 @@ def test_grouped_gemm_precision(built, name):
         assert not re.search(r"\b(?:wgmma|mma)\b|\.tf32", ptx)
     else:
         assert re.search(r"\b(?:wgmma\.mma_async|mma\.sync)\S*\.bf16", ptx)
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_grouped_warp_kernel_precision(built, name):
+    """The grouped schedule's products on tensor cores without tf32 rounding: bf16 operands (the
+    down kernel's FP32 intermediate as three exact bf16 terms); fp16 weights: gate/up in fp16, down
+    through tf32x3 (fp16 is exact in tf32; the intermediate as two tf32 terms); fp32: FMAs."""
+    ptx = built[name].asm["ptx"]
+    dtype = SPECS[name].args["w13_ptr" if "gate_up" in name else "w2_ptr"]
+    mma = set(re.findall(r"\b(?:wgmma\.mma_async|mma\.sync)\S*?\.(bf16|f16|tf32)\b", ptx))
+    if dtype == FP32:
+        assert not mma and ".tf32" not in ptx, mma
+    elif dtype == FP16 and "down" in name:
+        assert mma == {"tf32"}, mma
+    else:
+        assert mma == {"bf16" if dtype == BF16 else "f16"}, mma
 
 
 def test_lean_gate_up_frees_registers(built):

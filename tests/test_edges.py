@@ -64,3 +64,22 @@ def test_warp_other_gate_up_sum(case, seed):
     ref = warpdecode.reference_moe(*inputs)
     ratio = warpdecode.rel_error(y, ref) / warpdecode.rounding_floor(ref, torch.bfloat16)
     assert ratio <= limit(torch.bfloat16, "warp", case.K), ratio
+
+
+@pytest.mark.parametrize("schedule", ["split", "fused", "grouped"])
+def test_warp_same_expert_in_two_slots(schedule, seed):
+    """A top-K that names one expert twice (routing code may, e.g. after masking experts): the
+    layer is then the sum over the slots, each with its own weight. The grouped schedule finds a
+    token's slots by comparing ids with its expert, so it must add both weights, not pick one."""
+    import warpdecode
+
+    case = Case("dup", T=5, H=64, I=40, E=6, K=3)
+    x, w13, w2, tw, ids = make_inputs(case, torch.bfloat16, seed)
+    ids = ids.clone()
+    ids[:, 1] = ids[:, 0]  # every token: slot 1 repeats slot 0's expert
+    ref = warpdecode.reference_moe(x, w13, w2, tw, ids)
+    y = run_poisoned((x, w13, w2, tw, ids), method="warp", schedule=schedule)
+    from test_accuracy import limit
+
+    ratio = warpdecode.rel_error(y, ref) / warpdecode.rounding_floor(ref, torch.bfloat16)
+    assert ratio <= limit(torch.bfloat16, "warp", case.K), ratio

@@ -47,8 +47,9 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     ``"warp"`` (two-kernel warp decode), or ``"auto"`` (warp up to the measured crossover T).
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
     act_format: expert only, ``"native"`` or ``"fp8"`` (e4m3 activations, 1×128 block scales).
-    schedule: warp only, ``"split"`` (two kernels) or ``"fused"`` (one persistent kernel with a
-    grid barrier); default: what this GPU's tuned table picks for the shape and T.
+    schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel with a
+    grid barrier) or ``"grouped"`` (two kernels that read each routed expert's rows once for all
+    of its tokens); default: what this GPU's tuned table picks for the shape and T.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -58,8 +59,8 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         raise TypeError(f"act_dtype must be torch.float32, bfloat16 or float16, got {act_dtype}")
     if act_format == "fp8" and method != "expert":
         raise ValueError(f"act_format='fp8' applies to method='expert' only, got method={method!r}")
-    if schedule not in (None, "split", "fused"):
-        raise ValueError(f"schedule must be None, 'split' or 'fused', got {schedule!r}")
+    if schedule not in (None, "split", "fused", "grouped"):
+        raise ValueError(f"schedule must be None, 'split', 'fused' or 'grouped', got {schedule!r}")
     if schedule is not None and method != "warp":
         raise ValueError(f"schedule applies to method='warp' only, got method={method!r}")
     if act_dtype is not None and method != "warp":

@@ -8,7 +8,7 @@ import torch
 import triton
 
 from . import _alloc, _runtime
-from .configs import default_fused, warp_config
+from .configs import default_fused, default_grouped, warp_config
 from .kernels import warp as kw
 
 #: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
@@ -148,6 +148,49 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
     return y
 
 
+# ---------------------------------------------------------------------------------------------
+# Tokens that share an expert read its rows once (see warpdecode.kernels.warp, "grouped")
+
+
+#: Tokens per launch of the grouped kernels: the token axis is the N of their tensor-core tiles
+#: (padded to 16), held in registers and shared memory; more tokens run as several launches.
+GROUPED_TOKENS = 16
+
+
+def moe_warp_grouped(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torch.float32):
+    """Two kernels, each program one expert's rows for every token routed to it (tensor cores,
+    tokens padded to 16). cfg: ``{"gate_up": {"BLOCK_I", "BLOCK_H", "num_warps", "num_stages"},
+    "down": {"BLOCK_H", "BLOCK_I", "num_warps", "num_stages"}}``. Past ``GROUPED_TOKENS`` tokens,
+    one call per block of that many (each reads its experts' rows again): the schedule is for
+    decode-sized T, where the tuner picks it."""
+    T, H = x.shape
+    if T > GROUPED_TOKENS:
+        return torch.cat([moe_warp_grouped(x[t:t + GROUPED_TOKENS], w13, w2, topk_weights[t:t + GROUPED_TOKENS],
+                                           topk_ids[t:t + GROUPED_TOKENS], cfg, act_dtype)
+                          for t in range(0, T, GROUPED_TOKENS)])
+    E, two_i, _ = w13.shape
+    I = two_i // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    t_pad = 16  # ≥ T: the smallest N of a tensor-core product
+    k_pad = triton.next_power_of_2(K)
+    gu, dn = cfg["gate_up"], cfg["down"]
+    act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
+    kw.warp_gate_up_grouped_kernel[(E * triton.cdiv(I, gu["BLOCK_I"]),)](
+        x, w13, topk_ids, act, H, I, T, E, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        K=K, K_PAD=k_pad, T_PAD=t_pad, BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], USE_PDL=USE_PDL,
+        EVICT=gu.get("evict", "evict_first"), WIDEN=_runtime.INTERPRET, num_warps=gu["num_warps"],
+        num_stages=gu["num_stages"],
+    )
+    y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
+    kw.warp_down_grouped_kernel[(triton.cdiv(H, dn["BLOCK_H"]),)](
+        act, w2, topk_ids, topk_weights, y, H, I, T, E, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
+        K=K, K_PAD=k_pad, T_PAD=t_pad, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], USE_PDL=USE_PDL,
+        EVICT=dn.get("evict", "evict_first"), WIDEN=_runtime.INTERPRET, num_warps=dn["num_warps"],
+        num_stages=dn["num_stages"], **({"launch_pdl": True} if USE_PDL else {}),
+    )
+    return y
+
+
 def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, config: dict | None = None,
              schedule: str | None = None):
     """Warp decode on validated, contiguous inputs (``warpdecode.moe`` checks them first).
@@ -155,17 +198,21 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     act_dtype: the intermediate's dtype between the two phases. FP32 (default) keeps the whole
     layer unrounded until the single store of y; pass x.dtype to see what rounding it costs.
     schedule: ``"split"`` (two kernels, the down kernel launched early with PDL), ``"fused"``
-    (one persistent kernel with a grid barrier), or None: the tuned table's choice for this shape
-    and T (``"fused"`` where the config has a ``"fused"`` entry), else ``"split"``.
+    (one persistent kernel with a grid barrier), ``"grouped"`` (two kernels that read each routed
+    expert's rows once for all its tokens), or None: the tuned table's choice for this shape and
+    T (the schedule whose entry the config has), else ``"split"``.
     """
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
     cfg = config or warp_config(H, two_i // 2, E, K, T)
     if schedule is None:
-        schedule = "fused" if "fused" in cfg else "split"
+        schedule = next((s for s in ("fused", "grouped") if s in cfg), "split")
     if schedule == "fused":
         return moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg.get("fused") or default_fused(H, two_i // 2, K),
                               act_dtype)
+    if schedule == "grouped":
+        return moe_warp_grouped(x, w13, w2, topk_weights, topk_ids,
+                                cfg.get("grouped") or default_grouped(wide=x.dtype == torch.float32), act_dtype)
     act = warp_gate_up(x, w13, topk_ids, cfg["gate_up"], act_dtype)
     return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], x.dtype)

@@ -332,3 +332,162 @@ def warp_fused_kernel(
             _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e,
                        stride_w2r, stride_yt, unit % T, unit // T, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I,
                        ".cg" if PHASE == 0 else "", "evict_first")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokens that share an expert: one read of its rows for all of them (schedule "grouped")
+#
+# The pair kernels above read an expert's rows once per (token, slot) routed to it. While T·K is
+# well under E that is once per expert, but once tokens share experts (Mixtral's 8 experts at any
+# T > 1, OLMoE or gpt-oss at T = 8) the rows are read again for every token (from L2 at best).
+# These two kernels give each program one expert's rows and every token: the token axis becomes
+# the N of a small matrix product on the tensor cores, tokens not routed to the expert are masked
+# out, and the rows are read once. Still no sort, no padding, no gather or scatter pass and no
+# combine: a program finds the tokens routed to its expert by comparing topk_ids with it.
+#
+# Nothing is rounded on the way. Gate/up multiplies bf16 x by bf16 weights (exact products,
+# FP32 sums). Down multiplies bf16 weights by the FP32 intermediate: the tensor cores take 16-bit
+# operands, so the intermediate goes in as three bf16 terms whose sum is exactly the FP32 value
+# (8 + 8 + 8 significand bits), three products per weight, FP32 sums (``_dot_fp32``). The tensor
+# cores' work grows with the padded token count (≥ 16) times the experts hit, not with T·K: the
+# schedule is for small T where tokens share experts; the tuner decides where it wins.
+
+
+@triton.jit
+def _mma(a, b, acc, WIDEN: tl.constexpr):
+    """acc + a @ b with FP32 sums. 16-bit operands go to the tensor cores as they are (their products
+    are exact in FP32); FP32 operands, and every operand where ``WIDEN`` (the CPU interpreter,
+    whose 16-bit dot multiplies raw bits), are multiplied in FP32, not tf32."""
+    if WIDEN or a.dtype == tl.float32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _routed(topk_ids_ptr, T, e, K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr):
+    """[T_PAD, K_PAD] mask of the (token, slot) pairs routed to expert e (slots past K, tokens past T: never)."""
+    offs_t = tl.arange(0, T_PAD)
+    offs_k = tl.arange(0, K_PAD)
+    mask = (offs_t < T)[:, None] & (offs_k < K)[None, :]
+    ids = tl.load(topk_ids_ptr + offs_t[:, None] * K + offs_k[None, :], mask=mask, other=-1)
+    return ids == e
+
+
+@triton.jit(do_not_specialize=["T", "E"])
+def warp_gate_up_grouped_kernel(
+    x_ptr,  # (T, H) compute dtype
+    w13_ptr,  # (E, 2I, H) compute dtype
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    act_ptr,  # (T*K, I) fp32: silu(gate)·up per (token, slot)
+    H, I, T, E,
+    stride_xt, stride_we, stride_wr, stride_at,
+    K: tl.constexpr, K_PAD: tl.constexpr,
+    T_PAD: tl.constexpr,  # ≥ T, a power of two ≥ 16 (the smallest N of a tensor-core product)
+    BLOCK_I: tl.constexpr,  # neurons per program (≥ 16)
+    BLOCK_H: tl.constexpr,  # columns of H per step
+    USE_PDL: tl.constexpr,
+    EVICT: tl.constexpr,
+    WIDEN: tl.constexpr,  # multiply in FP32 (the CPU interpreter, see _mma)
+):
+    """Neurons [pid_i·BLOCK_I, +BLOCK_I) of expert e for every token routed to e; the expert varies
+    fastest, so a program whose expert no token chose exits at once."""
+    if USE_PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    e = pid % E
+    pid_i = pid // E
+    hit = _routed(topk_ids_ptr, T, e, K, K_PAD, T_PAD)
+    if tl.sum(hit.to(tl.int32)) > 0:
+        offs_t = tl.arange(0, T_PAD)
+        offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+        mask_i = offs_i < I
+        offs_h = tl.arange(0, BLOCK_H)
+        gate_ptrs = w13_ptr + e.to(tl.int64) * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
+        up_ptrs = gate_ptrs + I * stride_wr
+        x_ptrs = x_ptr + offs_t[None, :].to(tl.int64) * stride_xt + offs_h[:, None]  # [BLOCK_H, T_PAD]: x transposed
+        acc_g = tl.zeros([BLOCK_I, T_PAD], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_I, T_PAD], dtype=tl.float32)
+        for h0 in range(0, H, BLOCK_H):
+            mask_h = (h0 + offs_h) < H
+            xv = tl.load(x_ptrs + h0, mask=mask_h[:, None] & (offs_t < T)[None, :], other=0.0)
+            g = tl.load(gate_ptrs + h0, mask=mask_i[:, None] & mask_h[None, :], other=0.0, eviction_policy=EVICT)
+            u = tl.load(up_ptrs + h0, mask=mask_i[:, None] & mask_h[None, :], other=0.0, eviction_policy=EVICT)
+            # one read of the rows, every token's dot product (16-bit products are exact in FP32)
+            acc_g = _mma(g, xv, acc_g, WIDEN)
+            acc_u = _mma(u, xv, acc_u, WIDEN)
+        a = acc_g * tl.sigmoid(acc_g) * acc_u  # [BLOCK_I, T_PAD]: SiLU(g)·u in registers
+        # each token's row of the intermediate is its pair's: (t, k) with topk_ids[t, k] == e
+        pairs = offs_t[:, None] * K + tl.arange(0, K_PAD)[None, :]
+        ptrs = act_ptr + pairs[None, :, :].to(tl.int64) * stride_at + offs_i[:, None, None]
+        tl.store(ptrs, a[:, :, None].to(act_ptr.dtype.element_ty), mask=mask_i[:, None, None] & hit[None, :, :])
+
+
+@triton.jit
+def _dot_fp32(w, a, acc, WIDEN: tl.constexpr):
+    """acc + w @ a, w in the compute dtype, a in FP32, on the tensor cores and as if in FP32.
+    bf16 w: a goes in as three bf16 terms whose sum is a exactly (8 + 8 + 8 significand bits),
+    so every product is exact and every sum FP32. fp16 w: fp16 is exact in tf32, and tf32x3
+    splits a into two tf32 terms (22 of its 24 bits). FP32 w: FP32 products (no tf32)."""
+    if w.dtype == tl.bfloat16:
+        hi = a.to(tl.bfloat16)
+        rest = a - hi.to(tl.float32)
+        mid = rest.to(tl.bfloat16)
+        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+        acc = _mma(w, hi, acc, WIDEN)
+        acc = _mma(w, mid, acc, WIDEN)
+        acc = _mma(w, lo, acc, WIDEN)
+    elif w.dtype == tl.float16 and not WIDEN:
+        acc = tl.dot(w.to(tl.float32), a, acc, input_precision="tf32x3")
+    else:
+        acc = _mma(w, a, acc, WIDEN)
+    return acc
+
+
+@triton.jit(do_not_specialize=["T", "E"])
+def warp_down_grouped_kernel(
+    act_ptr,  # (T*K, I) fp32, from warp_gate_up_grouped_kernel
+    w2_ptr,  # (E, H, I) compute dtype
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_weights_ptr,  # (T, K) fp32
+    y_ptr,  # (T, H) compute dtype
+    H, I, T, E,
+    stride_at, stride_we, stride_wr, stride_yt,
+    K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # hidden outputs per program (≥ 16)
+    BLOCK_I: tl.constexpr,  # columns of I per step
+    USE_PDL: tl.constexpr,
+    EVICT: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
+    """y[:, rows] for every token: the program walks the experts any token chose, reads each one's
+    rows of w2 once, and adds its contribution to all tokens routed to it (routing weight folded
+    into the intermediate) in one FP32 accumulator. The top-K combine is the sum over experts."""
+    pid_h = tl.program_id(0)
+    offs_t = tl.arange(0, T_PAD)
+    offs_k = tl.arange(0, K_PAD)
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < H
+    offs_i = tl.arange(0, BLOCK_I)
+    mask_tk = (offs_t < T)[:, None] & (offs_k < K)[None, :]
+    rw = tl.load(topk_weights_ptr + offs_t[:, None] * K + offs_k[None, :], mask=mask_tk, other=0.0)
+    if USE_PDL:
+        gdc_wait()  # kernel 1 has finished and its intermediate is visible
+    acc = tl.zeros([BLOCK_H, T_PAD], dtype=tl.float32)
+    for e in range(0, E):
+        hit = _routed(topk_ids_ptr, T, e, K, K_PAD, T_PAD)
+        if tl.sum(hit.to(tl.int32)) > 0:
+            # a token's weight for e (summed, should its top-K name e twice) and its pair's row
+            coef = tl.sum(tl.where(hit, rw, 0.0), axis=1)
+            slot = tl.min(tl.where(hit, offs_k[None, :], K_PAD), axis=1)
+            routed = slot < K
+            pairs = offs_t * K + tl.where(routed, slot, 0)
+            e64 = tl.full((), 0, tl.int64) + e  # 64-bit offsets: E·H·I passes 2³¹ on large layers
+            w_ptrs = w2_ptr + e64 * stride_we + offs_h[:, None].to(tl.int64) * stride_wr + offs_i[None, :]
+            a_ptrs = act_ptr + pairs[None, :].to(tl.int64) * stride_at + offs_i[:, None]  # [BLOCK_I, T_PAD]
+            for i0 in range(0, I, BLOCK_I):
+                mask_i = (i0 + offs_i) < I
+                w = tl.load(w_ptrs + i0, mask=mask_h[:, None] & mask_i[None, :], other=0.0, eviction_policy=EVICT)
+                a = tl.load(a_ptrs + i0, mask=mask_i[:, None] & routed[None, :], other=0.0) * coef[None, :]
+                acc = _dot_fp32(w, a, acc, WIDEN)
+    y_ptrs = y_ptr + offs_t[None, :].to(tl.int64) * stride_yt + offs_h[:, None]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_h[:, None] & (offs_t < T)[None, :])
