@@ -149,46 +149,32 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
 
 
 # ---------------------------------------------------------------------------------------------
-# Tokens that share an expert read its rows once (see warpdecode.kernels.warp, "grouped")
+# Tokens that share an expert read its gate/up rows once (see warpdecode.kernels.warp, "grouped")
 
-
-#: Tokens per launch of the grouped kernels: the token axis is the N of their tensor-core tiles
-#: (padded to 16), held in registers and shared memory; more tokens run as several launches.
+#: Tokens per launch of the grouped gate/up kernel: the token axis is the N of its tensor-core
+#: tiles (padded to 16), held in registers and shared memory; more tokens take several launches.
 GROUPED_TOKENS = 16
 
 
-def moe_warp_grouped(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torch.float32):
-    """Two kernels, each program one expert's rows for every token routed to it (tensor cores,
-    tokens padded to 16). cfg: ``{"gate_up": {"BLOCK_I", "BLOCK_H", "num_warps", "num_stages"},
-    "down": {"BLOCK_H", "BLOCK_I", "num_warps", "num_stages"}}``. Past ``GROUPED_TOKENS`` tokens,
-    one call per block of that many (each reads its experts' rows again): the schedule is for
-    decode-sized T, where the tuner picks it."""
+def warp_gate_up_grouped(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
+    """Kernel 1 of the grouped schedule: the same (T*K, I) intermediate as :func:`warp_gate_up`,
+    each program one expert's rows for every token routed to it. cfg: ``{"BLOCK_I", "BLOCK_H",
+    "num_warps", "num_stages"}``. Past ``GROUPED_TOKENS`` tokens, one launch per block of that many
+    (each reads its experts' rows again): the schedule is for decode-sized T."""
     T, H = x.shape
-    if T > GROUPED_TOKENS:
-        return torch.cat([moe_warp_grouped(x[t:t + GROUPED_TOKENS], w13, w2, topk_weights[t:t + GROUPED_TOKENS],
-                                           topk_ids[t:t + GROUPED_TOKENS], cfg, act_dtype)
-                          for t in range(0, T, GROUPED_TOKENS)])
     E, two_i, _ = w13.shape
     I = two_i // 2  # noqa: E741
     K = topk_ids.shape[1]
-    t_pad = 16  # ≥ T: the smallest N of a tensor-core product
-    k_pad = triton.next_power_of_2(K)
-    gu, dn = cfg["gate_up"], cfg["down"]
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
-    kw.warp_gate_up_grouped_kernel[(E * triton.cdiv(I, gu["BLOCK_I"]),)](
-        x, w13, topk_ids, act, H, I, T, E, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        K=K, K_PAD=k_pad, T_PAD=t_pad, BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], USE_PDL=USE_PDL,
-        EVICT=gu.get("evict", "evict_first"), WIDEN=_runtime.INTERPRET, num_warps=gu["num_warps"],
-        num_stages=gu["num_stages"],
-    )
-    y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
-    kw.warp_down_grouped_kernel[(triton.cdiv(H, dn["BLOCK_H"]),)](
-        act, w2, topk_ids, topk_weights, y, H, I, T, E, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
-        K=K, K_PAD=k_pad, T_PAD=t_pad, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], USE_PDL=USE_PDL,
-        EVICT=dn.get("evict", "evict_first"), WIDEN=_runtime.INTERPRET, num_warps=dn["num_warps"],
-        num_stages=dn["num_stages"], **({"launch_pdl": True} if USE_PDL else {}),
-    )
-    return y
+    for t0 in range(0, T, GROUPED_TOKENS):
+        n = min(GROUPED_TOKENS, T - t0)
+        kw.warp_gate_up_grouped_kernel[(E * triton.cdiv(I, cfg["BLOCK_I"]),)](
+            x[t0:], w13, topk_ids[t0:], act[t0 * K:], H, I, n, E, x.stride(0), w13.stride(0), w13.stride(1),
+            act.stride(0), K=K, K_PAD=triton.next_power_of_2(K), T_PAD=GROUPED_TOKENS, BLOCK_I=cfg["BLOCK_I"],
+            BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL, EVICT=cfg.get("evict", "evict_first"), WIDEN=_runtime.INTERPRET,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+    return act
 
 
 def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, config: dict | None = None,
@@ -198,9 +184,9 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     act_dtype: the intermediate's dtype between the two phases. FP32 (default) keeps the whole
     layer unrounded until the single store of y; pass x.dtype to see what rounding it costs.
     schedule: ``"split"`` (two kernels, the down kernel launched early with PDL), ``"fused"``
-    (one persistent kernel with a grid barrier), ``"grouped"`` (two kernels that read each routed
-    expert's rows once for all its tokens), or None: the tuned table's choice for this shape and
-    T (the schedule whose entry the config has), else ``"split"``.
+    (one persistent kernel with a grid barrier), ``"grouped"`` (a gate/up kernel that reads each
+    routed expert's rows once for all its tokens, then the pair's down kernel), or None: the tuned
+    table's choice for this shape and T (the schedule whose entry the config has), else ``"split"``.
     """
     T, H = x.shape
     E, two_i, _ = w13.shape
@@ -211,8 +197,9 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     if schedule == "fused":
         return moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg.get("fused") or default_fused(H, two_i // 2, K),
                               act_dtype)
-    if schedule == "grouped":
-        return moe_warp_grouped(x, w13, w2, topk_weights, topk_ids,
-                                cfg.get("grouped") or default_grouped(wide=x.dtype == torch.float32), act_dtype)
+    if schedule == "grouped":  # the down kernel is the pair's
+        c_gu = cfg.get("grouped", {}).get("gate_up") or default_grouped(wide=x.dtype == torch.float32)
+        act = warp_gate_up_grouped(x, w13, topk_ids, c_gu, act_dtype)
+        return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], x.dtype)
     act = warp_gate_up(x, w13, topk_ids, cfg["gate_up"], act_dtype)
     return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], x.dtype)

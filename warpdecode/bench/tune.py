@@ -82,16 +82,12 @@ def fused_candidates(H: int, I: int, K: int):  # noqa: E741
 
 
 def grouped_candidates():
-    """The grouped schedule (kernels/warp.py, "grouped"): gate/up tiles of 32–128 neurons × 64–256
-    columns and down tiles of 16–64 hidden outputs × 64–512 columns, 4 or 8 warps, 2–4 stages of
-    loads in flight (small grouped GEMMs; the compiler drops what does not fit in shared memory)."""
-    gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": st}
-               for r, c, w, st in itertools.product([32, 64, 128], [64, 128, 256], [4, 8], [2, 3, 4])
-               if not (r == 32 and w == 8)]
-    down = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": st}
-            for r, c, w, st in itertools.product([16, 32, 64], [64, 128, 256, 512], [4, 8], [2, 3, 4])
-            if r * c <= 16384]
-    return gate_up, down
+    """The grouped gate/up kernel (kernels/warp.py, "grouped"): 32–128 neurons × 64–256 columns,
+    4 or 8 warps, 2–4 stages of loads in flight (a small GEMM's tiles; the compiler drops what
+    does not fit in shared memory)."""
+    return [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": st}
+            for r, c, w, st in itertools.product([32, 64, 128], [64, 128, 256], [4, 8], [2, 3, 4])
+            if not (r == 32 and w == 8)]
 
 
 def grouped_buckets(shape: MoEShape, buckets):
@@ -139,7 +135,7 @@ def group_m_candidates(T: int, shape: MoEShape, block_m: int):
 
 _KERNEL_OF = {"warp_gate_up": kw.warp_gate_up_kernel, "warp_down": kw.warp_down_kernel,
               "warp_fused": kw.warp_fused_kernel,
-              "grouped_gate_up": kw.warp_gate_up_grouped_kernel, "grouped_down": kw.warp_down_grouped_kernel,
+              "grouped_gate_up": kw.warp_gate_up_grouped_kernel,
               "gate_up": kx.grouped_gate_up_kernel, "down": kx.grouped_down_kernel}
 
 
@@ -169,11 +165,8 @@ def _warm(job):
             wp.warp_down(torch.randn(T * K, I, device="cuda"), w2, ids, tw, cfg, torch.bfloat16)
         elif kind == "warp_fused":
             wp.moe_warp_fused(x, w13, w2, tw, ids, cfg)
-        elif kind in ("grouped_gate_up", "grouped_down"):  # the other kernel with a small, safe tile
-            small = {"BLOCK_I": 32, "BLOCK_H": 64, "num_warps": 4, "num_stages": 2}
-            pair = {"gate_up": cfg, "down": dict(small, BLOCK_H=16)} if kind == "grouped_gate_up" else \
-                {"gate_up": small, "down": cfg}
-            wp.moe_warp_grouped(x, w13, w2, tw, ids, pair)
+        elif kind == "grouped_gate_up":
+            wp.warp_gate_up_grouped(x, w13, ids, cfg)
         else:  # the forms moe_expert runs: gather fused into gate/up's loads, scatter into down's stores
             block_m, gcfg = cfg
             al = ex.align(ids, E, block_m)
@@ -241,6 +234,10 @@ def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
     return wp.warp_down(wp.warp_gate_up(x, w13, ids, c_gu), w2, ids, tw, c_dn, torch.bfloat16)
 
 
+def _grouped_pair(x, w13, w2, ids, tw, c_gu, c_dn):
+    return wp.warp_down(wp.warp_gate_up_grouped(x, w13, ids, c_gu), w2, ids, tw, c_dn, torch.bfloat16)
+
+
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):
     """The two-kernel pair per token bucket: the best gate/up config alone, then the down config
     that makes the fastest pair with it. (:func:`tune_fused` then weighs the persistent schedule.)"""
@@ -289,13 +286,9 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
 
 
 def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
-    """The grouped schedule against the pair already in ``buckets``, in :func:`grouped_buckets`:
-    the best gate/up tile alone, then the down tile that makes the fastest pair with it; the
-    grouped config is kept where it beats the pair."""
-    gate_up_c, down_c = grouped_candidates()
-    gate_up_c = [c for c in gate_up_c if _key("grouped_gate_up", shape.K, c) not in dropped]
-    down_c = [c for c in down_c if _key("grouped_down", shape.K, c) not in dropped]
-    small_dn = {"BLOCK_H": 16, "BLOCK_I": 64, "num_warps": 4, "num_stages": 2}
+    """The grouped gate/up kernel, followed by the bucket's tuned down kernel, against the tuned
+    pair, in :func:`grouped_buckets`; its config is kept where it is at least 1 % faster."""
+    gate_up_c = [c for c in grouped_candidates() if _key("grouped_gate_up", shape.K, c) not in dropped]
     L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
@@ -305,21 +298,14 @@ def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print
         xs, ids, tws = _warp_inputs(shape, T, L)
         t_pair = _time(_over_layers(partial(_warp_pair, c_gu=cfg["gate_up"], c_dn=cfg["down"]), xs, w13s, w2s, ids,
                                     tws), reps)
-
-        def grouped(c_gu, c_dn, xs=xs, tws=tws, ids=ids):
-            step = partial(wp.moe_warp_grouped, cfg={"gate_up": c_gu, "down": c_dn})
-            return _time(_over_layers(step, xs, w13s, w2s, tws, ids), reps)
-
-        # gate/up chosen with a fixed small down tile (the difference between candidates is gate/up's)
-        _, c_gu = _best([(grouped(c, small_dn), c) for c in gate_up_c])
-        t_grouped, c_dn = _best([(grouped(c_gu, c), c) for c in down_c])
-        log(f"warp {shape.name} T={T}: split {t_pair / L:.2f} us; grouped {t_grouped / L:.2f} us "
-            f"gate/up {c_gu}, down {c_dn}")
-        bucket = {**cfg, "measured_us": {**cfg.get("measured_us", {}), "split": round(t_pair / L, 2),
-                                         "grouped": round(t_grouped / L, 2)}}
-        bucket.pop("grouped", None)
-        if t_grouped < t_pair:
-            bucket["grouped"] = {"gate_up": c_gu, "down": c_dn}
+        t_grouped, c_gu = _best([(_time(_over_layers(partial(_grouped_pair, c_gu=c, c_dn=cfg["down"]), xs, w13s, w2s,
+                                                     ids, tws), reps), c) for c in gate_up_c])
+        log(f"warp {shape.name} T={T}: split {t_pair / L:.2f} us; grouped {t_grouped / L:.2f} us, gate/up {c_gu}")
+        bucket = {k: v for k, v in cfg.items() if k != "grouped"}
+        bucket["measured_us"] = {**cfg.get("measured_us", {}), "split": round(t_pair / L, 2),
+                                 "grouped": round(t_grouped / L, 2)}
+        if t_grouped < 0.99 * t_pair:
+            bucket["grouped"] = {"gate_up": c_gu}
         out.append([T, bucket])
     w13s = w2s = None
     torch.cuda.empty_cache()
@@ -398,9 +384,7 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=prin
     if "fused" in paths:
         jobs += [("warp_fused", K, c) for K in sorted({s.K for s in shapes}) for c in fused_candidates(H, I, K)]
     if "grouped" in paths:
-        gu, dn = grouped_candidates()
-        jobs += [(kind, K, c) for K in sorted({s.K for s in shapes})
-                 for kind, cs in (("grouped_gate_up", gu), ("grouped_down", dn)) for c in cs]
+        jobs += [("grouped_gate_up", K, c) for K in sorted({s.K for s in shapes}) for c in grouped_candidates()]
     if "expert" in paths:
         for bm, gm in itertools.product([16, 32, 64, 128], [1, 8]):
             for c in gemm_candidates(group_m=gm):
@@ -425,7 +409,7 @@ def tune(preset_names: list[str], *, paths=("warp", "fused", "grouped", "expert"
             table.setdefault("warp", {})[key] = tune_warp(shape, dropped=dropped, log=log)
         if "fused" in paths:  # the persistent schedule against the tuned pair
             table["warp"][key] = tune_fused(shape, table["warp"][key], dropped=dropped, log=log)
-        if "grouped" in paths:  # one read of each routed expert's rows, against the tuned pair
+        if "grouped" in paths:  # one read of each routed expert's gate/up rows, against the tuned pair
             table["warp"][key] = tune_grouped(shape, table["warp"][key], dropped=dropped, log=log)
         if "refine" in paths:  # the cache policy on top of the tuned pair
             table["warp"][key] = tune_refine(shape, table["warp"][key], log=log)

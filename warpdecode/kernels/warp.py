@@ -335,22 +335,21 @@ def warp_fused_kernel(
 
 
 # ---------------------------------------------------------------------------------------------
-# Tokens that share an expert: one read of its rows for all of them (schedule "grouped")
+# Tokens that share an expert: one read of its gate/up rows for all of them (schedule "grouped")
 #
 # The pair kernels above read an expert's rows once per (token, slot) routed to it. While T·K is
 # well under E that is once per expert, but once tokens share experts (Mixtral's 8 experts at any
-# T > 1, OLMoE or gpt-oss at T = 8) the rows are read again for every token (from L2 at best).
-# These two kernels give each program one expert's rows and every token: the token axis becomes
-# the N of a small matrix product on the tensor cores, tokens not routed to the expert are masked
-# out, and the rows are read once. Still no sort, no padding, no gather or scatter pass and no
-# combine: a program finds the tokens routed to its expert by comparing topk_ids with it.
+# T > 1) the rows are read again for every token (from L2 at best). This gate/up kernel gives each
+# program one expert's rows and every token: the token axis becomes the N of a small matrix
+# product on the tensor cores (padded to 16), tokens not routed to the expert are masked out, and
+# the rows are read once. Still no sort, no padding of the weights' side, no gather or scatter
+# pass: a program finds the tokens routed to its expert by comparing topk_ids with it. bf16 x
+# times bf16 weights: exact products, FP32 sums, the intermediate stored in FP32 as before. The
+# down projection stays the pair kernel above (a grouped down kernel, walking the experts for a
+# block of hidden outputs, measured 2-3x slower than it: ``results/NOTES.md``, session 6).
 #
-# Nothing is rounded on the way. Gate/up multiplies bf16 x by bf16 weights (exact products,
-# FP32 sums). Down multiplies bf16 weights by the FP32 intermediate: the tensor cores take 16-bit
-# operands, so the intermediate goes in as three bf16 terms whose sum is exactly the FP32 value
-# (8 + 8 + 8 significand bits), three products per weight, FP32 sums (``_dot_fp32``). The tensor
-# cores' work grows with the padded token count (≥ 16) times the experts hit, not with T·K: the
-# schedule is for small T where tokens share experts; the tuner decides where it wins.
+# The tensor cores' work grows with the padded token count times the experts hit, not with T·K:
+# the schedule is for small T where tokens share experts; the tuner decides where it wins.
 
 
 @triton.jit
@@ -420,74 +419,3 @@ def warp_gate_up_grouped_kernel(
         pairs = offs_t[:, None] * K + tl.arange(0, K_PAD)[None, :]
         ptrs = act_ptr + pairs[None, :, :].to(tl.int64) * stride_at + offs_i[:, None, None]
         tl.store(ptrs, a[:, :, None].to(act_ptr.dtype.element_ty), mask=mask_i[:, None, None] & hit[None, :, :])
-
-
-@triton.jit
-def _dot_fp32(w, a, acc, WIDEN: tl.constexpr):
-    """acc + w @ a, w in the compute dtype, a in FP32, on the tensor cores and as if in FP32.
-    bf16 w: a goes in as three bf16 terms whose sum is a exactly (8 + 8 + 8 significand bits),
-    so every product is exact and every sum FP32. fp16 w: fp16 is exact in tf32, and tf32x3
-    splits a into two tf32 terms (22 of its 24 bits). FP32 w: FP32 products (no tf32)."""
-    if w.dtype == tl.bfloat16:
-        hi = a.to(tl.bfloat16)
-        rest = a - hi.to(tl.float32)
-        mid = rest.to(tl.bfloat16)
-        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
-        acc = _mma(w, hi, acc, WIDEN)
-        acc = _mma(w, mid, acc, WIDEN)
-        acc = _mma(w, lo, acc, WIDEN)
-    elif w.dtype == tl.float16 and not WIDEN:
-        acc = tl.dot(w.to(tl.float32), a, acc, input_precision="tf32x3")
-    else:
-        acc = _mma(w, a, acc, WIDEN)
-    return acc
-
-
-@triton.jit(do_not_specialize=["T", "E"])
-def warp_down_grouped_kernel(
-    act_ptr,  # (T*K, I) fp32, from warp_gate_up_grouped_kernel
-    w2_ptr,  # (E, H, I) compute dtype
-    topk_ids_ptr,  # (T, K) int32, in [0, E)
-    topk_weights_ptr,  # (T, K) fp32
-    y_ptr,  # (T, H) compute dtype
-    H, I, T, E,
-    stride_at, stride_we, stride_wr, stride_yt,
-    K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr,
-    BLOCK_H: tl.constexpr,  # hidden outputs per program (≥ 16)
-    BLOCK_I: tl.constexpr,  # columns of I per step
-    USE_PDL: tl.constexpr,
-    EVICT: tl.constexpr,
-    WIDEN: tl.constexpr,
-):
-    """y[:, rows] for every token: the program walks the experts any token chose, reads each one's
-    rows of w2 once, and adds its contribution to all tokens routed to it (routing weight folded
-    into the intermediate) in one FP32 accumulator. The top-K combine is the sum over experts."""
-    pid_h = tl.program_id(0)
-    offs_t = tl.arange(0, T_PAD)
-    offs_k = tl.arange(0, K_PAD)
-    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    mask_h = offs_h < H
-    offs_i = tl.arange(0, BLOCK_I)
-    mask_tk = (offs_t < T)[:, None] & (offs_k < K)[None, :]
-    rw = tl.load(topk_weights_ptr + offs_t[:, None] * K + offs_k[None, :], mask=mask_tk, other=0.0)
-    if USE_PDL:
-        gdc_wait()  # kernel 1 has finished and its intermediate is visible
-    acc = tl.zeros([BLOCK_H, T_PAD], dtype=tl.float32)
-    for e in range(0, E):
-        hit = _routed(topk_ids_ptr, T, e, K, K_PAD, T_PAD)
-        if tl.sum(hit.to(tl.int32)) > 0:
-            # a token's weight for e (summed, should its top-K name e twice) and its pair's row
-            coef = tl.sum(tl.where(hit, rw, 0.0), axis=1)
-            slot = tl.min(tl.where(hit, offs_k[None, :], K_PAD), axis=1)
-            routed = slot < K
-            pairs = offs_t * K + tl.where(routed, slot, 0)
-            e64 = tl.full((), 0, tl.int64) + e  # 64-bit offsets: E·H·I passes 2³¹ on large layers
-            w_ptrs = w2_ptr + e64 * stride_we + offs_h[:, None].to(tl.int64) * stride_wr + offs_i[None, :]
-            a_ptrs = act_ptr + pairs[None, :].to(tl.int64) * stride_at + offs_i[:, None]  # [BLOCK_I, T_PAD]
-            for i0 in range(0, I, BLOCK_I):
-                mask_i = (i0 + offs_i) < I
-                w = tl.load(w_ptrs + i0, mask=mask_h[:, None] & mask_i[None, :], other=0.0, eviction_policy=EVICT)
-                a = tl.load(a_ptrs + i0, mask=mask_i[:, None] & routed[None, :], other=0.0) * coef[None, :]
-                acc = _dot_fp32(w, a, acc, WIDEN)
-    y_ptrs = y_ptr + offs_t[None, :].to(tl.int64) * stride_yt + offs_h[:, None]
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_h[:, None] & (offs_t < T)[None, :])
