@@ -88,14 +88,14 @@ def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
 
 
 def default_grouped(wide: bool = False) -> dict:
-    """The grouped gate/up kernel's launch configuration where no tuned one exists: 64 neurons ×
-    128 columns, four warps, four stages of loads in flight (what the H200's measurements favoured
-    at Mixtral T = 8, ``results/NVIDIA_H200/logs/grouped_parts.log``). ``wide`` (FP32 weights,
-    multiplied on FMAs, not tensor cores): 32 columns per step. Smaller tiles in the interpreter,
-    so that the edges span several blocks."""
+    """The grouped gate/up kernel's launch configuration where no tuned one exists: 32 neurons ×
+    128 columns, four warps, two stages of loads in flight (the H200 tuner's pick in nearly every
+    bucket, ``results/NVIDIA_H200/logs/tune_grouped.log``). ``wide`` (FP32 weights, multiplied on
+    FMAs, not tensor cores): 32 columns per step. Smaller tiles in the interpreter, so that the
+    edges span several blocks."""
     if _runtime.INTERPRET:
         return {"BLOCK_I": 16, "BLOCK_H": 32, "num_warps": 4, "num_stages": 1}
-    return {"BLOCK_I": 64, "BLOCK_H": 32 if wide else 128, "num_warps": 4, "num_stages": 4}
+    return {"BLOCK_I": 32, "BLOCK_H": 32 if wide else 128, "num_warps": 4, "num_stages": 2}
 
 
 def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False) -> dict:  # noqa: E741
