@@ -85,5 +85,6 @@ def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
     monkeypatch.setattr(tune, "tune", lambda presets, paths: seen.append((presets, paths)))
     cli.main(["tune", "--presets", "olmoe-1b-7b"])
     cli.main(["tune", "--presets", "olmoe-1b-7b", "gpt-oss-20b", "--in-process", "--paths", "expert"])
-    assert seen == [(["olmoe-1b-7b"], ["warp", "fused", "expert"]), (["olmoe-1b-7b", "gpt-oss-20b"], ["expert"])]
+    assert seen == [(["olmoe-1b-7b"], ["warp", "fused", "grouped", "expert"]),
+                    (["olmoe-1b-7b", "gpt-oss-20b"], ["expert"])]
     assert len(calls) == 2
