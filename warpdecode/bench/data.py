@@ -21,6 +21,7 @@ KEYS = {
     "small_reads.csv": ("bytes",),
     "warp_variants.csv": ("preset", "T", "variant"),
     "ordered_launch.csv": ("preset", "T", "kind"),
+    "grouped_down.csv": ("preset", "T", "kind"),
 }
 
 
