@@ -194,3 +194,30 @@ def test_results_caption_names_each_runs_ceiling(results):
     data.merge_write(results / "speed.csv", [older])
     caption = report.results_table(GPU)
     assert "warp, expert: 2.00 TB/s, 2026-01-01" in caption and "loop: 1.90 TB/s, 2025-12-31" in caption
+
+
+def test_schedules_table_names_what_moe_warp_runs(tmp_path, monkeypatch):
+    """The README's schedule table: per preset and bucket, the schedule warp.moe_warp picks from the
+    tuned entry (fused, else grouped, else split) in bold with its time, the others it was weighed
+    against after it; a preset without a tuned entry has no row."""
+    import json
+
+    from warpdecode.configs import shape_key
+    from warpdecode.presets import get_preset
+
+    s = get_preset("mixtral-8x7b")
+    pair = {"gate_up": {}, "down": {}}
+    table = {"warp": {shape_key(s.H, s.I, s.E, s.K): [
+        [1, {**pair, "measured_us": {"split": 10.0, "fused": 12.0}}],
+        [8, {**pair, "grouped": {"gate_up": {}}, "measured_us": {"split": 30.0, "grouped": 20.0}}],
+        [16, {**pair, "measured_us": {"split": 40.0, "grouped": 39.9}}]]}}  # faster once, not kept
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setattr(report, "tuned_file", lambda gpu: path)
+    text = report.schedules_table(GPU)
+    row = next(line for line in text.splitlines() if line.startswith("| mixtral-8x7b"))
+    assert row == ("| mixtral-8x7b | **split** 10.0 (fused 12.0) | **grouped** 20.0 (split 30.0) "
+                   "| **split** 40.0 (grouped 39.9) |")
+    assert "| T ≤ 1 | T ≤ 8 | T ≤ 16 |" in text and "qwen3-30b-a3b" not in text
+    path.write_text("{}")
+    assert "No tuned table" in report.schedules_table(GPU)
