@@ -132,6 +132,15 @@ if stale:
     print(ladder.table(stale))
 
 # %% [markdown]
+# Between the two there is a middle way. Before the crossover, tokens already share experts
+# (Mixtral's 8 experts at any T > 1), and warp decode then reads an expert's rows once per token
+# routed to it. `schedule="grouped"` (session 6) gives each program of the gate/up kernel one
+# expert's rows and every token: the token axis becomes a small tensor-core product, the rows are
+# read once, and there is still no sort, no gather and no combine pass. The tuner keeps it only
+# where it beats the two kernels over two routing draws; the README's `schedules` block shows
+# where that is, and `results/NOTES.md` (session 6) what it bought and why its down kernel is still
+# the pair's.
+#
 # ## Error: every path against float64
 #
 # From `results/NVIDIA_H200/accuracy.csv`: every preset, T = 1 … 64, two seeds, error in multiples
