@@ -39,7 +39,7 @@ def no_launch(monkeypatch):
         (api, ["moe_loop", "moe_expert", "moe_warp"]),
         (loop, ["moe_loop"]),
         (expert, ["align", "gather", "quantize", "gate_up", "down", "scatter", "combine"]),
-        (warp, ["warp_gate_up", "warp_down"]),
+        (warp, ["warp_gate_up", "warp_gate_up_grouped", "warp_down"]),
     ]:
         for name in names:
             monkeypatch.setattr(mod, name, _Tripwire(f"{mod.__name__}.{name}"))
@@ -123,6 +123,9 @@ BAD_OPTIONS = [
     ("act_dtype-with-loop", dict(method="loop", act_dtype=torch.bfloat16), ValueError, "act_dtype"),
     ("act_dtype-int8", dict(method="warp", act_dtype=torch.int8), TypeError, "act_dtype"),
     ("act_dtype-float64", dict(method="warp", act_dtype=torch.float64), TypeError, "act_dtype"),
+    ("schedule-unknown", dict(method="warp", schedule="persistent"), ValueError, "schedule"),
+    ("schedule-with-expert", dict(method="expert", schedule="grouped"), ValueError, "schedule"),
+    ("schedule-with-auto", dict(method="auto", schedule="split"), ValueError, "schedule"),
 ]
 
 

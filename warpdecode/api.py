@@ -8,7 +8,7 @@ from .checks import check_moe_inputs
 from .configs import load_tuned, shape_key
 from .expert import moe_expert
 from .loop import moe_loop
-from .warp import moe_warp
+from .warp import SCHEDULES, moe_warp
 
 METHODS = ("loop", "expert", "warp", "auto")
 
@@ -59,8 +59,8 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         raise TypeError(f"act_dtype must be torch.float32, bfloat16 or float16, got {act_dtype}")
     if act_format == "fp8" and method != "expert":
         raise ValueError(f"act_format='fp8' applies to method='expert' only, got method={method!r}")
-    if schedule not in (None, "split", "fused", "grouped"):
-        raise ValueError(f"schedule must be None, 'split', 'fused' or 'grouped', got {schedule!r}")
+    if schedule is not None and schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be None or one of {SCHEDULES}, got {schedule!r}")
     if schedule is not None and method != "warp":
         raise ValueError(f"schedule applies to method='warp' only, got method={method!r}")
     if act_dtype is not None and method != "warp":

@@ -11,6 +11,16 @@ from . import _alloc, _runtime
 from .configs import default_fused, default_grouped, warp_config
 from .kernels import warp as kw
 
+#: Warp decode's schedules: two kernels; the grouped gate/up kernel, then the same down kernel; one
+#: persistent kernel. A tuned bucket names the one it runs by an entry of that name (see schedule_of).
+SCHEDULES = ("split", "grouped", "fused")
+
+
+def schedule_of(cfg: dict) -> str:
+    """The schedule a warp-decode config runs: ``fused`` or ``grouped`` where it has that entry, else ``split``."""
+    return next((s for s in ("fused", "grouped") if s in cfg), "split")
+
+
 #: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
 #: ``WARPDECODE_PDL=0`` turns it off, to measure what it buys.
 USE_PDL = (not _runtime.INTERPRET and _runtime.HAS_GPU and torch.cuda.get_device_capability()[0] >= 9
@@ -192,8 +202,7 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
     cfg = config or warp_config(H, two_i // 2, E, K, T)
-    if schedule is None:
-        schedule = next((s for s in ("fused", "grouped") if s in cfg), "split")
+    schedule = schedule or schedule_of(cfg)
     if schedule == "fused":
         return moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg.get("fused") or default_fused(H, two_i // 2, K),
                               act_dtype)

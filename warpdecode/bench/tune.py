@@ -90,10 +90,10 @@ def grouped_candidates():
             if not (r == 32 and w == 8)]
 
 
-def grouped_buckets(shape: MoEShape, buckets):
-    """The buckets worth timing the grouped schedule in: T ≥ 2 and T·K ≥ E/2, where tokens start to
-    share experts (below that each routed expert has one token, and the pair reads it once too)."""
-    return [T for T, _ in buckets if T >= 2 and T * shape.K >= shape.E / 2]
+def grouped_worth_timing(shape: MoEShape, T: int) -> bool:
+    """Whether a bucket is worth timing the grouped schedule in: T ≥ 2 and T·K ≥ E/2, where tokens
+    start to share experts (below that each routed expert has one token, and the pair reads it once too)."""
+    return T >= 2 and T * shape.K >= shape.E / 2
 
 
 def gemm_candidates(fp8: bool = False, group_m: int = 1):
@@ -287,7 +287,7 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
 
 def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
     """The grouped gate/up kernel, followed by the bucket's tuned down kernel, against the tuned
-    pair, in :func:`grouped_buckets`. The tile is picked on the tuner's routing draw; the choice
+    pair, where :func:`grouped_worth_timing`. The tile is picked on the tuner's routing draw; the choice
     between the schedules is made on that draw and a second one (how many experts the tokens share
     varies from draw to draw, and a single draw once flipped the choice): the grouped config is kept
     where its total over both is at least 1 % below the pair's."""
@@ -295,7 +295,7 @@ def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print
     L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
-        if T not in grouped_buckets(shape, buckets):
+        if not grouped_worth_timing(shape, T):
             out.append([T, cfg])
             continue
         draws = [_warp_inputs(shape, T, L), _warp_inputs(shape, T, L, seed=6000)]
