@@ -64,7 +64,7 @@ def _dot_fp32(w, a, acc, WIDEN: tl.constexpr):
 
 @triton.jit(do_not_specialize=["T", "E"])
 def grouped_down_kernel(
-    act_ptr,  # (T*K, I) fp32, from the grouped gate/up kernel
+    act_ptr,  # (T*K, I) fp32 from the grouped gate/up kernel; PRESPLIT: (3, T*K, I) bf16 from presplit()
     w2_ptr,  # (E, H, I) bf16
     topk_ids_ptr,  # (T, K) int32, in [0, E)
     topk_weights_ptr,  # (T, K) fp32
@@ -72,9 +72,9 @@ def grouped_down_kernel(
     scratch_ptr,  # (T_PAD, H) fp32, zero between calls
     count_ptr,  # (cdiv(H, BLOCK_H),) int32, zero between calls
     H, I, T, E,
-    stride_at, stride_we, stride_wr, stride_yt,
+    stride_at, stride_plane, stride_we, stride_wr, stride_yt,
     K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, WIDEN: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, PRESPLIT: tl.constexpr, WIDEN: tl.constexpr,
 ):
     pid = tl.program_id(0)
     e = pid % E  # the experts of one block of outputs side by side: its last arrival comes soon
@@ -99,9 +99,15 @@ def grouped_down_kernel(
         acc = tl.zeros([BLOCK_H, T_PAD], dtype=tl.float32)
         for i0 in range(0, I, BLOCK_I):
             mask_i = (i0 + offs_i) < I
+            mask_a = mask_i[:, None] & routed[None, :]
             w = tl.load(w_ptrs + i0, mask=mask_h[:, None] & mask_i[None, :], other=0.0, eviction_policy="evict_first")
-            a = tl.load(a_ptrs + i0, mask=mask_i[:, None] & routed[None, :], other=0.0) * coef[None, :]
-            acc = _dot_fp32(w, a, acc, WIDEN)
+            if PRESPLIT:  # v12: the three bf16 terms, the routing weight in them, straight to the tensor cores
+                acc = _mma(w, tl.load(a_ptrs + i0, mask=mask_a, other=0.0), acc, WIDEN)
+                acc = _mma(w, tl.load(a_ptrs + stride_plane + i0, mask=mask_a, other=0.0), acc, WIDEN)
+                acc = _mma(w, tl.load(a_ptrs + 2 * stride_plane + i0, mask=mask_a, other=0.0), acc, WIDEN)
+            else:  # v11: the FP32 intermediate, weighted and split here, every step
+                a = tl.load(a_ptrs + i0, mask=mask_a, other=0.0) * coef[None, :]
+                acc = _dot_fp32(w, a, acc, WIDEN)
         tl.atomic_add(s_ptrs, acc, mask=mask_h[:, None] & routed[None, :], sem="relaxed", scope="gpu")
 
     tl.debug_barrier()  # every warp of this program has issued its adds
@@ -129,18 +135,64 @@ def buffers(device, H: int, blocks: int):
     return _buffers[key]
 
 
+@triton.jit
+def presplit_kernel(
+    act_ptr,  # (T*K, I) fp32
+    topk_ids_ptr,  # (T, K) int32
+    topk_weights_ptr,  # (T, K) fp32
+    out_ptr,  # (3, T*K, I) bf16: hi, mid, lo of act × the pair's routing weight
+    I, stride_plane,
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """v12's step between the kernels: one (token, slot) row, weighted and split into three exact
+    bf16 terms. A slot whose expert an earlier slot of the token names again gets weight 0 and the
+    earlier slot both weights (the v11 kernel's rule: it reads the first slot's row)."""
+    pair = tl.program_id(0)
+    t = pair // K
+    k = pair % K
+    offs_k = tl.arange(0, K_PAD)
+    ids = tl.load(topk_ids_ptr + t * K + offs_k, mask=offs_k < K, other=-1)
+    rw = tl.load(topk_weights_ptr + t * K + offs_k, mask=offs_k < K, other=0.0)
+    mine = tl.load(topk_ids_ptr + pair)
+    same = ids == mine
+    first = tl.min(tl.where(same, offs_k, K_PAD), axis=0)
+    coef = tl.where(first == k, tl.sum(tl.where(same, rw, 0.0), axis=0), 0.0)
+    for i0 in range(0, I, BLOCK):
+        offs = i0 + tl.arange(0, BLOCK)
+        a = tl.load(act_ptr + pair.to(tl.int64) * I + offs, mask=offs < I, other=0.0) * coef
+        hi = a.to(tl.bfloat16)
+        rest = a - hi.to(tl.float32)
+        mid = rest.to(tl.bfloat16)
+        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+        o = out_ptr + pair.to(tl.int64) * I + offs
+        tl.store(o, hi, mask=offs < I)
+        tl.store(o + stride_plane, mid, mask=offs < I)
+        tl.store(o + 2 * stride_plane, lo, mask=offs < I)
+
+
+def presplit(act, topk_ids, topk_weights):
+    pairs, I = act.shape  # noqa: E741
+    K = topk_ids.shape[1]
+    out = _alloc.empty(3, pairs, I, dtype=torch.bfloat16, device=act.device)
+    presplit_kernel[(pairs,)](act, topk_ids, topk_weights, out, I, out.stride(0), K=K,
+                              K_PAD=triton.next_power_of_2(K), BLOCK=min(2048, triton.next_power_of_2(I)), num_warps=4)
+    return out
+
+
 def grouped_down(act, w2, topk_ids, topk_weights, cfg: dict):
+    """act: the FP32 (T*K, I) intermediate (v11), or presplit()'s (3, T*K, I) bf16 terms (v12)."""
     E, H, I = w2.shape  # noqa: E741
     T, K = topk_ids.shape
     assert T <= GROUPED_TOKENS and w2.dtype == torch.bfloat16
+    split = act.dim() == 3
     blocks = triton.cdiv(H, cfg["BLOCK_H"])
     scratch, count = buffers(act.device, H, blocks)
     y = _alloc.empty(T, H, dtype=w2.dtype, device=act.device)
     grouped_down_kernel[(E * blocks,)](
         act, w2, topk_ids, topk_weights, y, scratch, count, H, I, T, E,
-        act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
+        act.stride(-2), act.stride(0) if split else 0, w2.stride(0), w2.stride(1), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), T_PAD=GROUPED_TOKENS, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
-        WIDEN=_runtime.INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        PRESPLIT=split, WIDEN=_runtime.INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return y
 
 
@@ -148,12 +200,22 @@ def moe_grouped_v11(x, w13, w2, topk_weights, topk_ids, gu: dict, dn: dict):
     return grouped_down(warp_gate_up_grouped(x, w13, topk_ids, gu), w2, topk_ids, topk_weights, dn)
 
 
-def candidates(interpret: bool):
+def moe_grouped_v12(x, w13, w2, topk_weights, topk_ids, gu: dict, dn: dict):
+    act = presplit(warp_gate_up_grouped(x, w13, topk_ids, gu), topk_ids, topk_weights)
+    return grouped_down(act, w2, topk_ids, topk_weights, dn)
+
+
+VERSIONS = {"v11": moe_grouped_v11, "v12": moe_grouped_v12}
+
+
+def candidates(interpret: bool, version: str = "v11"):
     if interpret:
         return [{"BLOCK_H": 16, "BLOCK_I": 16, "num_warps": 4, "num_stages": 1}]
-    # compiled for sm_90a here (Mixtral's shape): one or two warps on 16 × 64 take 96–136 registers,
-    # 10–15 programs per SM; 128 columns 188–255 registers, 5–8; 256 columns spill at four warps
-    shapes = [(16, 64, 1), (16, 128, 1), (16, 64, 2), (16, 128, 2), (32, 64, 2), (16, 64, 4), (16, 128, 4)]
+    if version == "v11":  # session 6: 32 × 64 on two warps won everywhere (logs/gdown.log); wider, to see the trend
+        shapes = [(32, 64, 2), (64, 64, 4), (64, 128, 4)]
+    else:  # v12: operands straight from memory, so taller tiles (64 rows: one warpgroup's wgmma)
+        shapes = [(32, 128, 2), (32, 256, 4), (64, 64, 4), (64, 128, 4), (64, 256, 4), (128, 64, 4), (128, 64, 8),
+                  (128, 128, 8)]
     return [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": s}
             for (r, c, w), s in itertools.product(shapes, [3, 4])]
 
@@ -162,12 +224,12 @@ def gate_up_config(shape, T: int) -> dict:
     return warp_config(shape.H, shape.I, shape.E, shape.K, T).get("grouped", {}).get("gate_up") or default_grouped()
 
 
-def check(shape, T: int, cfg: dict, device, inputs) -> float:
+def check(shape, T: int, cfg: dict, device, inputs, version: str = "v11") -> float:
     """Error over the bf16 floor, the output poisoned; the scratch and counts back at zero after."""
     x, w13, w2, tw, ids = inputs
     ref = wd.reference_moe(x, w13, w2, tw, ids)
     with _alloc.poisoned():
-        y = moe_grouped_v11(x, w13, w2, tw, ids, gate_up_config(shape, T), cfg)
+        y = VERSIONS[version](x, w13, w2, tw, ids, gate_up_config(shape, T), cfg)
     scratch, count = buffers(device, shape.H, triton.cdiv(shape.H, cfg["BLOCK_H"]))
     assert not scratch.any() and not count.any(), "the scratch or the counts were left non-zero"
     return wd.rel_error(y, ref) / wd.rounding_floor(ref, torch.bfloat16)
@@ -206,11 +268,11 @@ def main():
         cases = [(wd.MoEShape("odd", H=40, I=24, E=5, K=2), 3, False),  # H, I not multiples of the tiles
                  (wd.MoEShape("K=E", H=32, I=40, E=4, K=4), 5, False),
                  (wd.MoEShape("twice", H=48, I=32, E=6, K=3), 4, True)]  # one expert in two slots
-        for shape, T, twice in cases:
-            for cfg in candidates(interpret):
+        for (shape, T, twice), version in itertools.product(cases, VERSIONS):
+            for cfg in candidates(interpret, version):
                 inputs = _random_inputs(shape, T, device, same_expert_twice=twice)
-                ratio = check(shape, T, cfg, device, inputs)
-                print(f"{shape.name} T={T} {cfg}: error {ratio:.3f} × the bf16 floor")
+                ratio = check(shape, T, cfg, device, inputs, version)
+                print(f"{version} {shape.name} T={T} {cfg}: error {ratio:.3f} × the bf16 floor")
                 assert ratio <= 1.05, ratio
         return
     _time_all(args, device)
@@ -228,8 +290,9 @@ def _time_all(args, device):
     out = Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/grouped_down.csv")
     for name in args.presets:
         shape = wd.get_preset(name)
-        for cfg in candidates(False):  # correctness first, at an awkward T
-            assert check(shape, 3, cfg, device, _random_inputs(shape, 3, device)) <= 1.05, (name, cfg)
+        for version in VERSIONS:  # correctness first, at an awkward T
+            for cfg in candidates(False, version):
+                assert check(shape, 3, cfg, device, _random_inputs(shape, 3, device), version) <= 1.05, (name, cfg)
         L = num_copies(shape)
         layers = make_layers(shape, L)
         w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
@@ -242,18 +305,25 @@ def _time_all(args, device):
             timed = [("pair (tuned)", _time(_over_layers(pair, xs, w13s, w2s, ids, tws), 50) / L, ""),
                      ("shipped (table's schedule)",
                       _time(_over_layers(moe_warp, xs, w13s, w2s, tws, ids), 50) / L, str(pair_cfg.get("grouped")))]
-            for cfg in candidates(False):
-                step = partial(moe_grouped_v11, gu=gate_up_config(shape, T), dn=cfg)
-                us = _time(_over_layers(step, xs, w13s, w2s, tws, ids), 50)
-                if us is not None:
-                    timed.append(("grouped gate/up + v11 down", us / L, str(cfg)))
-            best = min(timed[2:], key=lambda r: r[1])
+            gu = gate_up_config(shape, T)
+            alone = partial(warp_gate_up_grouped, cfg=gu)
+            timed.append(("grouped gate/up alone", _time(_over_layers(alone, xs, w13s, ids), 50) / L, str(gu)))
+            best = {}
+            for version, fn in VERSIONS.items():
+                kind = f"grouped gate/up + {version} down" + (" (pre-split)" if version == "v12" else "")
+                for cfg in candidates(False, version):
+                    us = _time(_over_layers(partial(fn, gu=gu, dn=cfg), xs, w13s, w2s, tws, ids), 50)
+                    if us is not None and (kind not in best or us / L < best[kind][1]):
+                        best[kind] = (kind, us / L, str(cfg))
             rows = []
-            for kind, us, cfg in (*timed[:2], best):
+            for kind, us, cfg in (*timed, *best.values()):
+                whole = kind != "grouped gate/up alone"  # the floor is the whole layer's
                 rows.append({"preset": name, "T": T, "kind": kind, "config": cfg, "us": round(us, 2),
-                             "vs_pair": round(us / timed[0][1], 4), "frac_ceiling": round(floor_us / us, 4),
+                             "vs_pair": round(us / timed[0][1], 4),
+                             "frac_ceiling": round(floor_us / us, 4) if whole else "",
                              "ceiling_TBps": round(ceiling, 4), **meta()})
-                print(f"{name:14s} T={T:2d} {kind:28s} {us:8.2f} us {100 * floor_us / us:5.1f}% {cfg}", flush=True)
+                frac = f"{100 * floor_us / us:5.1f}%" if whole else "      "
+                print(f"{name:14s} T={T:2d} {kind:38s} {us:8.2f} us {frac} {cfg}", flush=True)
             data.merge_write(out, rows)  # after every T: a time limit loses only the unfinished ones
         layers = w13s = w2s = None
         torch.cuda.empty_cache()
