@@ -8,7 +8,6 @@
 #   variants  scripts/warp_variants.py: warp decode's cache knobs against the tuned configs
 #   ordered   scripts/ordered_launch.py: the one-launch experiment (v8) against the tuned pair
 #   gateup    scripts/gate_up_ladder.py: a read, then the gate/up kernel's ingredients one by one
-#   gdown     scripts/grouped_down.py: a down kernel that reads each routed expert's w2 rows once (v11)
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
@@ -60,9 +59,6 @@ for stage in "$@"; do
     ordered)
       run ordered "${TIMEOUT_ORDERED:-400}" python3 scripts/ordered_launch.py ${ORDERED_ARGS:-}
       cp "$GPU_DIR"/ordered_launch.csv "$OUT/" 2>/dev/null ;;
-    gdown)
-      run gdown "${TIMEOUT_GDOWN:-300}" python3 scripts/grouped_down.py ${GDOWN_ARGS:-}
-      cp "$GPU_DIR"/grouped_down.csv "$OUT/" 2>/dev/null ;;
     gateup)
       run gateup "${TIMEOUT_GATEUP:-200}" python3 scripts/gate_up_ladder.py ${GATEUP_ARGS:-}
       cp "$GPU_DIR"/gate_up_ladder.csv "$OUT/" 2>/dev/null ;;

@@ -243,15 +243,26 @@ def test_grouped_gemm_precision(built, name):
 
 @pytest.mark.parametrize("name", GROUPED)
 def test_grouped_warp_kernel_precision(built, name):
-    """The grouped gate/up kernel's products: on tensor cores for bf16 and fp16 (exact in FP32, FP32
-    sums), on FMAs for fp32, never in tf32."""
+    """The grouped schedule's products: on tensor cores where both operands are 16-bit (bf16 or
+    fp16 x and weights in the gate/up kernel; bf16 weights and the intermediate's three bf16
+    terms in the down kernel: exact in FP32, FP32 sums), on FMAs otherwise (fp32 weights, or
+    fp16 weights with the FP32 intermediate), never in tf32."""
     ptx = built[name].asm["ptx"]
-    dtype = SPECS[name].args["w13_ptr"]
+    args = SPECS[name].args
+    dtype, other = (args["w13_ptr"], args["x_ptr"]) if "w13_ptr" in args else (args["w2_ptr"], args["act_ptr"])
     mma = set(re.findall(r"\b(?:wgmma\.mma_async|mma\.sync)\S*?\.(bf16|f16|tf32)\b", ptx))
-    if dtype == FP32:
+    if dtype == FP32 or other != dtype:
         assert not mma and ".tf32" not in ptx, mma
     else:
         assert mma == {"bf16" if dtype == BF16 else "f16"}, mma
+
+
+def test_grouped_schedule_covers_every_intermediate_format():
+    """The scenarios above reach both forms of the grouped down kernel's operands: bf16 weights
+    with the three bf16 terms (tensor cores), and fp16 weights with one FP32 term (FMAs)."""
+    downs = [SPECS[n] for n in GROUPED if SPECS[n].name == "warp_down_grouped_kernel"]
+    seen = {(j.args["w2_ptr"], j.args["act_ptr"], j.constexprs["TERMS"]) for j in downs}
+    assert {(BF16, BF16, 3), (FP16, FP32, 1), (FP32, FP32, 1)} <= seen, seen
 
 
 def test_lean_gate_up_frees_registers(built):

@@ -39,7 +39,7 @@ def no_launch(monkeypatch):
         (api, ["moe_loop", "moe_expert", "moe_warp"]),
         (loop, ["moe_loop"]),
         (expert, ["align", "gather", "quantize", "gate_up", "down", "scatter", "combine"]),
-        (warp, ["warp_gate_up", "warp_gate_up_grouped", "warp_down"]),
+        (warp, ["warp_gate_up", "warp_gate_up_grouped", "warp_down", "warp_down_grouped"]),
     ]:
         for name in names:
             monkeypatch.setattr(mod, name, _Tripwire(f"{mod.__name__}.{name}"))

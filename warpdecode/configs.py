@@ -98,6 +98,17 @@ def default_grouped(wide: bool = False) -> dict:
     return {"BLOCK_I": 32, "BLOCK_H": 32 if wide else 128, "num_warps": 4, "num_stages": 2}
 
 
+def default_grouped_down(wide: bool = False) -> dict:
+    """The grouped down kernel's launch configuration where no tuned one exists: 128 hidden
+    outputs × 64 columns, four warps, four stages (its best tile at Mixtral T=8 and OLMoE T=4 on
+    the H200, ``results/NVIDIA_H200/grouped_down.csv``). ``wide``: 32 × 32, two stages."""
+    if _runtime.INTERPRET:
+        return {"BLOCK_H": 16, "BLOCK_I": 16, "num_warps": 4, "num_stages": 1}
+    if wide:
+        return {"BLOCK_H": 32, "BLOCK_I": 32, "num_warps": 4, "num_stages": 2}
+    return {"BLOCK_H": 128, "BLOCK_I": 64, "num_warps": 4, "num_stages": 4}
+
+
 def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False) -> dict:  # noqa: E741
     """Launch configuration of the expert-centric path: the shared BLOCK_M and each GEMM's tiles."""
     tuned = _lookup("expert_fp8" if fp8 else "expert", H, I, E, K, T)

@@ -8,10 +8,10 @@ import torch
 import triton
 
 from . import _alloc, _runtime
-from .configs import default_fused, default_grouped, warp_config
+from .configs import default_fused, default_grouped, default_grouped_down, warp_config
 from .kernels import warp as kw
 
-#: Warp decode's schedules: two kernels; the grouped gate/up kernel, then the same down kernel; one
+#: Warp decode's schedules: two kernels per (token, slot); two kernels per routed expert; one
 #: persistent kernel. A tuned bucket names the one it runs by an entry of that name (see schedule_of).
 SCHEDULES = ("split", "grouped", "fused")
 
@@ -161,30 +161,67 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
 # ---------------------------------------------------------------------------------------------
 # Tokens that share an expert read its gate/up rows once (see warpdecode.kernels.warp, "grouped")
 
-#: Tokens per launch of the grouped gate/up kernel: the token axis is the N of its tensor-core
+#: Tokens per launch of the grouped schedule's kernels: the token axis is the N of their tensor-core
 #: tiles (padded to 16), held in registers and shared memory; more tokens take several launches.
 GROUPED_TOKENS = 16
 
 
-def warp_gate_up_grouped(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
-    """Kernel 1 of the grouped schedule: the same (T*K, I) intermediate as :func:`warp_gate_up`,
-    each program one expert's rows for every token routed to it. cfg: ``{"BLOCK_I", "BLOCK_H",
-    "num_warps", "num_stages"}``. Past ``GROUPED_TOKENS`` tokens, one launch per block of that many
-    (each reads its experts' rows again): the schedule is for decode-sized T."""
+def grouped_terms(w_dtype, act_dtype) -> int:
+    """How many terms the grouped schedule's intermediate is stored as: an FP32 intermediate with
+    bf16 weights as three bf16 terms whose sum is it exactly (the down kernel's tensor cores take
+    them), anything else as one term in ``act_dtype`` (an FP32 one then multiplied on FMAs)."""
+    return 3 if (w_dtype == torch.bfloat16 and act_dtype == torch.float32) else 1
+
+
+def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
+    """Kernel 1 of the grouped schedule: (TERMS, T*K, I), each token's weighted silu(gate)·up in
+    the row of its first slot routed to the expert (the rows of a second slot naming the same
+    expert are not written), as :func:`grouped_terms` terms. Each program is one expert's rows for
+    every token routed to it. cfg: ``{"BLOCK_I", "BLOCK_H", "num_warps", "num_stages"}``. Past
+    ``GROUPED_TOKENS`` tokens, one launch per block of that many (each reads its experts' rows
+    again): the schedule is for decode-sized T."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     I = two_i // 2  # noqa: E741
     K = topk_ids.shape[1]
-    act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
+    terms = grouped_terms(w13.dtype, act_dtype)
+    act = _alloc.empty(terms, T * K, I, dtype=torch.bfloat16 if terms == 3 else act_dtype, device=x.device)
     for t0 in range(0, T, GROUPED_TOKENS):
         n = min(GROUPED_TOKENS, T - t0)
         kw.warp_gate_up_grouped_kernel[(E * triton.cdiv(I, cfg["BLOCK_I"]),)](
-            x[t0:], w13, topk_ids[t0:], act[t0 * K:], H, I, n, E, x.stride(0), w13.stride(0), w13.stride(1),
-            act.stride(0), K=K, K_PAD=triton.next_power_of_2(K), T_PAD=GROUPED_TOKENS, BLOCK_I=cfg["BLOCK_I"],
-            BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL, EVICT=cfg.get("evict", "evict_first"), WIDEN=_runtime.INTERPRET,
+            x[t0:], w13, topk_ids[t0:], topk_weights[t0:], act[:, t0 * K:], H, I, n, E, x.stride(0), w13.stride(0),
+            w13.stride(1), act.stride(1), act.stride(0), K=K, K_PAD=triton.next_power_of_2(K),
+            T_PAD=GROUPED_TOKENS, TERMS=terms, BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL,
+            EVICT=cfg.get("evict", "evict_first"), WIDEN=_runtime.INTERPRET,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     return act
+
+
+def warp_down_grouped(act, w2, topk_ids, cfg: dict, out_dtype) -> torch.Tensor:
+    """Kernel 2 of the grouped schedule: y (T, H) from :func:`warp_gate_up_grouped`'s terms, each
+    program one expert's w2 rows for a block of hidden outputs and every token routed to it; the
+    sum over experts in an FP32 scratch, rounded to y once. cfg: ``{"BLOCK_H", "BLOCK_I",
+    "num_warps", "num_stages"}``."""
+    E, H, I = w2.shape  # noqa: E741
+    T, K = topk_ids.shape
+    blocks = triton.cdiv(H, cfg["BLOCK_H"])
+    chunks = triton.cdiv(T, GROUPED_TOKENS)
+    # per block of tokens: the FP32 sums, then the arrival counts; zero bits are 0.0 and 0. One
+    # allocation, zeroed each call (a memset): no state is left between calls, streams or graphs
+    row = GROUPED_TOKENS * H + triton.cdiv(blocks, 4) * 4
+    scratch = torch.zeros(chunks, row, dtype=torch.int32, device=act.device)
+    y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
+    for c in range(chunks):
+        t0, n = c * GROUPED_TOKENS, min(GROUPED_TOKENS, T - c * GROUPED_TOKENS)
+        kw.warp_down_grouped_kernel[(E * blocks,)](
+            act[:, t0 * K:], w2, topk_ids[t0:], y[t0:], scratch[c, :GROUPED_TOKENS * H].view(torch.float32),
+            scratch[c, GROUPED_TOKENS * H:], H, I, n, E, act.stride(1), act.stride(0), w2.stride(0), w2.stride(1),
+            y.stride(0), K=K, K_PAD=triton.next_power_of_2(K), T_PAD=GROUPED_TOKENS, TERMS=act.shape[0],
+            BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], EVICT=cfg.get("evict", "evict_first"),
+            WIDEN=_runtime.INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+    return y
 
 
 def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, config: dict | None = None,
@@ -194,8 +231,8 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     act_dtype: the intermediate's dtype between the two phases. FP32 (default) keeps the whole
     layer unrounded until the single store of y; pass x.dtype to see what rounding it costs.
     schedule: ``"split"`` (two kernels, the down kernel launched early with PDL), ``"fused"``
-    (one persistent kernel with a grid barrier), ``"grouped"`` (a gate/up kernel that reads each
-    routed expert's rows once for all its tokens, then the pair's down kernel), or None: the tuned
+    (one persistent kernel with a grid barrier), ``"grouped"`` (two kernels that read each routed
+    expert's rows once for all its tokens, through a scratch of FP32 sums), or None: the tuned
     table's choice for this shape and T (the schedule whose entry the config has), else ``"split"``.
     """
     T, H = x.shape
@@ -206,9 +243,11 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     if schedule == "fused":
         return moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg.get("fused") or default_fused(H, two_i // 2, K),
                               act_dtype)
-    if schedule == "grouped":  # the down kernel is the pair's
-        c_gu = cfg.get("grouped", {}).get("gate_up") or default_grouped(wide=x.dtype == torch.float32)
-        act = warp_gate_up_grouped(x, w13, topk_ids, c_gu, act_dtype)
-        return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], x.dtype)
+    if schedule == "grouped":
+        wide = x.dtype == torch.float32
+        grouped = cfg.get("grouped", {})
+        act = warp_gate_up_grouped(x, w13, topk_ids, topk_weights, grouped.get("gate_up") or default_grouped(wide),
+                                   act_dtype)
+        return warp_down_grouped(act, w2, topk_ids, grouped.get("down") or default_grouped_down(wide), x.dtype)
     act = warp_gate_up(x, w13, topk_ids, cfg["gate_up"], act_dtype)
     return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], x.dtype)

@@ -23,7 +23,7 @@ import triton
 
 from .. import expert as ex
 from .. import warp as wp
-from ..configs import shape_key, tuned_file
+from ..configs import default_grouped_down, shape_key, tuned_file
 from ..kernels import expert as kx
 from ..kernels import warp as kw
 from ..presets import MoEShape, get_preset
@@ -90,6 +90,15 @@ def grouped_candidates():
             if not (r == 32 and w == 8)]
 
 
+def grouped_down_candidates():
+    """The grouped down kernel (kernels/warp.py, "grouped"): 32–128 hidden outputs × 64–256
+    columns, the tiles that won somewhere in ``results/NVIDIA_H200/grouped_down.csv`` and their
+    neighbours, 3 or 4 stages."""
+    return [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": st}
+            for (r, c, w), st in itertools.product(
+                [(32, 128, 2), (64, 64, 4), (64, 128, 4), (64, 256, 4), (128, 64, 4), (128, 128, 8)], [3, 4])]
+
+
 def grouped_worth_timing(shape: MoEShape, T: int) -> bool:
     """Whether a bucket is worth timing the grouped schedule in: T ≥ 2 and T·K ≥ E/2, where tokens
     start to share experts (below that each routed expert has one token, and the pair reads it once too)."""
@@ -135,7 +144,7 @@ def group_m_candidates(T: int, shape: MoEShape, block_m: int):
 
 _KERNEL_OF = {"warp_gate_up": kw.warp_gate_up_kernel, "warp_down": kw.warp_down_kernel,
               "warp_fused": kw.warp_fused_kernel,
-              "grouped_gate_up": kw.warp_gate_up_grouped_kernel,
+              "grouped_gate_up": kw.warp_gate_up_grouped_kernel, "grouped_down": kw.warp_down_grouped_kernel,
               "gate_up": kx.grouped_gate_up_kernel, "down": kx.grouped_down_kernel}
 
 
@@ -166,7 +175,9 @@ def _warm(job):
         elif kind == "warp_fused":
             wp.moe_warp_fused(x, w13, w2, tw, ids, cfg)
         elif kind == "grouped_gate_up":
-            wp.warp_gate_up_grouped(x, w13, ids, cfg)
+            wp.warp_gate_up_grouped(x, w13, ids, tw, cfg)
+        elif kind == "grouped_down":
+            wp.warp_down_grouped(torch.randn(3, T * K, I, device="cuda").bfloat16(), w2, ids, cfg, torch.bfloat16)
         else:  # the forms moe_expert runs: gather fused into gate/up's loads, scatter into down's stores
             block_m, gcfg = cfg
             al = ex.align(ids, E, block_m)
@@ -235,7 +246,7 @@ def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
 
 
 def _grouped_pair(x, w13, w2, ids, tw, c_gu, c_dn):
-    return wp.warp_down(wp.warp_gate_up_grouped(x, w13, ids, c_gu), w2, ids, tw, c_dn, torch.bfloat16)
+    return wp.warp_down_grouped(wp.warp_gate_up_grouped(x, w13, ids, tw, c_gu), w2, ids, c_dn, torch.bfloat16)
 
 
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):
@@ -286,12 +297,13 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
 
 
 def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
-    """The grouped gate/up kernel, followed by the bucket's tuned down kernel, against the tuned
-    pair, where :func:`grouped_worth_timing`. The tile is picked on the tuner's routing draw; the choice
-    between the schedules is made on that draw and a second one (how many experts the tokens share
-    varies from draw to draw, and a single draw once flipped the choice): the grouped config is kept
-    where its total over both is at least 1 % below the pair's."""
+    """The grouped schedule against the tuned pair, where :func:`grouped_worth_timing`: its gate/up
+    tile (with the default down tile), then its down tile (with that gate/up tile), on the tuner's
+    routing draw. The choice between the schedules is made on that draw and a second one (how many
+    experts the tokens share varies from draw to draw, and a single draw once flipped the choice):
+    the grouped configs are kept where their total over both is at least 1 % below the pair's."""
     gate_up_c = [c for c in grouped_candidates() if _key("grouped_gate_up", shape.K, c) not in dropped]
+    down_c = [c for c in grouped_down_candidates() if _key("grouped_down", shape.K, c) not in dropped]
     L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
@@ -300,21 +312,22 @@ def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print
             continue
         draws = [_warp_inputs(shape, T, L), _warp_inputs(shape, T, L, seed=6000)]
 
-        def pair(c_gu, draw, grouped=True, c_dn=cfg["down"]):
+        def timed(c_gu, c_dn, draw, grouped=True):
             step = partial(_grouped_pair if grouped else _warp_pair, c_gu=c_gu, c_dn=c_dn)
             xs, ids, tws = draw
             return _time(_over_layers(step, xs, w13s, w2s, ids, tws), reps)
 
-        _, c_gu = _best([(pair(c, draws[0]), c) for c in gate_up_c])
-        t_pair = [pair(cfg["gate_up"], d, grouped=False) / L for d in draws]
-        t_grouped = [pair(c_gu, d) / L for d in draws]
+        _, c_gu = _best([(timed(c, default_grouped_down(), draws[0]), c) for c in gate_up_c])
+        _, c_dn = _best([(timed(c_gu, c, draws[0]), c) for c in down_c])
+        t_pair = [timed(cfg["gate_up"], cfg["down"], d, grouped=False) / L for d in draws]
+        t_grouped = [timed(c_gu, c_dn, d) / L for d in draws]
         log(f"warp {shape.name} T={T}: split {' / '.join(f'{t:.2f}' for t in t_pair)} us; grouped "
-            f"{' / '.join(f'{t:.2f}' for t in t_grouped)} us (two routing draws), gate/up {c_gu}")
+            f"{' / '.join(f'{t:.2f}' for t in t_grouped)} us (two routing draws), gate/up {c_gu}, down {c_dn}")
         bucket = {k: v for k, v in cfg.items() if k != "grouped"}
         bucket["measured_us"] = {**cfg.get("measured_us", {}), "split": round(t_pair[0], 2),
                                  "grouped": round(t_grouped[0], 2)}
         if sum(t_grouped) < 0.99 * sum(t_pair):
-            bucket["grouped"] = {"gate_up": c_gu}
+            bucket["grouped"] = {"gate_up": c_gu, "down": c_dn}
         out.append([T, bucket])
     w13s = w2s = None
     torch.cuda.empty_cache()
@@ -394,6 +407,7 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=prin
         jobs += [("warp_fused", K, c) for K in sorted({s.K for s in shapes}) for c in fused_candidates(H, I, K)]
     if "grouped" in paths:
         jobs += [("grouped_gate_up", K, c) for K in sorted({s.K for s in shapes}) for c in grouped_candidates()]
+        jobs += [("grouped_down", K, c) for K in sorted({s.K for s in shapes}) for c in grouped_down_candidates()]
     if "expert" in paths:
         for bm, gm in itertools.product([16, 32, 64, 128], [1, 8]):
             for c in gemm_candidates(group_m=gm):

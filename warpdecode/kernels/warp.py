@@ -339,14 +339,23 @@ def warp_fused_kernel(
 #
 # The pair kernels above read an expert's rows once per (token, slot) routed to it. While T·K is
 # well under E that is once per expert, but once tokens share experts (Mixtral's 8 experts at any
-# T > 1) the rows are read again for every token (from L2 at best). This gate/up kernel gives each
-# program one expert's rows and every token: the token axis becomes the N of a small matrix
-# product on the tensor cores (padded to 16), tokens not routed to the expert are masked out, and
-# the rows are read once. Still no sort, no padding of the weights' side, no gather or scatter
-# pass: a program finds the tokens routed to its expert by comparing topk_ids with it. bf16 x
-# times bf16 weights: exact products, FP32 sums, the intermediate stored in FP32 as before. The
-# down projection stays the pair kernel above (a grouped down kernel, walking the experts for a
-# block of hidden outputs, measured 2-3x slower than it: ``results/NOTES.md``, session 6).
+# T > 1) the rows are read again for every token (from L2 at best). The grouped schedule's two
+# kernels give each program one expert's rows and every token: the token axis becomes the N of a
+# small matrix product on the tensor cores (padded to 16), tokens not routed to the expert are
+# masked out, and the rows are read once. Still no sort, no padding of the weights' side, no
+# gather or scatter pass: a program finds the tokens routed to its expert by comparing topk_ids
+# with it.
+#
+# - gate/up: bf16 x times bf16 weights (exact products, FP32 sums), SiLU·up and the routing
+#   weight applied in registers, and the FP32 result stored as three bf16 terms whose sum is it
+#   exactly (8 + 8 + 8 significand bits): the down kernel's tensor cores take them as they are.
+# - down: a program owns one expert's w2 rows for a block of hidden outputs and multiplies them by
+#   the three terms (every product exact, every sum FP32). The sum over experts goes through an
+#   FP32 scratch in global memory (atomic adds); the last of a block's E programs to arrive rounds
+#   the block's sums to y, once. With K > 2 the order of those FP32 additions varies from run to
+#   run, so the last bit of y may too. (Two earlier down kernels measured slower than the pair's:
+#   one that walked every expert for a block of outputs, and this one splitting the FP32
+#   intermediate itself at every step: ``results/NOTES.md``, sessions 6 and 7.)
 #
 # The tensor cores' work grows with the padded token count times the experts hit, not with T·K:
 # the schedule is for small T where tokens share experts; the tuner decides where it wins.
@@ -355,11 +364,13 @@ def warp_fused_kernel(
 @triton.jit
 def _mma(a, b, acc, WIDEN: tl.constexpr):
     """acc + a @ b with FP32 sums. 16-bit operands go to the tensor cores as they are (their products
-    are exact in FP32); FP32 operands, and every operand where ``WIDEN`` (the CPU interpreter,
-    whose 16-bit dot multiplies raw bits), are multiplied in FP32, not tf32."""
-    if WIDEN or a.dtype == tl.float32:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    return tl.dot(a, b, acc)
+    are exact in FP32); FP32 operands, operands of two dtypes, and every operand where ``WIDEN``
+    (the CPU interpreter, whose 16-bit dot multiplies raw bits), are multiplied in FP32, not tf32."""
+    if WIDEN or a.dtype == tl.float32 or a.dtype != b.dtype:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:  # (Triton compiles the statements after a constexpr-true branch's return too)
+        out = tl.dot(a, b, acc)
+    return out
 
 
 @triton.jit
@@ -377,11 +388,13 @@ def warp_gate_up_grouped_kernel(
     x_ptr,  # (T, H) compute dtype
     w13_ptr,  # (E, 2I, H) compute dtype
     topk_ids_ptr,  # (T, K) int32, in [0, E)
-    act_ptr,  # (T*K, I) fp32: silu(gate)·up per (token, slot)
+    topk_weights_ptr,  # (T, K) fp32
+    act_ptr,  # (TERMS, T*K, I): the weighted silu(gate)·up, in the row of each token's first slot of e
     H, I, T, E,
-    stride_xt, stride_we, stride_wr, stride_at,
+    stride_xt, stride_we, stride_wr, stride_at, stride_term,
     K: tl.constexpr, K_PAD: tl.constexpr,
     T_PAD: tl.constexpr,  # ≥ T, a power of two ≥ 16 (the smallest N of a tensor-core product)
+    TERMS: tl.constexpr,  # 3: FP32 values as three exact bf16 terms; 1: values in act's dtype
     BLOCK_I: tl.constexpr,  # neurons per program (≥ 16)
     BLOCK_H: tl.constexpr,  # columns of H per step
     USE_PDL: tl.constexpr,
@@ -389,7 +402,8 @@ def warp_gate_up_grouped_kernel(
     WIDEN: tl.constexpr,  # multiply in FP32 (the CPU interpreter, see _mma)
 ):
     """Neurons [pid_i·BLOCK_I, +BLOCK_I) of expert e for every token routed to e; the expert varies
-    fastest, so a program whose expert no token chose exits at once."""
+    fastest, so a program whose expert no token chose exits at once. A token whose top-K names e
+    twice gets the sum of both weights in its first slot's row (the down kernel reads that one)."""
     if USE_PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -414,8 +428,83 @@ def warp_gate_up_grouped_kernel(
             # one read of the rows, every token's dot product (16-bit products are exact in FP32)
             acc_g = _mma(g, xv, acc_g, WIDEN)
             acc_u = _mma(u, xv, acc_u, WIDEN)
-        a = acc_g * tl.sigmoid(acc_g) * acc_u  # [BLOCK_I, T_PAD]: SiLU(g)·u in registers
-        # each token's row of the intermediate is its pair's: (t, k) with topk_ids[t, k] == e
-        pairs = offs_t[:, None] * K + tl.arange(0, K_PAD)[None, :]
-        ptrs = act_ptr + pairs[None, :, :].to(tl.int64) * stride_at + offs_i[:, None, None]
-        tl.store(ptrs, a[:, :, None].to(act_ptr.dtype.element_ty), mask=mask_i[:, None, None] & hit[None, :, :])
+        slot, coef = _first_slot(topk_weights_ptr, hit, T, K, K_PAD, T_PAD)
+        a = acc_g * tl.sigmoid(acc_g) * acc_u * coef[None, :]  # [BLOCK_I, T_PAD]: weighted SiLU(g)·u
+        routed = slot < K
+        rows = offs_t * K + tl.where(routed, slot, 0)  # the pair (t, first slot of e) of each token
+        ptrs = act_ptr + rows[None, :].to(tl.int64) * stride_at + offs_i[:, None]
+        mask = mask_i[:, None] & routed[None, :]
+        if TERMS == 3:  # hi + mid + lo == a exactly: 8 + 8 + 8 significand bits of FP32's 24
+            hi = a.to(tl.bfloat16)
+            rest = a - hi.to(tl.float32)
+            mid = rest.to(tl.bfloat16)
+            tl.store(ptrs, hi, mask=mask)
+            tl.store(ptrs + stride_term, mid, mask=mask)
+            tl.store(ptrs + 2 * stride_term, (rest - mid.to(tl.float32)).to(tl.bfloat16), mask=mask)
+        else:
+            tl.store(ptrs, a.to(act_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _first_slot(topk_weights_ptr, hit, T, K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr):
+    """For each token: the first slot routed to this program's expert (K_PAD where none is), and
+    the sum of the routing weights of its slots routed there."""
+    offs_t = tl.arange(0, T_PAD)
+    offs_k = tl.arange(0, K_PAD)
+    mask = (offs_t < T)[:, None] & (offs_k < K)[None, :]
+    rw = tl.load(topk_weights_ptr + offs_t[:, None] * K + offs_k[None, :], mask=mask, other=0.0)
+    return tl.min(tl.where(hit, offs_k[None, :], K_PAD), axis=1), tl.sum(tl.where(hit, rw, 0.0), axis=1)
+
+
+@triton.jit(do_not_specialize=["T", "E"])
+def warp_down_grouped_kernel(
+    act_ptr,  # (TERMS, T*K, I) from warp_gate_up_grouped_kernel, the routing weight in it
+    w2_ptr,  # (E, H, I) compute dtype
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    y_ptr,  # (T, H) compute dtype
+    sums_ptr,  # (T_PAD, H) fp32, zero on entry: every expert's share of y
+    arrived_ptr,  # (cdiv(H, BLOCK_H),) int32, zero on entry: programs done per block of outputs
+    H, I, T, E,
+    stride_at, stride_term, stride_we, stride_wr, stride_yt,
+    K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr,
+    TERMS: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # hidden outputs per program (the M of the product)
+    BLOCK_I: tl.constexpr,  # columns of I per step
+    EVICT: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
+    """Hidden outputs [pid_h·BLOCK_H, +BLOCK_H) of expert e's share of y for every token routed to
+    e, added into ``sums``; the E-th program of the block to finish rounds the block to y. The
+    expert varies fastest, so the programs of one block of outputs run side by side."""
+    pid = tl.program_id(0)
+    e = pid % E
+    pid_h = pid // E
+    offs_t = tl.arange(0, T_PAD)
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < H
+    s_ptrs = sums_ptr + offs_t[None, :] * H + offs_h[:, None]  # [BLOCK_H, T_PAD]
+    hit = _routed(topk_ids_ptr, T, e, K, K_PAD, T_PAD)
+    if tl.sum(hit.to(tl.int32)) > 0:
+        slot = tl.min(tl.where(hit, tl.arange(0, K_PAD)[None, :], K_PAD), axis=1)
+        routed = slot < K
+        rows = offs_t * K + tl.where(routed, slot, 0)
+        offs_i = tl.arange(0, BLOCK_I)
+        w_ptrs = w2_ptr + e.to(tl.int64) * stride_we + offs_h[:, None].to(tl.int64) * stride_wr + offs_i[None, :]
+        a_ptrs = act_ptr + rows[None, :].to(tl.int64) * stride_at + offs_i[:, None]  # [BLOCK_I, T_PAD]
+        acc = tl.zeros([BLOCK_H, T_PAD], dtype=tl.float32)
+        for i0 in range(0, I, BLOCK_I):
+            mask_i = (i0 + offs_i) < I
+            mask_a = mask_i[:, None] & routed[None, :]
+            w = tl.load(w_ptrs + i0, mask=mask_h[:, None] & mask_i[None, :], other=0.0, eviction_policy=EVICT)
+            for term in tl.static_range(TERMS):
+                acc = _mma(w, tl.load(a_ptrs + term * stride_term + i0, mask=mask_a, other=0.0), acc, WIDEN)
+        tl.atomic_add(s_ptrs, acc, mask=mask_h[:, None] & routed[None, :], sem="relaxed", scope="gpu")
+    tl.debug_barrier()  # every warp of this program has issued its adds
+    if tl.atomic_add(arrived_ptr + pid_h, 1, sem="acq_rel", scope="gpu") == E - 1:
+        # the last program of this block of outputs: every expert's adds are visible. Read them
+        # where the atomics made them (L2: an atomic add of zero; L1 is not coherent)
+        mask = mask_h[:, None] & (offs_t < T)[None, :]
+        sums = tl.atomic_add(s_ptrs, tl.zeros([BLOCK_H, T_PAD], dtype=tl.float32), mask=mask, sem="relaxed",
+                             scope="gpu")
+        y_ptrs = y_ptr + offs_t[None, :].to(tl.int64) * stride_yt + offs_h[:, None]
+        tl.store(y_ptrs, sums.to(y_ptr.dtype.element_ty), mask=mask)
