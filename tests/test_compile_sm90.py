@@ -142,7 +142,10 @@ def test_scenarios_use_the_gpu_branch():
             assert j.constexprs["PRECISION"] == ("ieee" if j.args["w13_ptr" if "gate_up" in j.name else "w2_ptr"]
                                                  == FP32 else "tf32"), n
         if j.name.startswith("warp_"):
-            assert j.constexprs.get("USE_PDL", j.name == "warp_fused_kernel") is True, n
+            # without the knob: the one-launch kernel, and the grouped down kernel (it follows the
+            # memset of its scratch, not the gate/up kernel)
+            no_pdl = j.name in ("warp_fused_kernel", "warp_down_grouped_kernel")
+            assert j.constexprs.get("USE_PDL", no_pdl) is True, n
             assert j.constexprs.get("WIDEN", False) is False, n
     bm = {n: j.constexprs["BLOCK_M"] for n, j in SPECS.items() if j.name == "moe_align_kernel"}
     assert bm["moe_align_kernel-qwen3-30b-T=64-expert"] == 64  # vLLM's default past T*K > E

@@ -48,8 +48,8 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
     act_format: expert only, ``"native"`` or ``"fp8"`` (e4m3 activations, 1×128 block scales).
     schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel with a
-    grid barrier) or ``"grouped"`` (a gate/up kernel that reads each routed expert's rows once for
-    all of its tokens); default: what this GPU's tuned table picks for the shape and T.
+    grid barrier) or ``"grouped"`` (two kernels that read each routed expert's rows once for all
+    of its tokens); default: what this GPU's tuned table picks for the shape and T.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
