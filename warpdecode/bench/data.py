@@ -22,6 +22,7 @@ KEYS = {
     "warp_variants.csv": ("preset", "T", "variant"),
     "ordered_launch.csv": ("preset", "T", "kind"),
     "grouped_down.csv": ("preset", "T", "kind"),
+    "align_variants.csv": ("preset", "T", "kind"),
 }
 
 
