@@ -46,9 +46,10 @@ def moe_align_kernel(
     """One program, like vLLM's small-batch kernel: count → padded prefix sum → scatter. One pass
     of atomic adds gives both each expert's count and each pair's rank among its expert's pairs
     (in the order the adds land: the order inside an expert's run is free), so the pairs are
-    visited once. The kernel before it counted with ``tl.histogram`` first: the one pass is 10–29 %
-    faster for E ≥ 32 at T ≤ 8 and 22 % at DeepSeek-V3 T=256, 0.4–0.6 µs slower for Mixtral's 8
-    experts (``results/NVIDIA_H200/align_variants.csv``)."""
+    visited once. The kernel before it counted with ``tl.histogram`` first; against it, on the H200
+    (``results/NVIDIA_H200/align_variants.csv``): 1.07–1.29× faster at T ≤ 8 for E ≥ 32, mixed past
+    that (DeepSeek-V3 T=256 1.28× faster, T=64 0.94×; gpt-oss T=256 0.85×), 0.4–0.6 µs slower for
+    Mixtral's 8 experts."""
     offs_p = tl.arange(0, BLOCK_P)
     mask_p = offs_p < NUM_PAIRS
     offs_e = tl.arange(0, BLOCK_E)
