@@ -71,7 +71,7 @@ def align(topk_ids: torch.Tensor, E: int, block_m: int) -> Alignment:
         num_pairs, EM, E,
         BLOCK_M=block_m,
         BLOCK_P=max(16, triton.next_power_of_2(num_pairs)),
-        BLOCK_E=max(16, triton.next_power_of_2(E)),
+        BLOCK_E=max(16, triton.next_power_of_2(E + 1)),
         CHUNK=64,
         FILL=min(1024, triton.next_power_of_2(EM)),
         num_warps=4 if num_pairs <= 1024 else 8,

@@ -33,7 +33,7 @@ def moe_align_kernel(
     sorted_token_ids_ptr,  # (EM,) int32 out
     expert_ids_ptr,  # (EM // BLOCK_M,) int32 out
     num_tokens_post_padded_ptr,  # (1,) int32 out
-    cursor_ptr,  # (E,) int32 scratch: pairs per expert, then the first row of each expert
+    cursor_ptr,  # (E,) int32 scratch: next free row of each expert
     NUM_PAIRS,  # T*K
     EM,
     E,
@@ -43,45 +43,36 @@ def moe_align_kernel(
     CHUNK: tl.constexpr,  # blocks of expert_ids written per step
     FILL: tl.constexpr,  # sentinel rows written per step
 ):
-    """One program, like vLLM's small-batch kernel: count → padded prefix sum → scatter. One pass
-    of atomic adds gives both each expert's count and each pair's rank among its expert's pairs
-    (in the order the adds land: the order inside an expert's run is free), so the pairs are
-    visited once. The kernel before it counted with ``tl.histogram`` first; against it, on the H200
-    (``results/NVIDIA_H200/align_variants.csv``): 1.07–1.29× faster at T ≤ 8 for E ≥ 32, mixed past
-    that (DeepSeek-V3 T=256 1.28× faster, T=64 0.94×; gpt-oss T=256 0.85×), 0.4–0.6 µs slower for
-    Mixtral's 8 experts."""
+    """One program: histogram → padded prefix sum → scatter. Like vLLM's small-batch kernel."""
     offs_p = tl.arange(0, BLOCK_P)
     mask_p = offs_p < NUM_PAIRS
-    offs_e = tl.arange(0, BLOCK_E)
-    mask_e = offs_e < E
     ids = tl.load(topk_ids_ptr + offs_p, mask=mask_p, other=0)
-    tl.store(cursor_ptr + offs_e, tl.zeros([BLOCK_E], dtype=tl.int32), mask=mask_e)
-    for r0 in range(0, EM, FILL):  # every row starts as the "no pair" sentinel
-        offs_r = r0 + tl.arange(0, FILL)
-        tl.store(sorted_token_ids_ptr + offs_r, tl.full([FILL], 0, tl.int32) + NUM_PAIRS, mask=offs_r < EM)
-    tl.debug_barrier()  # the zeroed counts and the sentinels are visible before the adds and the scatter
-    # relaxed: only atomicity matters here; the default (acq_rel) would fence every element's add
-    rank = tl.atomic_add(cursor_ptr + ids, 1, mask=mask_p, sem="relaxed")
-    tl.debug_barrier()
-    counts = tl.load(cursor_ptr + offs_e, mask=mask_e, other=0, cache_modifier=".cg")  # L2, where the adds went
+    counts = tl.histogram(ids, BLOCK_E, mask=mask_p)  # pairs per expert
     padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M  # rows per expert after padding
     ends = tl.cumsum(padded, axis=0)
     starts = ends - padded
     total = tl.sum(padded, axis=0)
     tl.store(num_tokens_post_padded_ptr, total)
+
+    offs_e = tl.arange(0, BLOCK_E)
+    tl.store(cursor_ptr + offs_e, starts, mask=offs_e < E)
+    for r0 in range(0, EM, FILL):  # every row starts as the "no pair" sentinel
+        offs_r = r0 + tl.arange(0, FILL)
+        tl.store(sorted_token_ids_ptr + offs_r, tl.full([FILL], 0, tl.int32) + NUM_PAIRS, mask=offs_r < EM)
     num_blocks = tl.cdiv(EM, BLOCK_M)
     for b0 in range(0, num_blocks, CHUNK):  # block b belongs to the expert whose rows cover b*BLOCK_M
         offs_b = b0 + tl.arange(0, CHUNK)
         row = offs_b * BLOCK_M
-        before = (ends[None, :] <= row[:, None]) & mask_e[None, :]
+        before = (ends[None, :] <= row[:, None]) & (offs_e[None, :] < E)
         expert = tl.sum(before.to(tl.int32), axis=1)
         expert = tl.where(row < total, expert, -1)
         tl.store(expert_ids_ptr + offs_b, expert, mask=offs_b < num_blocks)
-    tl.debug_barrier()  # every thread has read the counts before they are overwritten
-    tl.store(cursor_ptr + offs_e, starts, mask=mask_e)
-    tl.debug_barrier()
-    start = tl.load(cursor_ptr + ids, mask=mask_p, other=0, cache_modifier=".cg")
-    tl.store(sorted_token_ids_ptr + start + rank, offs_p, mask=mask_p)
+    tl.debug_barrier()  # cursors and sentinels are visible before the scatter
+
+    # the row of each pair inside its expert's run. Relaxed: only atomicity matters here; the
+    # default (acq_rel) would order every element's atomic behind a fence
+    rank = tl.atomic_add(cursor_ptr + ids, 1, mask=mask_p, sem="relaxed")
+    tl.store(sorted_token_ids_ptr + rank, offs_p, mask=mask_p)
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
