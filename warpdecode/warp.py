@@ -159,7 +159,7 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
 
 
 # ---------------------------------------------------------------------------------------------
-# Tokens that share an expert read its gate/up rows once (see warpdecode.kernels.warp, "grouped")
+# Tokens that share an expert read its rows once (see warpdecode.kernels.warp, "grouped")
 
 #: Tokens per launch of the grouped schedule's kernels: the token axis is the N of their tensor-core
 #: tiles (padded to 16), held in registers and shared memory; more tokens take several launches.
