@@ -335,7 +335,7 @@ def warp_fused_kernel(
 
 
 # ---------------------------------------------------------------------------------------------
-# Tokens that share an expert: one read of its gate/up rows for all of them (schedule "grouped")
+# Tokens that share an expert: one read of its rows for all of them (schedule "grouped")
 #
 # The pair kernels above read an expert's rows once per (token, slot) routed to it. While T·K is
 # well under E that is once per expert, but once tokens share experts (Mixtral's 8 experts at any
@@ -383,6 +383,16 @@ def _routed(topk_ids_ptr, T, e, K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.
     return ids == e
 
 
+@triton.jit
+def _first_rows(hit, K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr):
+    """For each token, the intermediate's row the grouped kernels use for this program's expert:
+    that of its first slot routed there (a second slot naming the expert again shares it), and
+    whether the token is routed there at all."""
+    slot = tl.min(tl.where(hit, tl.arange(0, K_PAD)[None, :], K_PAD), axis=1)
+    routed = slot < K
+    return tl.arange(0, T_PAD) * K + tl.where(routed, slot, 0), routed
+
+
 @triton.jit(do_not_specialize=["T", "E"])
 def warp_gate_up_grouped_kernel(
     x_ptr,  # (T, H) compute dtype
@@ -428,10 +438,11 @@ def warp_gate_up_grouped_kernel(
             # one read of the rows, every token's dot product (16-bit products are exact in FP32)
             acc_g = _mma(g, xv, acc_g, WIDEN)
             acc_u = _mma(u, xv, acc_u, WIDEN)
-        slot, coef = _first_slot(topk_weights_ptr, hit, T, K, K_PAD, T_PAD)
-        a = acc_g * tl.sigmoid(acc_g) * acc_u * coef[None, :]  # [BLOCK_I, T_PAD]: weighted SiLU(g)·u
-        routed = slot < K
-        rows = offs_t * K + tl.where(routed, slot, 0)  # the pair (t, first slot of e) of each token
+        # each token's routing weights for e, summed should its top-K name e twice
+        mask_tk = (offs_t < T)[:, None] & (tl.arange(0, K_PAD) < K)[None, :]
+        rw = tl.load(topk_weights_ptr + offs_t[:, None] * K + tl.arange(0, K_PAD)[None, :], mask=mask_tk, other=0.0)
+        a = acc_g * tl.sigmoid(acc_g) * acc_u * tl.sum(tl.where(hit, rw, 0.0), axis=1)[None, :]  # weighted SiLU(g)·u
+        rows, routed = _first_rows(hit, K, K_PAD, T_PAD)
         ptrs = act_ptr + rows[None, :].to(tl.int64) * stride_at + offs_i[:, None]
         mask = mask_i[:, None] & routed[None, :]
         if TERMS == 3:  # hi + mid + lo == a exactly: 8 + 8 + 8 significand bits of FP32's 24
@@ -443,17 +454,6 @@ def warp_gate_up_grouped_kernel(
             tl.store(ptrs + 2 * stride_term, (rest - mid.to(tl.float32)).to(tl.bfloat16), mask=mask)
         else:
             tl.store(ptrs, a.to(act_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _first_slot(topk_weights_ptr, hit, T, K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr):
-    """For each token: the first slot routed to this program's expert (K_PAD where none is), and
-    the sum of the routing weights of its slots routed there."""
-    offs_t = tl.arange(0, T_PAD)
-    offs_k = tl.arange(0, K_PAD)
-    mask = (offs_t < T)[:, None] & (offs_k < K)[None, :]
-    rw = tl.load(topk_weights_ptr + offs_t[:, None] * K + offs_k[None, :], mask=mask, other=0.0)
-    return tl.min(tl.where(hit, offs_k[None, :], K_PAD), axis=1), tl.sum(tl.where(hit, rw, 0.0), axis=1)
 
 
 @triton.jit(do_not_specialize=["T", "E"])
@@ -485,9 +485,7 @@ def warp_down_grouped_kernel(
     s_ptrs = sums_ptr + offs_t[None, :] * H + offs_h[:, None]  # [BLOCK_H, T_PAD]
     hit = _routed(topk_ids_ptr, T, e, K, K_PAD, T_PAD)
     if tl.sum(hit.to(tl.int32)) > 0:
-        slot = tl.min(tl.where(hit, tl.arange(0, K_PAD)[None, :], K_PAD), axis=1)
-        routed = slot < K
-        rows = offs_t * K + tl.where(routed, slot, 0)
+        rows, routed = _first_rows(hit, K, K_PAD, T_PAD)
         offs_i = tl.arange(0, BLOCK_I)
         w_ptrs = w2_ptr + e.to(tl.int64) * stride_we + offs_h[:, None].to(tl.int64) * stride_wr + offs_i[None, :]
         a_ptrs = act_ptr + rows[None, :].to(tl.int64) * stride_at + offs_i[:, None]  # [BLOCK_I, T_PAD]
