@@ -8,6 +8,8 @@
 #   variants  scripts/warp_variants.py: warp decode's cache knobs against the tuned configs
 #   ordered   scripts/ordered_launch.py: the one-launch experiment (v8) against the tuned pair
 #   gateup    scripts/gate_up_ladder.py: a read, then the gate/up kernel's ingredients one by one
+#   preload   scripts/down_preload.py: the down kernel with its whole w2 tile loaded before the wait (v13)
+#   tiles     scripts/expert_tiles.py: the expert path's GEMMs at large T over a wider set of tiles
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
@@ -62,6 +64,12 @@ for stage in "$@"; do
     gateup)
       run gateup "${TIMEOUT_GATEUP:-200}" python3 scripts/gate_up_ladder.py ${GATEUP_ARGS:-}
       cp "$GPU_DIR"/gate_up_ladder.csv "$OUT/" 2>/dev/null ;;
+    preload)
+      run preload "${TIMEOUT_PRELOAD:-300}" python3 scripts/down_preload.py ${PRELOAD_ARGS:-}
+      cp "$GPU_DIR"/down_preload.csv "$OUT/" 2>/dev/null ;;
+    tiles)
+      run tiles "${TIMEOUT_TILES:-360}" python3 scripts/expert_tiles.py ${TILES_ARGS:-}
+      cp "$GPU_DIR"/expert_tiles.csv "$OUT/" 2>/dev/null ;;
     memtest)  # -v: every finished test is in the log even if the stage runs out of time
       run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
           python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py \
