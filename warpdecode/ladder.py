@@ -264,7 +264,8 @@ def aten_ops(fn, *args, **kwargs) -> list[tuple[str, bool]]:
 
 def expert_stage_bytes(shape: MoEShape, topk_ids: torch.Tensor, block_m: int, elem: int = 2) -> dict[str, int]:
     """Bytes each stage of the expert-centric path reads plus writes for one call (bf16, no FP8):
-    what it must touch, ignoring the padding rows' reads the GEMMs skip and caches' help."""
+    what it must touch, ignoring caches' help. The GEMMs neither read nor write padding rows (vLLM's
+    ``token_mask``); the gather stage writes them, as zeros."""
     T, K = topk_ids.shape
     H, I, E = shape.H, shape.I, shape.E  # noqa: E741
     counts = torch.bincount(topk_ids.flatten().long().cpu(), minlength=E)
@@ -279,8 +280,8 @@ def expert_stage_bytes(shape: MoEShape, topk_ids: torch.Tensor, block_m: int, el
         "2 align": pairs * 4 + EM * 4 + EM // block_m * 4 + 4,  # ids in; the three index arrays out
         "3 gather": pairs * H * elem + rows * H * elem,  # token rows in; padded expert-major rows out
         "4 quantize": 0,  # bf16: nothing to do, no launch
-        "5 gate/up GEMM": hit * 2 * I * H * elem + rows * H * elem + rows * I * elem,
-        "6 down GEMM": hit * H * I * elem + rows * I * elem + pairs * 4 + rows * H * elem,
+        "5 gate/up GEMM": hit * 2 * I * H * elem + pairs * H * elem + pairs * I * elem,
+        "6 down GEMM": hit * H * I * elem + pairs * I * elem + pairs * 4 + pairs * H * elem,
         "7 scatter": 2 * pairs * H * elem,
         "8 combine": pairs * H * elem + T * H * elem,
     }

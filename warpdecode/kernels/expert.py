@@ -138,8 +138,8 @@ def grouped_gate_up_kernel(
     a_ptr,  # (EM, H) expert-major activations, or (T, H) token rows when GATHER; compute dtype or fp8
     a_scale_ptr,  # (rows of a, cdiv(H, 128)) fp32, read only when A_FP8
     w13_ptr,  # (E, 2I, H) compute dtype
-    out_ptr,  # (EM, I) compute dtype: silu(gate)·up, rounded
-    sorted_token_ids_ptr,  # (EM,) int32, read only when GATHER
+    out_ptr,  # (EM, I) compute dtype: silu(gate)·up, rounded; padding rows are not written
+    sorted_token_ids_ptr,  # (EM,) int32
     expert_ids_ptr,  # (EM // BLOCK_M,) int32
     num_tokens_post_padded_ptr,  # (1,) int32
     # sizes
@@ -183,10 +183,12 @@ def grouped_gate_up_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < I
     offs_k = tl.arange(0, BLOCK_K)
-    rows = offs_m  # the gathered buffer: row r (padding rows hold zeros)
-    if GATHER:  # token rows; padding rows (the sentinel) load zeros
-        pair = tl.load(sorted_token_ids_ptr + offs_m)
-        mask_m = pair < NUM_PAIRS
+    # padding rows (the sentinel) are neither read nor stored, as vLLM's token_mask does: at large T
+    # they are up to half of the rows (BLOCK_M = 128 for Mixtral's 64 pairs per expert)
+    pair = tl.load(sorted_token_ids_ptr + offs_m)
+    mask_m = pair < NUM_PAIRS
+    rows = offs_m  # the gathered buffer: row r
+    if GATHER:  # token rows
         rows = (tl.where(mask_m, pair, 0) // K).to(tl.int64)
     a_ptrs = a_ptr + rows[:, None] * stride_ar + offs_k[None, :]
     a_scale_ptrs = a_scale_ptr + rows * stride_sr
@@ -199,12 +201,9 @@ def grouped_gate_up_kernel(
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, H, BLOCK_K):
         mask_k = (k0 + offs_k) < H
-        if GATHER:
-            a = tl.load(a_ptrs + k0, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-        else:
-            a = tl.load(a_ptrs + k0, mask=mask_k[None, :], other=0.0)
+        a = tl.load(a_ptrs + k0, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
         if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
-            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128)[:, None]
+            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)[:, None]
         a = a.to(dot_dtype)
         wmask = mask_k[:, None] & mask_n[None, :]
         wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
@@ -214,7 +213,7 @@ def grouped_gate_up_kernel(
 
     h = acc_g * tl.sigmoid(acc_g) * acc_u
     tl.store(out_ptr + offs_m[:, None] * stride_or + offs_n[None, :], h.to(out_ptr.dtype.element_ty),
-             mask=mask_n[None, :])
+             mask=mask_m[:, None] & mask_n[None, :])
 
 
 @triton.jit(do_not_specialize=["EM", "NUM_PAIRS"])
@@ -224,7 +223,7 @@ def grouped_down_kernel(
     a_scale_ptr,  # (EM, cdiv(I, 128)) fp32, read only when A_FP8
     w2_ptr,  # (E, H, I) compute dtype
     out_ptr,  # (EM, H), or (T*K, H) in token order when SCATTER; compute dtype: routing weight ×
-              # expert output, rounded
+              # expert output, rounded; padding rows are not written
     sorted_token_ids_ptr,  # (EM,) int32
     expert_ids_ptr,  # (EM // BLOCK_M,) int32
     num_tokens_post_padded_ptr,  # (1,) int32
@@ -249,7 +248,7 @@ def grouped_down_kernel(
     DOT_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
     SCATTER: tl.constexpr,  # store row r at row sorted_token_ids[r] (stage 7 fused into the stores,
-                            # as vLLM does); padding rows are not stored
+                            # as vLLM does)
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(EM, BLOCK_M)
@@ -269,6 +268,8 @@ def grouped_down_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < H
     offs_k = tl.arange(0, BLOCK_K)
+    pair = tl.load(sorted_token_ids_ptr + offs_m)
+    valid = pair < NUM_PAIRS  # padding rows of the intermediate were never written: not read either
     a_ptrs = a_ptr + offs_m[:, None] * stride_ar + offs_k[None, :]
     a_scale_ptrs = a_scale_ptr + offs_m * stride_sr
     w_ptrs = w2_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
@@ -277,26 +278,21 @@ def grouped_down_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, I, BLOCK_K):
         mask_k = (k0 + offs_k) < I
-        a = tl.load(a_ptrs + k0, mask=mask_k[None, :], other=0.0)
+        a = tl.load(a_ptrs + k0, mask=valid[:, None] & mask_k[None, :], other=0.0)
         if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
-            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128)[:, None]
+            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
         a = a.to(dot_dtype)
         w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
         acc = tl.dot(a, w, acc, input_precision=PRECISION)
 
     # the routing weight, applied in the epilogue as vLLM's MUL_ROUTED_WEIGHT does
-    pair = tl.load(sorted_token_ids_ptr + offs_m)
-    valid = pair < NUM_PAIRS
     rw = tl.load(topk_weights_ptr + tl.where(valid, pair, 0), mask=valid, other=0.0)
     acc = acc * rw[:, None]
+    out_rows = offs_m
     if SCATTER:
         out_rows = tl.where(valid, pair, 0).to(tl.int64)
-        out_mask = valid[:, None] & mask_n[None, :]
-    else:
-        out_rows = offs_m
-        out_mask = mask_n[None, :]
     tl.store(out_ptr + out_rows[:, None] * stride_or + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=out_mask)
+             mask=valid[:, None] & mask_n[None, :])
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
