@@ -71,6 +71,8 @@ SCENARIOS = [
     ("odd-T=3-expert-eight-kernels", "expert", ODD, 3, BF16, dict(fuse_gather_scatter=False), DEFAULTS),
     ("qwen3-30b-T=8-expert-fp8-eight-kernels", "expert", QWEN, 8, BF16,
      dict(act_format="fp8", fuse_gather_scatter=False), DEFAULTS),
+    # the four launches chained with programmatic dependent launch (scripts/expert_pdl.py)
+    ("qwen3-30b-T=256-expert-pdl", "expert", QWEN, 256, BF16, dict(pdl=True), H200),
 ]
 
 
@@ -150,6 +152,22 @@ def test_scenarios_use_the_gpu_branch():
     bm = {n: j.constexprs["BLOCK_M"] for n, j in SPECS.items() if j.name == "moe_align_kernel"}
     assert bm["moe_align_kernel-qwen3-30b-T=64-expert"] == 64  # vLLM's default past T*K > E
     assert bm["moe_align_kernel-qwen3-30b-T=8-expert-decode"] == 16
+
+
+def test_expert_pdl_waits_before_it_reads(built):
+    """With pdl, each kernel after align waits for its predecessor (griddepcontrol.wait) before
+    anything else, and every kernel but combine lets its successor launch; without, none does."""
+    for name, c in built.items():
+        if SPECS[name].name not in ("moe_align_kernel", "grouped_gate_up_kernel", "grouped_down_kernel",
+                                    "combine_kernel"):
+            continue
+        ptx, pdl = c.asm["ptx"], name.endswith("-expert-pdl")
+        waits = "griddepcontrol.wait" in ptx
+        launches = "griddepcontrol.launch_dependents" in ptx
+        assert waits == (pdl and SPECS[name].name != "moe_align_kernel"), name
+        assert launches == (pdl and SPECS[name].name != "combine_kernel"), name
+        if waits:  # the wait comes before the first global load of the kernel
+            assert ptx.index("griddepcontrol.wait") < ptx.index("ld.global"), name
 
 
 @pytest.mark.parametrize("name", list(SPECS))

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("gate_up_ladder.py", "against float64", 3),  # the gate/up ladder's three probe rungs
     ("align_variants.py", "the contract holds", 10),  # align, shipped and one-pass, five routings each
     ("down_preload.py", ": error ", 6),  # v13: the whole w2 tile before the wait, 1-4 chunks, odd shapes
+    ("expert_pdl.py", "same bits", 3),  # the expert path's launches chained with PDL: no bit changes
 ])
 def test_experiment_checks_pass_in_the_interpreter(script, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}

@@ -29,6 +29,10 @@ if INTERPRET:
         # its own helpers (tl.cdiv, tl.sum, ...) were built for the GPU compiler; rebuild them.
         _interpreter_fix.reinterpret_language()
 
+#: Programmatic dependent launch (a kernel launched while its predecessor still runs, waiting for it
+#: with ``gdc_wait``): Hopper and newer, not the interpreter.
+HAS_PDL = not INTERPRET and HAS_GPU and torch.cuda.get_device_capability()[0] >= 9
+
 #: The device new tensors go to when the caller does not say: the GPU when kernels compile for it.
 DEFAULT_DEVICE = torch.device("cuda" if HAS_GPU and not INTERPRET else "cpu")
 

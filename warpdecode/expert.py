@@ -57,7 +57,14 @@ def max_padded_rows(num_pairs: int, E: int, block_m: int) -> int:
     return triton.cdiv(em, block_m) * block_m
 
 
-def align(topk_ids: torch.Tensor, E: int, block_m: int) -> Alignment:
+def _pdl(pdl: bool) -> dict:
+    """Meta-parameters of a kernel that, with ``pdl`` (and a GPU that has it), is launched while its
+    predecessor still runs and waits for it in-kernel (``USE_PDL``; see :func:`moe_expert`)."""
+    use = pdl and _runtime.HAS_PDL
+    return {"USE_PDL": use, **({"launch_pdl": True} if use else {})}
+
+
+def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False) -> Alignment:
     """Stage 2: group (token, slot) pairs by expert and pad each expert's run to ``block_m`` rows."""
     num_pairs = topk_ids.numel()
     EM = max_padded_rows(num_pairs, E, block_m)
@@ -75,6 +82,7 @@ def align(topk_ids: torch.Tensor, E: int, block_m: int) -> Alignment:
         CHUNK=64,
         FILL=min(1024, triton.next_power_of_2(EM)),
         num_warps=4 if num_pairs <= 1024 else 8,
+        USE_PDL=pdl and _runtime.HAS_PDL,  # launched as usual; it lets the next kernel launch early
     )
     return Alignment(sorted_token_ids, expert_ids, num_tokens_post_padded, block_m, num_pairs)
 
@@ -117,7 +125,8 @@ def _gemm_meta(cfg: dict, a_scales, dtype) -> dict:
     )
 
 
-def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_k: int = 0) -> torch.Tensor:
+def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_k: int = 0,
+            pdl: bool = False) -> torch.Tensor:
     """Stage 5: grouped GEMM over gate and up rows, SiLU·up in the epilogue, rounded to w13's dtype.
     ``a``: the gathered (EM, H) buffer of stage 3, or, with ``gather_k = K``, the (T, H) token rows
     themselves, gathered by the GEMM's loads (stage 3 fused, as vLLM does). Out: (EM, I), expert-major."""
@@ -130,12 +139,13 @@ def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_
         a, scales, w13, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded,
         al.EM, H, I, al.num_pairs, max(gather_k, 1), a.stride(0), scales.stride(0), w13.stride(0), w13.stride(1),
         out.stride(0), BLOCK_M=al.block_m, GATHER=gather_k > 0, **_gemm_meta(cfg, a_scales, w13.dtype),
+        **_pdl(pdl),
     )
     return out
 
 
 def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tensor, cfg: dict, *,
-         scatter: bool = False) -> torch.Tensor:
+         scatter: bool = False, pdl: bool = False) -> torch.Tensor:
     """Stage 6: grouped GEMM down, routing weight applied in the epilogue, rounded. Out: (EM, H)
     expert-major, or with ``scatter`` (T*K, H) in token order (stage 7 fused into the stores, as vLLM does)."""
     E, H, I = w2.shape
@@ -145,7 +155,7 @@ def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tenso
     kx.grouped_down_kernel[grid](
         h, scales, w2, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, topk_weights,
         al.EM, H, I, al.num_pairs, h.stride(0), scales.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        BLOCK_M=al.block_m, SCATTER=scatter, **_gemm_meta(cfg, h_scales, w2.dtype),
+        BLOCK_M=al.block_m, SCATTER=scatter, **_gemm_meta(cfg, h_scales, w2.dtype), **_pdl(pdl),
     )
     return out
 
@@ -161,19 +171,19 @@ def scatter(o: torch.Tensor, al: Alignment) -> torch.Tensor:
     return dst
 
 
-def combine(s: torch.Tensor, K: int) -> torch.Tensor:
+def combine(s: torch.Tensor, K: int, *, pdl: bool = False) -> torch.Tensor:
     """Stage 8: y[t] = Σ_j s[t*K + j], accumulated in the compute dtype like vLLM's ``moe_sum``."""
     H = s.shape[1]
     T = s.shape[0] // K
     y = _alloc.empty(T, H, dtype=s.dtype, device=s.device)
     BLOCK_H = min(1024, triton.next_power_of_2(H))
     grid = (T, triton.cdiv(H, BLOCK_H))
-    kx.combine_kernel[grid](s, y, H, s.stride(0), y.stride(0), K=K, BLOCK_H=BLOCK_H, num_warps=4)
+    kx.combine_kernel[grid](s, y, H, s.stride(0), y.stride(0), K=K, BLOCK_H=BLOCK_H, num_warps=4, **_pdl(pdl))
     return y
 
 
 def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native", config: dict | None = None,
-               fuse_gather_scatter: bool = True):
+               fuse_gather_scatter: bool = True, pdl: bool = False):
     """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
     act_format: ``"native"`` feeds the GEMMs the compute dtype; ``"fp8"`` quantizes the
@@ -182,18 +192,25 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     fuse_gather_scatter: gather inside the gate/up GEMM's loads and scatter inside the down GEMM's
     stores, as vLLM's ``fused_moe`` does (the default, and what the benchmark times as ``expert``);
     False runs them as kernels of their own. The result is the same to the bit.
+    pdl: launch the gate/up GEMM, the down GEMM and combine with programmatic dependent launch
+    (Hopper and newer; bf16 fused form only): each is on the GPU, waiting in-kernel, before its
+    predecessor ends, so the gaps between the four launches close. An experiment
+    (``scripts/expert_pdl.py``), off by default: vLLM's ``fused_moe`` does not launch this way, and
+    the benchmark's rows were measured without it. The result is the same to the bit.
     """
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
     cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8")
-    al = align(topk_ids, E, cfg["BLOCK_M"])
+    # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
+    pdl = pdl and fuse_gather_scatter and act_format == "native"
+    al = align(topk_ids, E, cfg["BLOCK_M"], pdl=pdl)
     if fuse_gather_scatter:
         a, a_scales = quantize(x, None, act_format)  # per token: the same values the gathered rows get
-        h = gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K)
+        h = gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K, pdl=pdl)
     else:
         a, a_scales = quantize(gather(x, al, K), al, act_format)
         h = gate_up(a, a_scales, w13, al, cfg["gate_up"])
     h, h_scales = quantize(h, al, act_format)
-    o = down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=fuse_gather_scatter)
-    return combine(o if fuse_gather_scatter else scatter(o, al), K)
+    o = down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=fuse_gather_scatter, pdl=pdl)
+    return combine(o if fuse_gather_scatter else scatter(o, al), K, pdl=pdl)

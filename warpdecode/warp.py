@@ -23,8 +23,7 @@ def schedule_of(cfg: dict) -> str:
 
 #: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
 #: ``WARPDECODE_PDL=0`` turns it off, to measure what it buys.
-USE_PDL = (not _runtime.INTERPRET and _runtime.HAS_GPU and torch.cuda.get_device_capability()[0] >= 9
-           and os.environ.get("WARPDECODE_PDL", "1") != "0")
+USE_PDL = _runtime.HAS_PDL and os.environ.get("WARPDECODE_PDL", "1") != "0"
 
 
 def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:

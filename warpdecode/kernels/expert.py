@@ -25,6 +25,7 @@ The stages, each its own kernel so each can be timed:
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS", "EM"])
@@ -42,8 +43,11 @@ def moe_align_kernel(
     BLOCK_E: tl.constexpr,  # ≥ E, power of two
     CHUNK: tl.constexpr,  # blocks of expert_ids written per step
     FILL: tl.constexpr,  # sentinel rows written per step
+    USE_PDL: tl.constexpr = False,  # let the gate/up GEMM launch now (it waits for this kernel)
 ):
     """One program: histogram → padded prefix sum → scatter. Like vLLM's small-batch kernel."""
+    if USE_PDL:
+        gdc_launch_dependents()
     offs_p = tl.arange(0, BLOCK_P)
     mask_p = offs_p < NUM_PAIRS
     ids = tl.load(topk_ids_ptr + offs_p, mask=mask_p, other=0)
@@ -164,7 +168,11 @@ def grouped_gate_up_kernel(
     PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no tf32 shortcut); ignored for bf16/fp16
     GATHER: tl.constexpr,  # False: a is the gathered buffer (stage 3 ran); True: row r of the tile
                            # reads x[sorted_token_ids[r] // K], stage 3 fused into the loads as vLLM does
+    USE_PDL: tl.constexpr = False,  # launched early: wait for align, then let the down GEMM launch
 ):
+    if USE_PDL:
+        gdc_wait()  # align has finished and its index arrays are visible
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(EM, BLOCK_M)
     num_pid_n = tl.cdiv(I, BLOCK_N)
@@ -249,7 +257,11 @@ def grouped_down_kernel(
     PRECISION: tl.constexpr,
     SCATTER: tl.constexpr,  # store row r at row sorted_token_ids[r] (stage 7 fused into the stores,
                             # as vLLM does)
+    USE_PDL: tl.constexpr = False,  # launched early: wait for the gate/up GEMM, then let combine launch
 ):
+    if USE_PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(EM, BLOCK_M)
     num_pid_n = tl.cdiv(H, BLOCK_N)
@@ -329,9 +341,12 @@ def combine_kernel(
     stride_yt,
     K: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # launched early: wait for the down GEMM
 ):
     """y[t] = Σ_j src[t*K + j], accumulated in the compute dtype, one rounding per add,
     as vLLM's ``moe_sum`` kernel does (``scalar_t x = 0; x += input[...]``)."""
+    if USE_PDL:
+        gdc_wait()
     t = tl.program_id(0)
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
