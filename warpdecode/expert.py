@@ -102,7 +102,8 @@ def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
     """Stage 4: the GEMM's input format. ``native``: nothing to do, returns ``(a, None)``.
     ``fp8``: e4m3 values and one power-of-two fp32 scale per row per 128 columns. ``al``: the
     alignment of an expert-major ``a`` (rows past ``num_tokens_post_padded`` are skipped), or None
-    for token rows (every row is quantized: the input of the gather-fused GEMM)."""
+    for token rows (every row is quantized: the input of the gather-fused GEMM). The padding rows of
+    the gate/up GEMM's output were never written; what they quantize to, the down GEMM never reads."""
     if fmt == "native":
         return a, None
     EM, N = a.shape
