@@ -17,7 +17,7 @@ from ..presets import MoEShape
 from ..reference import reference_moe, rel_error, rounding_floor
 from ..routing import route
 from .methods import GRAPHABLE, registry
-from .timing import Timing, capture, time_eager, time_replays
+from .timing import Timing, capture, capture_poisoned, time_eager, time_replays
 from .workload import bytes_needed, make_inputs, make_layers, num_copies
 
 #: The most error, in multiples of the bf16 rounding floor, a timed method may show before its
@@ -71,11 +71,7 @@ def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_
 
                 try:
                     if m in GRAPHABLE:
-                        g, outs = capture(step)
-                        for y in outs:
-                            y.fill_(float("nan"))  # poison, then one replay must overwrite every element
-                        g.replay()
-                        torch.cuda.synchronize()
+                        g, outs = capture_poisoned(step)  # one replay must overwrite every element
                         t = time_replays(g, reps=reps).scaled(1 / L)
                         del g
                     else:

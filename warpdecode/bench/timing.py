@@ -50,6 +50,18 @@ def capture(step):
     return g, out
 
 
+def capture_poisoned(step):
+    """:func:`capture`, then every output filled with NaN and the graph replayed once: what the
+    outputs hold afterwards was written by the graph (capturing runs nothing into them), and an
+    element it never writes stays NaN."""
+    g, outs = capture(step)
+    for y in outs:
+        y.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return g, outs
+
+
 def _warm_up(run, warmup: int, min_ms: float):
     """At least ``warmup`` runs and ``min_ms`` of GPU time: an idle GPU lowers its clocks, and a
     20 µs kernel replayed ten times runs for far too short a time to bring them back up (seen
