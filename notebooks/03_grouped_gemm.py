@@ -48,11 +48,13 @@ print(f"kernels run on: {S.gpu}; layer: {shape.name} H={shape.H} I={shape.I} E={
 # %% [markdown]
 # ## The kernel
 #
-# `grouped_gate_up_kernel` (stage 5) in full; `grouped_down_kernel` (stage 6) is the same loop over
-# I with one accumulator and the routing weight in the epilogue.
+# `grouped_gate_up_kernel` (stage 5) in full: the program's place in the grid, then its tile,
+# `_gate_up_rows`; `grouped_down_kernel` (stage 6) is the same loop over I with one accumulator and
+# the routing weight in the epilogue.
 
 # %%
 print(inspect.getsource(kx.grouped_gate_up_kernel.fn))
+print(inspect.getsource(kx._gate_up_rows.fn))
 
 # %% [markdown]
 # How to read it:
@@ -71,6 +73,12 @@ print(inspect.getsource(kx.grouped_gate_up_kernel.fn))
 #   the path's roundings.
 # - `DOT_FP32` exists for the CPU interpreter, whose bf16 `tl.dot` is wrong; on a GPU the dot takes
 #   bf16 operands on the tensor cores.
+# - `HALF_M` (off unless the tuner picks it) is for large T, where an expert's pairs fill one block
+#   only in part: at Mixtral T = 256 (~64 pairs per expert, `BLOCK_M = 128`) about half the rows a
+#   tile multiplies are padding. A block whose upper half is all padding then runs the same tile at
+#   `BLOCK_M / 2` rows (`_upper_half_empty` reads one index to decide): half the tensor-core work,
+#   the same weights read once. Each row's products and sums are the same in either tile, so the
+#   output is the same to the bit (`tests/test_expert_stages.py::test_half_m_tiles_match_float64`).
 #
 # ### What the compiler makes of it at decode
 #

@@ -71,6 +71,16 @@ SCENARIOS = [
     ("odd-T=3-expert-eight-kernels", "expert", ODD, 3, BF16, dict(fuse_gather_scatter=False), DEFAULTS),
     ("qwen3-30b-T=8-expert-fp8-eight-kernels", "expert", QWEN, 8, BF16,
      dict(act_format="fp8", fuse_gather_scatter=False), DEFAULTS),
+    # HALF_M (a tuner candidate): a block whose upper half is padding runs as a half-height tile, so
+    # each GEMM holds two pipelined loops; at Mixtral T=256's tuned tiles (BLOCK_M=128, 8 warps)
+    ("mixtral-T=256-expert-half-m", "expert", MIXTRAL, 256, BF16, dict(config={"BLOCK_M": 128,
+        "gate_up": {"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 8, "num_stages": 4, "HALF_M": True},
+        "down": {"BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 8, "num_stages": 4, "HALF_M": True}}),
+     DEFAULTS),
+    ("odd-T=64-expert-half-m-fp8", "expert", ODD, 64, BF16, dict(act_format="fp8", config={"BLOCK_M": 64,
+        "gate_up": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 4, "HALF_M": True},
+        "down": {"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3, "HALF_M": True}}),
+     DEFAULTS),
     # the four launches chained with programmatic dependent launch (scripts/expert_pdl.py)
     ("qwen3-30b-T=256-expert-pdl", "expert", QWEN, 256, BF16, dict(pdl=True), H200),
 ]

@@ -298,3 +298,67 @@ def test_fused_gather_scatter_is_the_same_to_the_bit(T, K, E, dtype, fmt, seed):
         apart = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=fmt, fuse_gather_scatter=False)
     assert not fused.isnan().any()
     assert torch.equal(fused, apart)
+
+
+@pytest.mark.parametrize("block_m", [32, 128], ids=["BLOCK_M=32-half-16-rows", "BLOCK_M=128-half-64-rows"])
+@pytest.mark.parametrize("fmt", ["native", "fp8"])
+def test_half_m_tiles_match_float64(block_m, fmt, seed):
+    """HALF_M: a block whose upper half is padding runs as a BLOCK_M/2-row tile. The routing gives
+    blocks on both sides of the line: an expert with exactly BLOCK_M/2 pairs (half tile), one with
+    BLOCK_M/2 + 1 (full tile, one valid row in the upper half), one with BLOCK_M + 1 (a full block,
+    then a block of one pair: half tile) and one with none. Both GEMMs, gather and scatter fused as
+    moe_expert runs them, against float64; padding rows stay poisoned; and the whole path with HALF_M
+    gives what it gives without, to the bit."""
+    dtype, H, I = torch.bfloat16, 300, 88  # noqa: E741
+    half = block_m // 2
+    counts = [half, half + 1, block_m + 1, 0]
+    E, K = len(counts), 1
+    g = torch.Generator().manual_seed(seed)
+    flat = torch.cat([torch.full((c,), e, dtype=torch.int32) for e, c in enumerate(counts)])
+    topk_ids = flat[torch.randperm(len(flat), generator=g)].view(-1, K).to(DEV)
+    T = topk_ids.shape[0]
+    x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
+    w13, w2 = (w.to(DEV) for w in warpdecode.MoEShape("half", H=H, I=I, E=E, K=K).weights(dtype=dtype, seed=seed))
+    topk_weights = torch.rand(T, K, generator=g).to(DEV)
+    tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2}
+    with _alloc.poisoned():
+        al = expert.align(topk_ids, E, block_m)
+    ntpp, ids, valid = _used_rows(al)
+    upper = valid.view(-1, block_m)[:, half]
+    assert upper.any() and not upper.all(), "the routing must give blocks of both kinds"
+
+    with _alloc.poisoned():
+        xq, x_scales = expert.quantize(x, None, fmt)
+        h = expert.gate_up(xq, x_scales, w13, al, dict(tile, HALF_M=True), gather_k=K)
+        hq, h_scales = expert.quantize(h, al, fmt)
+        o = expert.down(hq, h_scales, w2, al, topk_weights, dict(tile, HALF_M=True), scatter=True)
+    x_in = x.double() if fmt == "native" else (
+        xq.double() * x_scales.double().repeat_interleave(128, dim=1)[:, :H])
+    e = al.expert_ids[torch.arange(ntpp, device=DEV) // block_m].long()[valid]
+    pairs = ids[valid]
+    gu = torch.einsum("rh,rnh->rn", x_in[pairs // K], w13.double()[e])
+    want_h = F.silu(gu[:, :I]) * gu[:, I:]
+    assert h[:ntpp][~valid].isnan().all(), "padding rows are not written (poison left in place)"
+    assert _ratio(h[:ntpp][valid], want_h, dtype) <= GEMM_TOL[dtype]
+    h_in = h[:ntpp].double() if fmt == "native" else (
+        hq[:ntpp].double() * h_scales[:ntpp].double().repeat_interleave(128, dim=1)[:, :I])
+    want_o = torch.einsum("ri,rhi->rh", h_in[valid], w2.double()[e]) * topk_weights.flatten()[pairs].double()[:, None]
+    assert not o.isnan().any(), "every pair's row is written"
+    assert _ratio(o[pairs], want_o, dtype) <= GEMM_TOL[dtype]
+
+    cfg = {"BLOCK_M": block_m, "gate_up": dict(tile), "down": dict(tile)}
+    halved = {"BLOCK_M": block_m, "gate_up": dict(tile, HALF_M=True), "down": dict(tile, HALF_M=True)}
+    with _alloc.poisoned():
+        y = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=fmt, config=cfg)
+        y_half = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=fmt, config=halved)
+    assert not y_half.isnan().any()
+    assert torch.equal(y_half, y), "each row's products and sums are the same in a tile of either height"
+
+
+def test_half_m_needs_two_tiles_of_16_rows():
+    _, al, g = _aligned(3, 2, 5, 0)  # BLOCK_M = 16
+    h = torch.randn(al.EM, 32, generator=g).to(torch.bfloat16).to(DEV)
+    w2 = torch.randn(5, 48, 32, generator=g).to(torch.bfloat16).to(DEV)
+    tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2, "HALF_M": True}
+    with pytest.raises(ValueError, match="HALF_M needs BLOCK_M >= 32"):
+        expert.down(h, None, w2, al, torch.rand(3, 2).to(DEV), tile)

@@ -117,9 +117,16 @@ def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
     return q, scales
 
 
-def _gemm_meta(cfg: dict, a_scales, dtype) -> dict:
+def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype) -> dict:
+    """A GEMM's launch parameters from its tile config. ``HALF_M`` (optional, off by default): a
+    block whose upper half is all padding runs as a BLOCK_M/2-row tile. At BLOCK_M = 128 an expert
+    with 70 pairs still runs one 128-row tile, but one with 60 pairs runs a 64-row tile: half the
+    tensor-core work, the same weights read once (BLOCK_M = 64 would read them twice for the first)."""
+    half = bool(cfg.get("HALF_M", False))
+    if half and block_m < 32:
+        raise ValueError(f"HALF_M needs BLOCK_M >= 32 (tl.dot takes at least 16 rows), got BLOCK_M={block_m}")
     return dict(
-        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        BLOCK_M=block_m, HALF_M=half, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
         A_FP8=a_scales is not None, DOT_FP32=_runtime.INTERPRET,
         PRECISION="ieee" if dtype == torch.float32 or _runtime.INTERPRET else "tf32",
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
@@ -139,7 +146,7 @@ def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_
     kx.grouped_gate_up_kernel[grid](
         a, scales, w13, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded,
         al.EM, H, I, al.num_pairs, max(gather_k, 1), a.stride(0), scales.stride(0), w13.stride(0), w13.stride(1),
-        out.stride(0), BLOCK_M=al.block_m, GATHER=gather_k > 0, **_gemm_meta(cfg, a_scales, w13.dtype),
+        out.stride(0), GATHER=gather_k > 0, **_gemm_meta(cfg, al.block_m, a_scales, w13.dtype),
         **_pdl(pdl),
     )
     return out
@@ -156,7 +163,7 @@ def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tenso
     kx.grouped_down_kernel[grid](
         h, scales, w2, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, topk_weights,
         al.EM, H, I, al.num_pairs, h.stride(0), scales.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        BLOCK_M=al.block_m, SCATTER=scatter, **_gemm_meta(cfg, h_scales, w2.dtype), **_pdl(pdl),
+        SCATTER=scatter, **_gemm_meta(cfg, al.block_m, h_scales, w2.dtype), **_pdl(pdl),
     )
     return out
 

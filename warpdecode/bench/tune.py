@@ -119,6 +119,16 @@ def gemm_candidates(fp8: bool = False, group_m: int = 1):
     return out
 
 
+def half_m_variants(timed, block_m: int, best: int = 4):
+    """The ``best`` fastest of ``timed`` [(µs, tile)] again with ``HALF_M`` (a block whose upper half
+    is padding runs as a half-height tile): worth timing where BLOCK_M ≥ 32, since at 16 rows no
+    smaller tile exists."""
+    if block_m < 32:
+        return []
+    ranked = sorted([tc for tc in timed if tc[0] is not None], key=lambda tc: tc[0])
+    return [dict(c, HALF_M=True) for _, c in ranked[:best]]
+
+
 def block_m_candidates(T: int, shape: MoEShape):
     pairs_per_expert = T * shape.K / shape.E
     if pairs_per_expert <= 2:
@@ -362,6 +372,13 @@ def tune_refine(shape: MoEShape, buckets, reps: int = 30, log=print):
     return out
 
 
+def _time_tiles(gemm: str, block_m: int, fn, columns, tiles, reps: int, dropped):
+    """[(µs over the layer copies, tile)] of one expert GEMM ``fn(*row, cfg=tile)`` for each tile
+    the precompile kept."""
+    return [(_time(_over_layers(partial(fn, cfg=c), *columns), reps), c)
+            for c in tiles if _key(gemm, 2, [block_m, c]) not in dropped]
+
+
 def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False, dropped=(), log=print):
     L = num_copies(shape)
     layers = make_layers(shape, L)
@@ -377,15 +394,14 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
         for bm in block_m_candidates(T, shape):
             als = [ex.align(inp.topk_ids, shape.E, bm) for inp in inputs]
             cands = [c for gm in group_m_candidates(T, shape, bm) for c in gemm_candidates(fp8, gm)]
-            t_gu, c_gu = _best([(_time(_over_layers(partial(ex.gate_up, cfg=c, gather_k=shape.K), a_, s_, w13s, als),
-                                       reps), c)
-                                for c in cands if _key("gate_up", 2, [bm, c]) not in dropped])
+            gu_fn, gu_cols = partial(ex.gate_up, gather_k=shape.K), (a_, s_, w13s, als)
+            gu = _time_tiles("gate_up", bm, gu_fn, gu_cols, cands, reps, dropped)
+            t_gu, c_gu = _best(gu + _time_tiles("gate_up", bm, gu_fn, gu_cols, half_m_variants(gu, bm), reps, dropped))
             hs = [ex.quantize(ex.gate_up(a, s, w13, al, c_gu, gather_k=shape.K), al, fmt)
                   for a, s, w13, al in zip(a_, s_, w13s, als, strict=True)]
-            h_, hs_ = [h for h, _ in hs], [s for _, s in hs]
-            t_dn, c_dn = _best([(_time(_over_layers(partial(ex.down, cfg=c, scatter=True), h_, hs_, w2s, als, tws),
-                                       reps), c)
-                                for c in cands if _key("down", 2, [bm, c]) not in dropped])
+            dn_fn, dn_cols = partial(ex.down, scatter=True), ([h for h, _ in hs], [s for _, s in hs], w2s, als, tws)
+            dn = _time_tiles("down", bm, dn_fn, dn_cols, cands, reps, dropped)
+            t_dn, c_dn = _best(dn + _time_tiles("down", bm, dn_fn, dn_cols, half_m_variants(dn, bm), reps, dropped))
             if best is None or t_gu + t_dn < best[0]:
                 best = (t_gu + t_dn, {"BLOCK_M": bm, "gate_up": c_gu, "down": c_dn})
             log(f"expert{'_fp8' if fp8 else ''} {shape.name} T={T} BLOCK_M={bm}: gate/up {t_gu / L:.2f} us {c_gu}; "
@@ -411,7 +427,8 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=prin
     if "expert" in paths:
         for bm, gm in itertools.product([16, 32, 64, 128], [1, 8]):
             for c in gemm_candidates(group_m=gm):
-                jobs += [("gate_up", 2, (bm, c)), ("down", 2, (bm, c))]
+                for tile in [c] if bm < 32 else [c, dict(c, HALF_M=True)]:
+                    jobs += [("gate_up", 2, (bm, tile)), ("down", 2, (bm, tile))]
     res = precompile(jobs)
     bad = {_key(*j): r for j, r in zip(jobs, res, strict=True) if r is not True}
     log(f"precompiled {len(jobs)} candidates; dropped {len(bad)}: "

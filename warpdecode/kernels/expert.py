@@ -136,6 +136,66 @@ def quant_fp8_kernel(
     tl.store(scale_ptr + r.to(tl.int64) * stride_sr + g, s)
 
 
+@triton.jit
+def _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M: tl.constexpr, HALF_M: tl.constexpr):
+    """Whether rows m0 + BLOCK_M/2 … m0 + BLOCK_M − 1 of a block are all padding. An expert's pairs
+    fill the front of its run and the sentinel the rest, so the first row of the upper half decides.
+    Without HALF_M: False, a constant, and the kernel compiles the full-height tile only."""
+    if HALF_M:
+        return tl.load(sorted_token_ids_ptr + m0 + BLOCK_M // 2) >= NUM_PAIRS
+    else:
+        return False
+
+
+@triton.jit
+def _gate_up_rows(
+    a_ptr, a_scale_ptr, w13_ptr, out_ptr, sorted_token_ids_ptr,
+    e,  # the block's expert (int64)
+    m0,  # its first row of sorted_token_ids
+    pid_n,  # its block of BLOCK_N neurons
+    H, I, NUM_PAIRS, K, stride_ar, stride_sr, stride_we, stride_wr, stride_or,
+    ROWS: tl.constexpr,  # rows m0 … m0 + ROWS − 1: BLOCK_M, or BLOCK_M / 2 (HALF_M)
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_FP8: tl.constexpr, DOT_FP32: tl.constexpr,
+    PRECISION: tl.constexpr, GATHER: tl.constexpr,
+):
+    """The gate/up GEMM's tile of ROWS rows × BLOCK_N neurons: K-loop, then SiLU·up and the store."""
+    offs_m = (m0 + tl.arange(0, ROWS)).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < I
+    offs_k = tl.arange(0, BLOCK_K)
+    # padding rows (the sentinel) are neither read nor stored, as vLLM's token_mask does: at large T
+    # they are up to half of the rows (BLOCK_M = 128 for Mixtral's 64 pairs per expert)
+    pair = tl.load(sorted_token_ids_ptr + offs_m)
+    mask_m = pair < NUM_PAIRS
+    rows = offs_m  # the gathered buffer: row r
+    if GATHER:  # token rows
+        rows = (tl.where(mask_m, pair, 0) // K).to(tl.int64)
+    a_ptrs = a_ptr + rows[:, None] * stride_ar + offs_k[None, :]
+    a_scale_ptrs = a_scale_ptr + rows * stride_sr
+    # w13[e, n, k] read as a (BLOCK_K, BLOCK_N) tile: the dot computes a @ wᵀ
+    g_ptrs = w13_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
+    u_ptrs = g_ptrs + I * stride_wr
+    dot_dtype = tl.float32 if DOT_FP32 else w13_ptr.dtype.element_ty
+
+    acc_g = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    acc_u = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, H, BLOCK_K):
+        mask_k = (k0 + offs_k) < H
+        a = tl.load(a_ptrs + k0, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
+            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)[:, None]
+        a = a.to(dot_dtype)
+        wmask = mask_k[:, None] & mask_n[None, :]
+        wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+        wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+        acc_g = tl.dot(a, wg, acc_g, input_precision=PRECISION)
+        acc_u = tl.dot(a, wu, acc_u, input_precision=PRECISION)
+
+    h = acc_g * tl.sigmoid(acc_g) * acc_u
+    tl.store(out_ptr + offs_m[:, None] * stride_or + offs_n[None, :], h.to(out_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & mask_n[None, :])
+
+
 @triton.jit(do_not_specialize=["EM", "NUM_PAIRS", "K"])
 def grouped_gate_up_kernel(
     # pointers
@@ -168,6 +228,7 @@ def grouped_gate_up_kernel(
     PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no tf32 shortcut); ignored for bf16/fp16
     GATHER: tl.constexpr,  # False: a is the gathered buffer (stage 3 ran); True: row r of the tile
                            # reads x[sorted_token_ids[r] // K], stage 3 fused into the loads as vLLM does
+    HALF_M: tl.constexpr = False,  # a block whose upper half is padding runs as a BLOCK_M/2-row tile
     USE_PDL: tl.constexpr = False,  # launched early: wait for align, then let the down GEMM launch
 ):
     if USE_PDL:
@@ -186,42 +247,56 @@ def grouped_gate_up_kernel(
     if pid_m * BLOCK_M >= tl.load(num_tokens_post_padded_ptr):
         return
     e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    m0 = pid_m * BLOCK_M
+    args = (a_ptr, a_scale_ptr, w13_ptr, out_ptr, sorted_token_ids_ptr, e, m0, pid_n, H, I, NUM_PAIRS, K,
+            stride_ar, stride_sr, stride_we, stride_wr, stride_or)
+    if _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M, HALF_M):
+        _gate_up_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER)
+    else:
+        _gate_up_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER)
 
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+
+@triton.jit
+def _down_rows(
+    a_ptr, a_scale_ptr, w2_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr,
+    e,  # the block's expert (int64)
+    m0,  # its first row of sorted_token_ids
+    pid_n,  # its block of BLOCK_N hidden outputs
+    H, I, NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_or,
+    ROWS: tl.constexpr,  # rows m0 … m0 + ROWS − 1: BLOCK_M, or BLOCK_M / 2 (HALF_M)
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_FP8: tl.constexpr, DOT_FP32: tl.constexpr,
+    PRECISION: tl.constexpr, SCATTER: tl.constexpr,
+):
+    """The down GEMM's tile of ROWS rows × BLOCK_N hidden outputs: K-loop, routing weight, store."""
+    offs_m = (m0 + tl.arange(0, ROWS)).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < I
+    mask_n = offs_n < H
     offs_k = tl.arange(0, BLOCK_K)
-    # padding rows (the sentinel) are neither read nor stored, as vLLM's token_mask does: at large T
-    # they are up to half of the rows (BLOCK_M = 128 for Mixtral's 64 pairs per expert)
     pair = tl.load(sorted_token_ids_ptr + offs_m)
-    mask_m = pair < NUM_PAIRS
-    rows = offs_m  # the gathered buffer: row r
-    if GATHER:  # token rows
-        rows = (tl.where(mask_m, pair, 0) // K).to(tl.int64)
-    a_ptrs = a_ptr + rows[:, None] * stride_ar + offs_k[None, :]
-    a_scale_ptrs = a_scale_ptr + rows * stride_sr
-    # w13[e, n, k] read as a (BLOCK_K, BLOCK_N) tile: the dot computes a @ wᵀ
-    g_ptrs = w13_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
-    u_ptrs = g_ptrs + I * stride_wr
-    dot_dtype = tl.float32 if DOT_FP32 else w13_ptr.dtype.element_ty
+    valid = pair < NUM_PAIRS  # padding rows of the intermediate were never written: not read either
+    a_ptrs = a_ptr + offs_m[:, None] * stride_ar + offs_k[None, :]
+    a_scale_ptrs = a_scale_ptr + offs_m * stride_sr
+    w_ptrs = w2_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
+    dot_dtype = tl.float32 if DOT_FP32 else w2_ptr.dtype.element_ty
 
-    acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, H, BLOCK_K):
-        mask_k = (k0 + offs_k) < H
-        a = tl.load(a_ptrs + k0, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+    acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, I, BLOCK_K):
+        mask_k = (k0 + offs_k) < I
+        a = tl.load(a_ptrs + k0, mask=valid[:, None] & mask_k[None, :], other=0.0)
         if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
-            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)[:, None]
+            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
         a = a.to(dot_dtype)
-        wmask = mask_k[:, None] & mask_n[None, :]
-        wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-        wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-        acc_g = tl.dot(a, wg, acc_g, input_precision=PRECISION)
-        acc_u = tl.dot(a, wu, acc_u, input_precision=PRECISION)
+        w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
+        acc = tl.dot(a, w, acc, input_precision=PRECISION)
 
-    h = acc_g * tl.sigmoid(acc_g) * acc_u
-    tl.store(out_ptr + offs_m[:, None] * stride_or + offs_n[None, :], h.to(out_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & mask_n[None, :])
+    # the routing weight, applied in the epilogue as vLLM's MUL_ROUTED_WEIGHT does
+    rw = tl.load(topk_weights_ptr + tl.where(valid, pair, 0), mask=valid, other=0.0)
+    acc = acc * rw[:, None]
+    out_rows = offs_m
+    if SCATTER:
+        out_rows = tl.where(valid, pair, 0).to(tl.int64)
+    tl.store(out_ptr + out_rows[:, None] * stride_or + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=valid[:, None] & mask_n[None, :])
 
 
 @triton.jit(do_not_specialize=["EM", "NUM_PAIRS"])
@@ -257,6 +332,7 @@ def grouped_down_kernel(
     PRECISION: tl.constexpr,
     SCATTER: tl.constexpr,  # store row r at row sorted_token_ids[r] (stage 7 fused into the stores,
                             # as vLLM does)
+    HALF_M: tl.constexpr = False,  # a block whose upper half is padding runs as a BLOCK_M/2-row tile
     USE_PDL: tl.constexpr = False,  # launched early: wait for the gate/up GEMM, then let combine launch
 ):
     if USE_PDL:
@@ -275,36 +351,13 @@ def grouped_down_kernel(
     if pid_m * BLOCK_M >= tl.load(num_tokens_post_padded_ptr):
         return
     e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
-
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < H
-    offs_k = tl.arange(0, BLOCK_K)
-    pair = tl.load(sorted_token_ids_ptr + offs_m)
-    valid = pair < NUM_PAIRS  # padding rows of the intermediate were never written: not read either
-    a_ptrs = a_ptr + offs_m[:, None] * stride_ar + offs_k[None, :]
-    a_scale_ptrs = a_scale_ptr + offs_m * stride_sr
-    w_ptrs = w2_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
-    dot_dtype = tl.float32 if DOT_FP32 else w2_ptr.dtype.element_ty
-
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, I, BLOCK_K):
-        mask_k = (k0 + offs_k) < I
-        a = tl.load(a_ptrs + k0, mask=valid[:, None] & mask_k[None, :], other=0.0)
-        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
-            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
-        a = a.to(dot_dtype)
-        w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
-        acc = tl.dot(a, w, acc, input_precision=PRECISION)
-
-    # the routing weight, applied in the epilogue as vLLM's MUL_ROUTED_WEIGHT does
-    rw = tl.load(topk_weights_ptr + tl.where(valid, pair, 0), mask=valid, other=0.0)
-    acc = acc * rw[:, None]
-    out_rows = offs_m
-    if SCATTER:
-        out_rows = tl.where(valid, pair, 0).to(tl.int64)
-    tl.store(out_ptr + out_rows[:, None] * stride_or + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=valid[:, None] & mask_n[None, :])
+    m0 = pid_m * BLOCK_M
+    args = (a_ptr, a_scale_ptr, w2_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr, e, m0, pid_n, H, I,
+            NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_or)
+    if _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M, HALF_M):
+        _down_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER)
+    else:
+        _down_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER)
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
