@@ -20,8 +20,18 @@ from warpdecode.configs import expert_config
 
 DEV = warpdecode.DEFAULT_DEVICE  # the GPU where kernels compile for one, else the CPU interpreter
 
-# GEMM stage output vs float64, as error / rounding floor (one rounding of an FP32 accumulator).
-GEMM_TOL = {torch.bfloat16: 1.05, torch.float16: 1.05, torch.float32: 12.0}
+# GEMM stage output vs float64, as error / rounding floor (one rounding to the output dtype). A
+# 16-bit output's rounding swamps the FP32 accumulation: 1.05. An fp32 output carries the
+# accumulation's error itself, which grows with the reduction length n like sqrt(n) roundings: on the
+# H200 (sequential FMAs, "ieee") the gate/up GEMM over H = 300 measured 16-22 × the floor, where the
+# interpreter's pairwise numpy sums stay under 12; so 2·sqrt(n). A wrong row, a missing term or a
+# tf32 product is 10^3-10^6 × the fp32 floor.
+GEMM_TOL = {torch.bfloat16: 1.05, torch.float16: 1.05}
+FP32_TOL_PER_ROOT_TERM = 2.0
+
+
+def _tol(dtype, n_terms: int) -> float:
+    return GEMM_TOL[dtype] if dtype in GEMM_TOL else FP32_TOL_PER_ROOT_TERM * n_terms ** 0.5
 
 # (id, T, K, E, block_m, routing): routing "random" draws ids uniformly, "one" sends every pair to
 # expert E-1 (the last, so every other expert's run is empty)
@@ -210,7 +220,7 @@ def test_gate_up_matches_float64(T, K, E, dtype, fmt, seed):
     want = F.silu(gu[:, :I]) * gu[:, I:]
     assert h.shape == (al.EM, I) and h.dtype == dtype
     assert h[:ntpp][~valid].isnan().all(), "padding rows are not written (poison left in place)"
-    assert _ratio(h[:ntpp][valid], want[valid], dtype) <= GEMM_TOL[dtype]
+    assert _ratio(h[:ntpp][valid], want[valid], dtype) <= _tol(dtype, x.shape[1])
 
 
 @stage_params
@@ -235,7 +245,7 @@ def test_down_matches_float64(T, K, E, dtype, fmt, seed):
     want = torch.einsum("ri,rhi->rh", h_in[valid], w2.double()[e[valid]]) * rw[valid, None]
     assert o.shape == (al.EM, w2.shape[1]) and o.dtype == dtype
     assert o[:ntpp][~valid].isnan().all(), "padding rows are not written (poison left in place)"
-    assert _ratio(o[:ntpp][valid], want, dtype) <= GEMM_TOL[dtype]
+    assert _ratio(o[:ntpp][valid], want, dtype) <= _tol(dtype, I)
 
 
 @stage_params
@@ -339,12 +349,12 @@ def test_half_m_tiles_match_float64(block_m, fmt, seed):
     gu = torch.einsum("rh,rnh->rn", x_in[pairs // K], w13.double()[e])
     want_h = F.silu(gu[:, :I]) * gu[:, I:]
     assert h[:ntpp][~valid].isnan().all(), "padding rows are not written (poison left in place)"
-    assert _ratio(h[:ntpp][valid], want_h, dtype) <= GEMM_TOL[dtype]
+    assert _ratio(h[:ntpp][valid], want_h, dtype) <= _tol(dtype, H)
     h_in = h[:ntpp].double() if fmt == "native" else (
         hq[:ntpp].double() * h_scales[:ntpp].double().repeat_interleave(128, dim=1)[:, :I])
     want_o = torch.einsum("ri,rhi->rh", h_in[valid], w2.double()[e]) * topk_weights.flatten()[pairs].double()[:, None]
     assert not o.isnan().any(), "every pair's row is written"
-    assert _ratio(o[pairs], want_o, dtype) <= GEMM_TOL[dtype]
+    assert _ratio(o[pairs], want_o, dtype) <= _tol(dtype, I)
 
     cfg = {"BLOCK_M": block_m, "gate_up": dict(tile), "down": dict(tile)}
     halved = {"BLOCK_M": block_m, "gate_up": dict(tile, HALF_M=True), "down": dict(tile, HALF_M=True)}
