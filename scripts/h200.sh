@@ -3,7 +3,7 @@
 #   bash scripts/h200.sh check tune bench
 #   env       GPU, driver, versions
 #   check     poisoned correctness on every preset + compute-sanitizer memcheck + GPU tests
-#   pytest    the GPU tests alone (tests marked gpu)
+#   pytest    the GPU tests alone (tests marked gpu), then the expert stage tests compiled for the GPU
 #   lab       scripts/small_reads.py: the read ceiling of one decode-sized kernel (6 MB … 600 MB)
 #   variants  scripts/warp_variants.py: warp decode's cache knobs against the tuned configs
 #   ordered   scripts/ordered_launch.py: the one-launch experiment (v8) against the tuned pair
@@ -52,8 +52,9 @@ for stage in "$@"; do
       if [ -z "${SKIP_PYTEST:-}" ] && ls tests/test_*.py >/dev/null 2>&1; then
         run pytest_gpu "${TIMEOUT_PYTEST:-300}" python3 -m pytest -m gpu -q -x tests -p no:cacheprovider
       fi ;;
-    pytest)  # the GPU tests alone
-      run pytest_gpu "${TIMEOUT_PYTEST:-420}" python3 -m pytest -m gpu -q -rfEx tests -p no:cacheprovider ;;
+    pytest)  # the GPU tests alone, then the stage tests (unmarked: they run on the CPU too, compiled here)
+      run pytest_gpu "${TIMEOUT_PYTEST:-420}" python3 -m pytest -m gpu -q -rfEx tests -p no:cacheprovider
+      run pytest_stages "${TIMEOUT_STAGES:-200}" python3 -m pytest -q -rfE tests/test_expert_stages.py -p no:cacheprovider ;;
     lab)
       run lab "${TIMEOUT_LAB:-90}" python3 scripts/small_reads.py
       cp "$GPU_DIR"/small_reads.csv "$OUT/" 2>/dev/null ;;
