@@ -11,6 +11,7 @@
 #   preload   scripts/down_preload.py: the down kernel with its whole w2 tile loaded before the wait (v13)
 #   tiles     scripts/expert_tiles.py: the expert path's GEMMs at large T over a wider set of tiles
 #   expdl     scripts/expert_pdl.py: the expert path's four launches chained with PDL, against without
+#   chunks    scripts/chunk_flags.py: the warp down kernel by chunks of I, each started when its part of the intermediate exists (v14)
 #   halfm     scripts/half_m.py: the expert GEMMs with HALF_M (half-height tiles on padding), against without
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
@@ -76,6 +77,9 @@ for stage in "$@"; do
     expdl)
       run expdl "${TIMEOUT_EXPDL:-300}" python3 scripts/expert_pdl.py ${EXPDL_ARGS:-}
       cp "$GPU_DIR"/expert_pdl.csv "$OUT/" 2>/dev/null ;;
+    chunks)
+      run chunks "${TIMEOUT_CHUNKS:-240}" python3 scripts/chunk_flags.py ${CHUNKS_ARGS:-}
+      cp "$GPU_DIR"/chunk_flags.csv "$OUT/" 2>/dev/null ;;
     halfm)
       run halfm "${TIMEOUT_HALFM:-300}" python3 scripts/half_m.py ${HALFM_ARGS:-}
       cp "$GPU_DIR"/half_m.csv "$OUT/" 2>/dev/null ;;

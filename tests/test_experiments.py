@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("down_preload.py", ": error ", 6),  # v13: the whole w2 tile before the wait, 1-4 chunks, odd shapes
     ("expert_pdl.py", "same bits", 3),  # the expert path's launches chained with PDL: no bit changes
     ("half_m.py", "same bits", 3),  # HALF_M tiles: no bit changes, blocks of both kinds
+    ("chunk_flags.py", "state reset", 12),  # v14: the down kernel by chunks of I, two calls per shape
 ])
 def test_experiment_checks_pass_in_the_interpreter(script, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
