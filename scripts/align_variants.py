@@ -1,13 +1,14 @@
-"""Align (stage 2 of the expert-centric path) two ways, on the H200: the shipped kernel, whose
+"""Align (stage 2 of the expert-centric path) three ways, on the H200: the shipped kernel, whose
 counts come from ``tl.histogram`` over E bins and whose ranks come from a pass of atomic adds,
-against one where a single pass of atomic adds gives both (session 7; not shipped, see
+against one where a single pass of atomic adds gives both (session 7), and one with no atomics,
+whose ranks come from a sort of the pairs in registers (session 9). Neither is shipped (see
 results/NOTES.md).
 
     python scripts/align_variants.py [--presets ...] [--T 1 8 64 256]
     TRITON_INTERPRET=1 python scripts/align_variants.py --check   # the contract only, on the CPU
 
 Each timed graph aligns 32 different routings (fresh random top-K of the preset's K and E) at the
-block size the tuned expert path uses for that T; both kernels' outputs are checked against the
+block size the tuned expert path uses for that T; every kernel's output is checked against the
 contract first (the same runs per expert, padded, sentinels past the end). Rows: µs per align call
 to results/<GPU>/align_variants.csv. Exits 3 when the one-pass kernel is slower at the largest T.
 """
@@ -101,7 +102,74 @@ def one_pass_align(topk_ids, E: int, block_m: int) -> ex.Alignment:
     return ex.Alignment(sorted_token_ids, expert_ids, num_tokens_post_padded, block_m, num_pairs)
 
 
-VARIANTS = {"histogram": ex.align, "one atomic pass": one_pass_align}
+@triton.jit(do_not_specialize=["NUM_PAIRS", "EM"])
+def sorted_align_kernel(
+    topk_ids_ptr,  # (T*K,) int32 in [0, E)
+    sorted_token_ids_ptr,  # (EM,) int32 out
+    expert_ids_ptr,  # (EM // BLOCK_M,) int32 out
+    num_tokens_post_padded_ptr,  # (1,) int32 out
+    NUM_PAIRS,  # T*K
+    EM,
+    E,
+    BLOCK_M: tl.constexpr,
+    BLOCK_P: tl.constexpr,  # ≥ NUM_PAIRS, power of two
+    LOG_P: tl.constexpr,  # log2(BLOCK_P)
+    BLOCK_E: tl.constexpr,  # ≥ E, power of two
+    CHUNK: tl.constexpr,  # blocks of expert_ids written per step
+    FILL: tl.constexpr,  # sentinel rows written per step
+):
+    """One program, no atomics: counts from ``tl.histogram``, then each pair's rank among its
+    expert's pairs from a sort in registers (key = expert · BLOCK_P + pair, so a stable order):
+    the j-th key of the sorted run of expert e has rank j − (pairs of experts before e). The shipped
+    kernel gets the ranks from a pass of atomic adds on per-expert cursors in global memory."""
+    offs_p = tl.arange(0, BLOCK_P)
+    mask_p = offs_p < NUM_PAIRS
+    ids = tl.load(topk_ids_ptr + offs_p, mask=mask_p, other=0)
+    counts = tl.histogram(ids, BLOCK_E, mask=mask_p)  # pairs per expert
+    padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M
+    ends = tl.cumsum(padded, axis=0)
+    starts = ends - padded
+    total = tl.sum(padded, axis=0)
+    before = tl.cumsum(counts, axis=0) - counts  # pairs of the experts before e
+    tl.store(num_tokens_post_padded_ptr, total)
+    offs_e = tl.arange(0, BLOCK_E)
+    for r0 in range(0, EM, FILL):  # every row starts as the "no pair" sentinel
+        offs_r = r0 + tl.arange(0, FILL)
+        tl.store(sorted_token_ids_ptr + offs_r, tl.full([FILL], 0, tl.int32) + NUM_PAIRS, mask=offs_r < EM)
+    num_blocks = tl.cdiv(EM, BLOCK_M)
+    for b0 in range(0, num_blocks, CHUNK):
+        offs_b = b0 + tl.arange(0, CHUNK)
+        row = offs_b * BLOCK_M
+        expert = tl.sum(((ends[None, :] <= row[:, None]) & (offs_e[None, :] < E)).to(tl.int32), axis=1)
+        tl.store(expert_ids_ptr + offs_b, tl.where(row < total, expert, -1), mask=offs_b < num_blocks)
+    # padding lanes (p ≥ NUM_PAIRS) get expert BLOCK_E: they sort after every pair
+    keys = tl.sort(tl.where(mask_p, ids, BLOCK_E) * BLOCK_P + offs_p)
+    e_s = keys >> LOG_P
+    valid = e_s < BLOCK_E
+    e_c = tl.minimum(e_s, BLOCK_E - 1)
+    dest = tl.gather(starts, e_c, 0) + offs_p - tl.gather(before, e_c, 0)
+    tl.debug_barrier()  # the sentinels are written before the pairs
+    tl.store(sorted_token_ids_ptr + dest, keys & (BLOCK_P - 1), mask=valid)
+
+
+def sorted_align(topk_ids, E: int, block_m: int) -> ex.Alignment:
+    """ex.align with the sort-based kernel."""
+    num_pairs = topk_ids.numel()
+    EM = ex.max_padded_rows(num_pairs, E, block_m)
+    dev = topk_ids.device
+    sorted_token_ids = _alloc.empty(EM, dtype=torch.int32, device=dev)
+    expert_ids = _alloc.empty(EM // block_m, dtype=torch.int32, device=dev)
+    num_tokens_post_padded = _alloc.empty(1, dtype=torch.int32, device=dev)
+    block_p = max(16, triton.next_power_of_2(num_pairs))
+    sorted_align_kernel[(1,)](
+        topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded, num_pairs, EM, E,
+        BLOCK_M=block_m, BLOCK_P=block_p, LOG_P=block_p.bit_length() - 1,
+        BLOCK_E=max(16, triton.next_power_of_2(E)), CHUNK=64, FILL=min(1024, triton.next_power_of_2(EM)),
+        num_warps=4 if num_pairs <= 1024 else 8)
+    return ex.Alignment(sorted_token_ids, expert_ids, num_tokens_post_padded, block_m, num_pairs)
+
+
+VARIANTS = {"histogram": ex.align, "one atomic pass": one_pass_align, "sort": sorted_align}
 
 
 def check(al: ex.Alignment, topk_ids, E: int):
@@ -152,7 +220,7 @@ def main():
                 us[kind] = time_replays(graph, reps=50).median_us / len(routings)
                 rows.append({"preset": name, "T": T, "pairs": T * s.K, "E": s.E, "block_m": bm, "kind": kind,
                              "us": round(us[kind], 3), **meta()})
-            shipped, one_pass = us.values()
+            shipped, one_pass = us["histogram"], us["one atomic pass"]
             print(f"{name:16s} T={T:3d} pairs={T * s.K:5d} E={s.E:3d} BLOCK_M={bm:3d}: "
                   + ", ".join(f"{k} {v:6.2f} us" for k, v in us.items()) + f"  ({shipped / one_pass:.2f}x)",
                   flush=True)
