@@ -113,7 +113,9 @@ def default_grouped_down(wide: bool = False) -> dict:
 
 
 def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False) -> dict:  # noqa: E741
-    """Launch configuration of the expert-centric path: the shared BLOCK_M and each GEMM's tiles."""
+    """Launch configuration of the expert-centric path: the shared BLOCK_M and each GEMM's tiles
+    (BLOCK_N, BLOCK_K, GROUP_M, warps, stages, and in tuned tables sometimes ``HALF_M``: see
+    ``warpdecode.expert._gemm_meta``)."""
     tuned = _lookup("expert_fp8" if fp8 else "expert", H, I, E, K, T)
     if tuned:
         return tuned
