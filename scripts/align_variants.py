@@ -85,21 +85,27 @@ def one_pass_align_kernel(
     tl.store(sorted_token_ids_ptr + start + rank, offs_p, mask=mask_p)
 
 
-def one_pass_align(topk_ids, E: int, block_m: int) -> ex.Alignment:
-    """ex.align with the one-pass kernel."""
+def _outputs(topk_ids, E: int, block_m: int):
+    """(Alignment with empty index arrays, launch sizes) for an align kernel of this module."""
     num_pairs = topk_ids.numel()
     EM = ex.max_padded_rows(num_pairs, E, block_m)
     dev = topk_ids.device
-    sorted_token_ids = _alloc.empty(EM, dtype=torch.int32, device=dev)
-    expert_ids = _alloc.empty(EM // block_m, dtype=torch.int32, device=dev)
-    num_tokens_post_padded = _alloc.empty(1, dtype=torch.int32, device=dev)
-    cursor = _alloc.empty(E, dtype=torch.int32, device=dev)
-    one_pass_align_kernel[(1,)](
-        topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded, cursor, num_pairs, EM, E,
-        BLOCK_M=block_m, BLOCK_P=max(16, triton.next_power_of_2(num_pairs)),
-        BLOCK_E=max(16, triton.next_power_of_2(E)), CHUNK=64, FILL=min(1024, triton.next_power_of_2(EM)),
-        num_warps=4 if num_pairs <= 1024 else 8)
-    return ex.Alignment(sorted_token_ids, expert_ids, num_tokens_post_padded, block_m, num_pairs)
+    al = ex.Alignment(_alloc.empty(EM, dtype=torch.int32, device=dev),
+                      _alloc.empty(EM // block_m, dtype=torch.int32, device=dev),
+                      _alloc.empty(1, dtype=torch.int32, device=dev), block_m, num_pairs)
+    sizes = dict(BLOCK_M=block_m, BLOCK_P=max(16, triton.next_power_of_2(num_pairs)),
+                 BLOCK_E=max(16, triton.next_power_of_2(E)), CHUNK=64, FILL=min(1024, triton.next_power_of_2(EM)),
+                 num_warps=4 if num_pairs <= 1024 else 8)
+    return al, EM, sizes
+
+
+def one_pass_align(topk_ids, E: int, block_m: int) -> ex.Alignment:
+    """ex.align with the one-pass kernel."""
+    al, EM, sizes = _outputs(topk_ids, E, block_m)
+    cursor = _alloc.empty(E, dtype=torch.int32, device=topk_ids.device)
+    one_pass_align_kernel[(1,)](topk_ids, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, cursor,
+                                al.num_pairs, EM, E, **sizes)
+    return al
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS", "EM"])
@@ -154,19 +160,10 @@ def sorted_align_kernel(
 
 def sorted_align(topk_ids, E: int, block_m: int) -> ex.Alignment:
     """ex.align with the sort-based kernel."""
-    num_pairs = topk_ids.numel()
-    EM = ex.max_padded_rows(num_pairs, E, block_m)
-    dev = topk_ids.device
-    sorted_token_ids = _alloc.empty(EM, dtype=torch.int32, device=dev)
-    expert_ids = _alloc.empty(EM // block_m, dtype=torch.int32, device=dev)
-    num_tokens_post_padded = _alloc.empty(1, dtype=torch.int32, device=dev)
-    block_p = max(16, triton.next_power_of_2(num_pairs))
-    sorted_align_kernel[(1,)](
-        topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded, num_pairs, EM, E,
-        BLOCK_M=block_m, BLOCK_P=block_p, LOG_P=block_p.bit_length() - 1,
-        BLOCK_E=max(16, triton.next_power_of_2(E)), CHUNK=64, FILL=min(1024, triton.next_power_of_2(EM)),
-        num_warps=4 if num_pairs <= 1024 else 8)
-    return ex.Alignment(sorted_token_ids, expert_ids, num_tokens_post_padded, block_m, num_pairs)
+    al, EM, sizes = _outputs(topk_ids, E, block_m)
+    sorted_align_kernel[(1,)](topk_ids, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded,
+                              al.num_pairs, EM, E, LOG_P=sizes["BLOCK_P"].bit_length() - 1, **sizes)
+    return al
 
 
 VARIANTS = {"histogram": ex.align, "one atomic pass": one_pass_align, "sort": sorted_align}
