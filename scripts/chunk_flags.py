@@ -128,11 +128,11 @@ def down_chunked_kernel(
         tl.atomic_xchg(state_ptr, 0)
 
 
-_STATE = {}  # (device, T*K, I, H, T, BLOCK_H, CHUNKS) -> buffers of the protocol
+_STATE = {}  # (device, T, K, H, I, BLOCK_H, CHUNKS) -> buffers of the protocol
 
 
 def _buffers(device, T, K, H, I, block_h, chunks):  # noqa: E741
-    key = (str(device), T * K, I, H, T, block_h, chunks)
+    key = (str(device), T, K, H, I, block_h, chunks)
     if key not in _STATE:
         _STATE[key] = dict(
             act=torch.full((T * K, I), SENTINEL, dtype=torch.int32, device=device).view(torch.float32),
@@ -246,7 +246,7 @@ def main():
                 return [pair_chunked(i.x, w13, w2, i.topk_ids, i.topk_weights, tuned["gate_up"], cfg)
                         for (w13, w2), i in pairs]
 
-            if "split" not in str(wp.schedule_of(tuned)):
+            if wp.schedule_of(tuned) != "split":
                 print(f"{name} T={T}: the tuned schedule is {wp.schedule_of(tuned)}; compared with the pair anyway")
             runs = [("shipped " + str(tuned["down"]), shipped)]
             runs += [(f"chunked {c}", partial(chunked, c)) for c in candidates(shape.I, shape.K)]

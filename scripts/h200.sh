@@ -38,6 +38,12 @@ run() {  # run NAME LIMIT CMD...: time-limited, logged to $OUT/NAME.log
   echo "=== $name rc=$rc in $((SECONDS - t0))s"
 }
 
+experiment() {  # experiment STAGE SCRIPT LIMIT [ARGS...]: scripts/SCRIPT.py, then its SCRIPT.csv to $OUT
+  local name=$1 script=$2 limit=$3; shift 3
+  run "$name" "$limit" python3 "scripts/$script.py" "$@"
+  cp "$GPU_DIR/$script.csv" "$OUT/" 2>/dev/null
+}
+
 for stage in "$@"; do
   case $stage in
     env)
@@ -56,33 +62,15 @@ for stage in "$@"; do
     pytest)  # the GPU tests alone, then the stage tests (unmarked: they run on the CPU too, compiled here)
       run pytest_gpu "${TIMEOUT_PYTEST:-420}" python3 -m pytest -m gpu -q -rfEx tests -p no:cacheprovider
       run pytest_stages "${TIMEOUT_STAGES:-200}" python3 -m pytest -q -rfE tests/test_expert_stages.py -p no:cacheprovider ;;
-    lab)
-      run lab "${TIMEOUT_LAB:-90}" python3 scripts/small_reads.py
-      cp "$GPU_DIR"/small_reads.csv "$OUT/" 2>/dev/null ;;
-    variants)
-      run variants "${TIMEOUT_VARIANTS:-300}" python3 scripts/warp_variants.py ${VARIANT_ARGS:-}
-      cp "$GPU_DIR"/warp_variants.csv "$OUT/" 2>/dev/null ;;
-    ordered)
-      run ordered "${TIMEOUT_ORDERED:-400}" python3 scripts/ordered_launch.py ${ORDERED_ARGS:-}
-      cp "$GPU_DIR"/ordered_launch.csv "$OUT/" 2>/dev/null ;;
-    gateup)
-      run gateup "${TIMEOUT_GATEUP:-200}" python3 scripts/gate_up_ladder.py ${GATEUP_ARGS:-}
-      cp "$GPU_DIR"/gate_up_ladder.csv "$OUT/" 2>/dev/null ;;
-    preload)
-      run preload "${TIMEOUT_PRELOAD:-300}" python3 scripts/down_preload.py ${PRELOAD_ARGS:-}
-      cp "$GPU_DIR"/down_preload.csv "$OUT/" 2>/dev/null ;;
-    tiles)
-      run tiles "${TIMEOUT_TILES:-360}" python3 scripts/expert_tiles.py ${TILES_ARGS:-}
-      cp "$GPU_DIR"/expert_tiles.csv "$OUT/" 2>/dev/null ;;
-    expdl)
-      run expdl "${TIMEOUT_EXPDL:-300}" python3 scripts/expert_pdl.py ${EXPDL_ARGS:-}
-      cp "$GPU_DIR"/expert_pdl.csv "$OUT/" 2>/dev/null ;;
-    chunks)
-      run chunks "${TIMEOUT_CHUNKS:-240}" python3 scripts/chunk_flags.py ${CHUNKS_ARGS:-}
-      cp "$GPU_DIR"/chunk_flags.csv "$OUT/" 2>/dev/null ;;
-    halfm)
-      run halfm "${TIMEOUT_HALFM:-300}" python3 scripts/half_m.py ${HALFM_ARGS:-}
-      cp "$GPU_DIR"/half_m.csv "$OUT/" 2>/dev/null ;;
+    lab) experiment lab small_reads "${TIMEOUT_LAB:-90}" ;;
+    variants) experiment variants warp_variants "${TIMEOUT_VARIANTS:-300}" ${VARIANT_ARGS:-} ;;
+    ordered) experiment ordered ordered_launch "${TIMEOUT_ORDERED:-400}" ${ORDERED_ARGS:-} ;;
+    gateup) experiment gateup gate_up_ladder "${TIMEOUT_GATEUP:-200}" ${GATEUP_ARGS:-} ;;
+    preload) experiment preload down_preload "${TIMEOUT_PRELOAD:-300}" ${PRELOAD_ARGS:-} ;;
+    tiles) experiment tiles expert_tiles "${TIMEOUT_TILES:-360}" ${TILES_ARGS:-} ;;
+    expdl) experiment expdl expert_pdl "${TIMEOUT_EXPDL:-300}" ${EXPDL_ARGS:-} ;;
+    chunks) experiment chunks chunk_flags "${TIMEOUT_CHUNKS:-240}" ${CHUNKS_ARGS:-} ;;
+    halfm) experiment halfm half_m "${TIMEOUT_HALFM:-300}" ${HALFM_ARGS:-} ;;
     memtest)  # -v: every finished test is in the log even if the stage runs out of time
       run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
           python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py \
