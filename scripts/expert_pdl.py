@@ -11,6 +11,10 @@ way, so the shipped baseline does not either; this measures what it would buy, a
 routings (seed 1000 + T), each form timed twice in alternation in one process, the outputs of
 both checked against each other (bit for bit) and against the float64 reference first.
 
+``--aligns histogram parallel`` also swaps the align kernel (the shipped one, or the
+many-program one of ``scripts/align_variants.py``): every (align, PDL) form is timed twice in
+alternation, and every form's output must be the same to the bit.
+
 Rows: µs per layer call to results/<GPU>/expert_pdl.csv.
 """
 
@@ -44,10 +48,16 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--presets", nargs="+", default=["qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"])
     p.add_argument("--T", type=int, nargs="+", default=[1, 8, 64, 256])
+    p.add_argument("--aligns", nargs="+", default=["histogram"], choices=["histogram", "parallel"])
     p.add_argument("--check", action="store_true")
     args = p.parse_args()
     if args.check:
         return check()
+
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from align_variants import parallel_align
+    aligns = {"histogram": ex.align, "parallel": parallel_align}
 
     from warpdecode.bench import data
     from warpdecode.bench.sweep import meta
@@ -65,22 +75,27 @@ def main():
             floor_us = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
             ref = wd.reference_moe(inputs[0].x, *layers[0], inputs[0].topk_weights, inputs[0].topk_ids)
             pairs = list(zip(layers, inputs, strict=True))
-            got = {}
-            for pdl in (False, True, False, True):
-                g, outs = capture_poisoned(lambda pdl=pdl, pairs=pairs: [
-                    ex.moe_expert(i.x, w13, w2, i.topk_weights, i.topk_ids, pdl=pdl) for (w13, w2), i in pairs])
+            first = None
+            for align, pdl in [(a, pdl) for _ in range(2) for a in args.aligns for pdl in (False, True)]:
+                ex.align = aligns[align]
+                try:
+                    g, outs = capture_poisoned(lambda pdl=pdl, pairs=pairs: [
+                        ex.moe_expert(i.x, w13, w2, i.topk_weights, i.topk_ids, pdl=pdl) for (w13, w2), i in pairs])
+                finally:
+                    ex.align = aligns["histogram"]
                 err = wd.rel_error(outs[0], ref) / wd.rounding_floor(ref, torch.bfloat16)
                 if not (err <= 4 and all(not y.isnan().any() for y in outs)):  # NaN fails too
-                    raise AssertionError(f"{name} T={T} pdl={pdl}: error {err:.2f} × the rounding floor")
-                got.setdefault(pdl, outs[0].clone())
-                if not torch.equal(got[pdl], got[False]):
-                    raise AssertionError(f"{name} T={T}: PDL changed the output's bits")
+                    raise AssertionError(f"{name} T={T} align={align} pdl={pdl}: error {err:.2f} × the rounding floor")
+                first = outs[0].clone() if first is None else first
+                if not torch.equal(outs[0], first):
+                    raise AssertionError(f"{name} T={T}: align={align} pdl={pdl} changed the output's bits")
                 us = time_replays(g, reps=60).median_us / L
                 del g, outs
-                rows.append({"preset": name, "T": T, "pdl": pdl, "us": round(us, 3), "floor_us": round(floor_us, 3),
+                rows.append({"preset": name, "T": T, "pdl": pdl, "align": align, "us": round(us, 3),
+                             "floor_us": round(floor_us, 3),
                              "frac_ceiling": round(floor_us / us, 4), "error_over_floor": round(err, 3),
                              "ceiling_TBps": round(ceiling, 4), **meta()})
-                print(f"{name:14s} T={T:3d} pdl={pdl!s:5s} {us:9.2f} us {100 * floor_us / us:5.1f}% "
+                print(f"{name:14s} T={T:3d} align={align:9s} pdl={pdl!s:5s} {us:9.2f} us {100 * floor_us / us:5.1f}% "
                       f"err/floor {err:.2f}", flush=True)
         layers = None
         torch.cuda.empty_cache()

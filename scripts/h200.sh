@@ -13,6 +13,8 @@
 #   expdl     scripts/expert_pdl.py: the expert path's four launches chained with PDL, against without
 #   chunks    scripts/chunk_flags.py: the warp down kernel by chunks of I, each started when its part of the intermediate exists (v14)
 #   halfm     scripts/half_m.py: the expert GEMMs with HALF_M (half-height tiles on padding), against without
+#   align     scripts/align_variants.py: align's kernel four ways (ALIGN_ARGS)
+#   profile   scripts/profile_pair.py under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
@@ -71,6 +73,12 @@ for stage in "$@"; do
     expdl) experiment expdl expert_pdl "${TIMEOUT_EXPDL:-300}" ${EXPDL_ARGS:-} ;;
     chunks) experiment chunks chunk_flags "${TIMEOUT_CHUNKS:-240}" ${CHUNKS_ARGS:-} ;;
     halfm) experiment halfm half_m "${TIMEOUT_HALFM:-300}" ${HALFM_ARGS:-} ;;
+    align) experiment align align_variants "${TIMEOUT_ALIGN:-200}" ${ALIGN_ARGS:-} ;;
+    profile)  # --clock-control none: leave the clocks alone (the device tool's METHOD.md)
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      run profile "${TIMEOUT_PROFILE:-300}" "$NCU" --profile-from-start off --clock-control none --nvtx \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section SchedulerStats --export "$OUT/profile" python3 scripts/profile_pair.py ;;
     memtest)  # -v: every finished test is in the log even if the stage runs out of time
       run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
           python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py \
