@@ -2,7 +2,7 @@
 counts come from ``tl.histogram`` over E bins and whose ranks come from a pass of atomic adds,
 against one where a single pass of atomic adds gives both (session 7), one with no atomics, whose
 ranks come from a sort of the pairs in registers (session 9), and one of many programs with no
-atomics and no barrier (``parallel``, session 10; one program per 128 or 32 pairs). See
+atomics and no barrier (``parallel``, session 10; one program per 8 … 128 pairs). See
 results/NOTES.md for which is shipped.
 
     python scripts/align_variants.py [--presets ...] [--T 1 8 64 256]
@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -247,13 +248,9 @@ def parallel_align(topk_ids, E: int, block_m: int, block_c: int = 128, *, pdl: b
     return al
 
 
-def parallel_align_32(topk_ids, E: int, block_m: int) -> ex.Alignment:
-    """parallel_align with one program per 32 pairs."""
-    return parallel_align(topk_ids, E, block_m, 32)
-
-
 VARIANTS = {"histogram": ex.align, "one atomic pass": one_pass_align, "sort": sorted_align,
-            "parallel": parallel_align, "parallel 32": parallel_align_32}
+            "parallel": parallel_align,  # one program per 128 pairs
+            **{f"parallel {c}": partial(parallel_align, block_c=c) for c in (8, 16, 32, 64)}}
 
 
 def check(al: ex.Alignment, topk_ids, E: int):
