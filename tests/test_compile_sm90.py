@@ -81,8 +81,9 @@ SCENARIOS = [
         "gate_up": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 4, "HALF_M": True},
         "down": {"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3, "HALF_M": True}}),
      DEFAULTS),
-    # the four launches chained with programmatic dependent launch (scripts/expert_pdl.py)
-    ("qwen3-30b-T=256-expert-pdl", "expert", QWEN, 256, BF16, dict(pdl=True), H200),
+    # the four launches one after another, as vLLM's fused_moe launches them (the default chains
+    # them with programmatic dependent launch where the GPU has it)
+    ("qwen3-30b-T=256-expert-no-pdl", "expert", QWEN, 256, BF16, dict(pdl=False), H200),
 ]
 
 
@@ -109,18 +110,18 @@ def _record(path, s, T, dtype, options, gpu_name):
                                                                      **options)]
 
 
-def _all_specs() -> dict[str, compiled.Job]:
-    specs = {}
+def _all_specs() -> tuple[dict[str, compiled.Job], dict[str, dict]]:
+    specs, options = {}, {}
     for sid, *scenario in SCENARIOS:
         for name, job in _record(*scenario):
             key = f"{name}-{sid}"
             if key in specs:  # the FP8 quantizer runs twice: on the activations, then the intermediate
                 key += "-2nd"
-            specs[key] = job
-    return specs
+            specs[key], options[key] = job, scenario[-2]
+    return specs, options
 
 
-SPECS = _all_specs()  # id -> Job, recorded at collection (Python only: no compile here)
+SPECS, OPTIONS = _all_specs()  # id -> Job and its scenario's options, recorded at collection (no compile here)
 WARP = [n for n, j in SPECS.items() if j.name.startswith("warp_")]
 GROUPED = [n for n in WARP if "_grouped_" in SPECS[n].name]  # tensor-core tiles, not one warp per output
 PAIR = [n for n in WARP if n not in GROUPED]
@@ -164,14 +165,22 @@ def test_scenarios_use_the_gpu_branch():
     assert bm["moe_align_kernel-qwen3-30b-T=8-expert-decode"] == 16
 
 
+def _expert_pdl(name: str) -> bool:
+    """Whether a scenario's expert launches are chained: the default on a GPU that has PDL, in the
+    fused form with native activations, unless the scenario passes pdl=False."""
+    o = OPTIONS[name]
+    return o.get("pdl", True) and o.get("act_format", "native") == "native" and o.get("fuse_gather_scatter", True)
+
+
 def test_expert_pdl_waits_before_it_reads(built):
     """With pdl, each kernel after align waits for its predecessor (griddepcontrol.wait) before
     anything else, and every kernel but combine lets its successor launch; without, none does."""
+    assert any(_expert_pdl(n) for n in built) and not all(_expert_pdl(n) for n in built if "expert" in n)
     for name, c in built.items():
         if SPECS[name].name not in ("moe_align_kernel", "grouped_gate_up_kernel", "grouped_down_kernel",
                                     "combine_kernel"):
             continue
-        ptx, pdl = c.asm["ptx"], name.endswith("-expert-pdl")
+        ptx, pdl = c.asm["ptx"], _expert_pdl(name)
         waits = "griddepcontrol.wait" in ptx
         launches = "griddepcontrol.launch_dependents" in ptx
         assert waits == (pdl and SPECS[name].name != "moe_align_kernel"), name

@@ -153,13 +153,15 @@ FUSED_IO_CASES = [(p, T, f) for p in warpdecode.MODEL_PRESETS for T in (1, 33) f
 @pytest.mark.parametrize("preset,T,act_format", FUSED_IO_CASES, ids=[f"{p}-T={T}-{f}" for p, T, f in FUSED_IO_CASES])
 def test_expert_fused_gather_scatter_is_the_eight_kernels(preset, T, act_format):
     """What moe(method='expert') runs (gather in the gate/up GEMM's loads, scatter in the down
-    GEMM's stores, vLLM's form) gives the eight separate kernels' result to the bit, tuned configs."""
+    GEMM's stores, vLLM's form; the launches chained with PDL) gives the eight separate kernels'
+    result to the bit, and so do the four launches one after another (pdl=False), tuned configs."""
     inputs, _, _ = _preset_inputs(preset, T)
     with warpdecode._alloc.poisoned():
         fused = warpdecode.expert.moe_expert(*inputs, act_format=act_format)
         apart = warpdecode.expert.moe_expert(*inputs, act_format=act_format, fuse_gather_scatter=False)
+        unchained = warpdecode.expert.moe_expert(*inputs, act_format=act_format, pdl=False)
     assert not fused.isnan().any()
-    assert torch.equal(fused, apart)
+    assert torch.equal(fused, apart) and torch.equal(fused, unchained)
 
 
 @pytest.mark.parametrize("case,variant", EDGE_RUNS, ids=[f"{c.id}-{v}" for c, v in EDGE_RUNS])

@@ -12,7 +12,8 @@
 :func:`moe_expert` runs them as vLLM's ``fused_moe`` does: stage 3 inside the gate/up GEMM's loads
 (row r of a tile reads x[sorted_token_ids[r] // K]) and stage 7 inside the down GEMM's stores
 (row r lands at row sorted_token_ids[r] of a (T·K, H) buffer), four launches in all (align,
-gate/up, down, combine). ``fuse_gather_scatter=False`` runs all eight as their own kernels, the
+gate/up, down, combine), chained with programmatic dependent launch on Hopper and newer as
+TensorRT-LLM launches its MoE kernels (``pdl``). ``fuse_gather_scatter=False`` runs all eight as their own kernels, the
 form the stage-by-stage benchmark times and notebook 2 shows; the numbers are bit for bit the
 same. Gather and scatter move T·K·H elements each, a small share of the bytes next to the
 weights, but as kernels of their own each is a launch, and at decode a launch costs more than
@@ -21,6 +22,7 @@ its bytes.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +59,13 @@ def max_padded_rows(num_pairs: int, E: int, block_m: int) -> int:
     return triton.cdiv(em, block_m) * block_m
 
 
+def pdl_default() -> bool:
+    """Whether :func:`moe_expert` chains its launches by default: on GPUs that have programmatic
+    dependent launch (Hopper and newer; not the interpreter), unless ``WARPDECODE_PDL=0``, which
+    also turns it off between warp decode's two kernels (``warpdecode.warp.USE_PDL``)."""
+    return _runtime.HAS_PDL and os.environ.get("WARPDECODE_PDL", "1") != "0"
+
+
 def _pdl(pdl: bool) -> dict:
     """Meta-parameters of a kernel that, with ``pdl`` (and a GPU that has it), is launched while its
     predecessor still runs and waits for it in-kernel (``USE_PDL``; see :func:`moe_expert`)."""
@@ -65,23 +74,27 @@ def _pdl(pdl: bool) -> dict:
 
 
 def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False) -> Alignment:
-    """Stage 2: group (token, slot) pairs by expert and pad each expert's run to ``block_m`` rows."""
+    """Stage 2: group (token, slot) pairs by expert and pad each expert's run to ``block_m`` rows.
+
+    One program per 16 pairs (32 past 1024 pairs, where each program's count of all the pairs
+    starts to weigh), measured on the H200 in ``scripts/align_variants.py``."""
     num_pairs = topk_ids.numel()
     EM = max_padded_rows(num_pairs, E, block_m)
     dev = topk_ids.device
     sorted_token_ids = _alloc.empty(EM, dtype=torch.int32, device=dev)
     expert_ids = _alloc.empty(EM // block_m, dtype=torch.int32, device=dev)
     num_tokens_post_padded = _alloc.empty(1, dtype=torch.int32, device=dev)
-    cursor = _alloc.empty(E, dtype=torch.int32, device=dev)
-    kx.moe_align_kernel[(1,)](
-        topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded, cursor,
-        num_pairs, EM, E,
+    block_c = 16 if num_pairs <= 1024 else 32
+    grid = triton.cdiv(num_pairs, block_c)
+    kx.moe_align_kernel[(grid,)](
+        topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded,
+        num_pairs, EM, E, triton.cdiv(EM // block_m, grid),
         BLOCK_M=block_m,
-        BLOCK_P=max(16, triton.next_power_of_2(num_pairs)),
-        BLOCK_E=max(16, triton.next_power_of_2(E + 1)),
-        CHUNK=64,
-        FILL=min(1024, triton.next_power_of_2(EM)),
-        num_warps=4 if num_pairs <= 1024 else 8,
+        SCAN=min(4096, max(16, triton.next_power_of_2(num_pairs))),
+        BLOCK_E=max(16, triton.next_power_of_2(E)),
+        BLOCK_C=block_c,
+        CHUNK=max(1, min(16, 2048 // block_m)),
+        num_warps=4,
         USE_PDL=pdl and _runtime.HAS_PDL,  # launched as usual; it lets the next kernel launch early
     )
     return Alignment(sorted_token_ids, expert_ids, num_tokens_post_padded, block_m, num_pairs)
@@ -191,7 +204,7 @@ def combine(s: torch.Tensor, K: int, *, pdl: bool = False) -> torch.Tensor:
 
 
 def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native", config: dict | None = None,
-               fuse_gather_scatter: bool = True, pdl: bool = False):
+               fuse_gather_scatter: bool = True, pdl: bool | None = None):
     """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
     act_format: ``"native"`` feeds the GEMMs the compute dtype; ``"fp8"`` quantizes the
@@ -201,17 +214,18 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     stores, as vLLM's ``fused_moe`` does (the default, and what the benchmark times as ``expert``);
     False runs them as kernels of their own. The result is the same to the bit.
     pdl: launch the gate/up GEMM, the down GEMM and combine with programmatic dependent launch
-    (Hopper and newer; bf16 fused form only): each is on the GPU, waiting in-kernel, before its
-    predecessor ends, so the gaps between the four launches close. An experiment
-    (``scripts/expert_pdl.py``), off by default: vLLM's ``fused_moe`` does not launch this way, and
-    the benchmark's rows were measured without it. The result is the same to the bit.
+    (Hopper and newer; the fused form with native activations only): each is on the GPU, waiting
+    in-kernel, before its predecessor ends, so the gaps between the four launches close, as
+    TensorRT-LLM launches its MoE kernels. None (the default): on where the GPU has it
+    (:func:`pdl_default`); False: one launch after another, as vLLM's ``fused_moe`` does, 0.1-7 %
+    slower on the H200 (``scripts/expert_pdl.py``). The result is the same to the bit.
     """
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
     cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8")
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
-    pdl = pdl and fuse_gather_scatter and act_format == "native"
+    pdl = (pdl_default() if pdl is None else pdl) and fuse_gather_scatter and act_format == "native"
     al = align(topk_ids, E, cfg["BLOCK_M"], pdl=pdl)
     if fuse_gather_scatter:
         a, a_scales = quantize(x, None, act_format)  # per token: the same values the gathered rows get

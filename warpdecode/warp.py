@@ -22,7 +22,7 @@ def schedule_of(cfg: dict) -> str:
 
 
 #: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
-#: ``WARPDECODE_PDL=0`` turns it off, to measure what it buys.
+#: ``WARPDECODE_PDL=0`` turns it off, to measure what it buys (also in the expert path, expert.pdl_default).
 USE_PDL = _runtime.HAS_PDL and os.environ.get("WARPDECODE_PDL", "1") != "0"
 
 

@@ -28,55 +28,75 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
-@triton.jit(do_not_specialize=["NUM_PAIRS", "EM"])
+@triton.jit(do_not_specialize=["NUM_PAIRS", "EM", "BLOCKS_PER_PROG"])
 def moe_align_kernel(
     topk_ids_ptr,  # (T*K,) int32 in [0, E)
     sorted_token_ids_ptr,  # (EM,) int32 out
     expert_ids_ptr,  # (EM // BLOCK_M,) int32 out
     num_tokens_post_padded_ptr,  # (1,) int32 out
-    cursor_ptr,  # (E,) int32 scratch: next free row of each expert
     NUM_PAIRS,  # T*K
     EM,
     E,
+    BLOCKS_PER_PROG,  # blocks of BLOCK_M rows this program labels and pads
     BLOCK_M: tl.constexpr,
-    BLOCK_P: tl.constexpr,  # ≥ NUM_PAIRS, power of two
+    SCAN: tl.constexpr,  # pairs counted per step, power of two
     BLOCK_E: tl.constexpr,  # ≥ E, power of two
-    CHUNK: tl.constexpr,  # blocks of expert_ids written per step
-    FILL: tl.constexpr,  # sentinel rows written per step
+    BLOCK_C: tl.constexpr,  # pairs this program places
+    CHUNK: tl.constexpr,  # blocks labelled per step
     USE_PDL: tl.constexpr = False,  # let the gate/up GEMM launch now (it waits for this kernel)
 ):
-    """One program: histogram → padded prefix sum → scatter. Like vLLM's small-batch kernel."""
+    """One program per BLOCK_C pairs; no atomics, no barrier, no scratch.
+
+    Every program counts all the pairs per expert (histogram → padded prefix sum: each expert's
+    first row), and, in the same pass, the pairs of the programs before it. It places its own
+    pairs at first row + pairs of that expert before it, in pair order (inside its chunk, from a
+    BLOCK_C × BLOCK_C comparison), and labels and pads its share of the blocks, writing the
+    sentinel only on rows no pair lands on, so no two programs ever write the same row. vLLM
+    places the pairs with atomic adds on per-expert cursors (in one block for small batches, then a
+    grid of blocks), so the order inside a run is free there; here it is fixed. The one-program
+    kernel with atomic adds this replaced took 1.0-1.8x as long at T = 1 and 2.3-5.4x at 2048
+    pairs (``scripts/align_variants.py``, ``results/NVIDIA_H200/align_variants.csv``)."""
     if USE_PDL:
         gdc_launch_dependents()
-    offs_p = tl.arange(0, BLOCK_P)
-    mask_p = offs_p < NUM_PAIRS
-    ids = tl.load(topk_ids_ptr + offs_p, mask=mask_p, other=0)
-    counts = tl.histogram(ids, BLOCK_E, mask=mask_p)  # pairs per expert
+    pid = tl.program_id(0)
+    first = pid * BLOCK_C
+    counts = tl.zeros([BLOCK_E], dtype=tl.int32)  # pairs per expert
+    earlier = tl.zeros([BLOCK_E], dtype=tl.int32)  # ... among pairs [0, first)
+    for p0 in range(0, NUM_PAIRS, SCAN):
+        offs_p = p0 + tl.arange(0, SCAN)
+        ids = tl.load(topk_ids_ptr + offs_p, mask=offs_p < NUM_PAIRS, other=0)
+        counts += tl.histogram(ids, BLOCK_E, mask=offs_p < NUM_PAIRS)
+        earlier += tl.histogram(ids, BLOCK_E, mask=offs_p < first)
     padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M  # rows per expert after padding
     ends = tl.cumsum(padded, axis=0)
     starts = ends - padded
     total = tl.sum(padded, axis=0)
-    tl.store(num_tokens_post_padded_ptr, total)
+    if pid == 0:
+        tl.store(num_tokens_post_padded_ptr, total)
+
+    offs_j = tl.arange(0, BLOCK_C)
+    pair = first + offs_j
+    mask_c = pair < NUM_PAIRS
+    e_c = tl.load(topk_ids_ptr + pair, mask=mask_c, other=0)
+    same = (e_c[:, None] == e_c[None, :]) & (offs_j[None, :] < offs_j[:, None])
+    rank = tl.sum(same.to(tl.int32), axis=1)  # pairs of the same expert before it in this chunk
+    tl.store(sorted_token_ids_ptr + tl.gather(starts + earlier, e_c, 0) + rank, pair, mask=mask_c)
 
     offs_e = tl.arange(0, BLOCK_E)
-    tl.store(cursor_ptr + offs_e, starts, mask=offs_e < E)
-    for r0 in range(0, EM, FILL):  # every row starts as the "no pair" sentinel
-        offs_r = r0 + tl.arange(0, FILL)
-        tl.store(sorted_token_ids_ptr + offs_r, tl.full([FILL], 0, tl.int32) + NUM_PAIRS, mask=offs_r < EM)
-    num_blocks = tl.cdiv(EM, BLOCK_M)
-    for b0 in range(0, num_blocks, CHUNK):  # block b belongs to the expert whose rows cover b*BLOCK_M
-        offs_b = b0 + tl.arange(0, CHUNK)
+    offs_m = tl.arange(0, BLOCK_M)
+    b_end = tl.minimum((pid + 1) * BLOCKS_PER_PROG, EM // BLOCK_M)
+    for b0 in range(0, BLOCKS_PER_PROG, CHUNK):  # block b belongs to the expert whose rows cover b*BLOCK_M
+        offs_b = pid * BLOCKS_PER_PROG + b0 + tl.arange(0, CHUNK)
+        mask_b = offs_b < b_end
         row = offs_b * BLOCK_M
-        before = (ends[None, :] <= row[:, None]) & (offs_e[None, :] < E)
-        expert = tl.sum(before.to(tl.int32), axis=1)
-        expert = tl.where(row < total, expert, -1)
-        tl.store(expert_ids_ptr + offs_b, expert, mask=offs_b < num_blocks)
-    tl.debug_barrier()  # cursors and sentinels are visible before the scatter
-
-    # the row of each pair inside its expert's run. Relaxed: only atomicity matters here; the
-    # default (acq_rel) would order every element's atomic behind a fence
-    rank = tl.atomic_add(cursor_ptr + ids, 1, mask=mask_p, sem="relaxed")
-    tl.store(sorted_token_ids_ptr + rank, offs_p, mask=mask_p)
+        expert = tl.sum(((ends[None, :] <= row[:, None]) & (offs_e[None, :] < E)).to(tl.int32), axis=1)
+        used = row < total
+        tl.store(expert_ids_ptr + offs_b, tl.where(used, expert, -1), mask=mask_b)
+        # rows of the block that hold pairs: the rest is padding, "no pair"
+        filled = tl.where(used, tl.gather(starts + counts, tl.where(used, expert, 0), 0) - row, 0)
+        pad = (offs_m[None, :] >= filled[:, None]) & mask_b[:, None]
+        tl.store(sorted_token_ids_ptr + row[:, None] + offs_m[None, :],
+                 tl.full([CHUNK, BLOCK_M], 0, tl.int32) + NUM_PAIRS, mask=pad)
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
