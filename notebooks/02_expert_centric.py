@@ -93,7 +93,8 @@ for t in range(T):
 # %% [markdown]
 # ### Stage 2 · align
 #
-# One kernel (`moe_align_kernel`: histogram → padded prefix sum → scatter) writes three arrays:
+# One kernel (`moe_align_kernel`, one program per 16 pairs: each counts every pair per expert →
+# padded prefix sum → places its own pairs, and pads its share of the blocks) writes three arrays:
 #
 # - `sorted_token_ids` (EM,): pair indices grouped by expert, each expert's run padded up to a
 #   multiple of `BLOCK_M` with the **sentinel** `T·K` ("no pair"). EM is the worst case,
@@ -102,8 +103,9 @@ for t in range(T):
 # - `num_tokens_post_padded` (1,): the rows in use. Everything past it is never written and never read.
 #
 # This is the contract the grouped GEMM relies on: **every block of `BLOCK_M` rows belongs to one
-# expert**, so one program loads one expert's weights. Inside a run, the order of the pairs comes
-# from atomics (any order is correct); it is sorted below only for display.
+# expert**, so one program loads one expert's weights. Inside a run the pairs keep their order here;
+# vLLM's kernel places them with atomic adds, in whatever order those land (both are correct: no
+# row of the GEMM depends on another).
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -138,6 +138,9 @@ print(ladder.table(rows))
 # T = 8 on. At T = 1 they reach a half to two thirds of it: each is a small kernel whose ramp-up and
 # last wave weigh on a few tens of MB. The **whole path** is further from the ceiling, because
 # align and combine add their launches (gather and scatter ride inside the two GEMMs, as in vLLM).
+# The four launches are chained with programmatic dependent launch, as TensorRT-LLM launches its
+# MoE kernels: each is resident and waiting before its predecessor ends, which closes the gaps
+# between them, not a kernel's own ramp-up and last wave.
 # Across every preset and T (`speed.csv`, method `expert`, the tuned configurations):
 
 # %%
