@@ -80,7 +80,7 @@ for stage in "$@"; do
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       run profile "${TIMEOUT_PROFILE:-300}" "$NCU" --profile-from-start off --clock-control none --nvtx \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-          --section WarpStateStats --section SchedulerStats --export "$OUT/profile" python3 scripts/profile_pair.py
+          --section WarpStateStats --section SchedulerStats --export "$OUT/profile" python3 scripts/profile_pair.py ${PROFILE_ARGS:-}
       "$NCU" --import "$OUT/profile.ncu-rep" --page details > "$OUT/profile_details.log" 2>&1 ;;
     memtest)  # -v: every finished test is in the log even if the stage runs out of time
       run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \

@@ -10,7 +10,9 @@ everything launched once before for compilation:
   - the one-launch tile read of ``scripts/read_variants.py`` (its best tile shape) on exactly the
     bytes of each of the pair's kernels: what a kernel that only streams those bytes achieves;
   - the expert path's kernels at OLMoE T = 256 (the one expert bar), with the shipped align and
-    with the many-program one of ``scripts/align_variants.py``.
+    with the many-program one of ``scripts/align_variants.py``;
+  - with ``--v15``, instead: v15's down kernel (``scripts/down_tma.py``, TMA boxes and cp.async) at
+    Qwen3-30B-A3B T = 1, two tiles each, beside the shipped one, each after the shipped gate/up kernel.
 Routings as the benchmark's (seed 1000 + T); every output is checked against the float64
 reference before the profiled launches.
 """
@@ -39,7 +41,32 @@ def checked(fn, x, w13, w2, tw, ids, name):
     print(f"{name}: error {err:.2f} × the bf16 floor", flush=True)
 
 
+def v15_work():
+    """v15's down kernel and the shipped one, each after the shipped gate/up kernel."""
+    from down_tma import down_tma
+
+    from warpdecode import warp as wp
+
+    s = wd.get_preset("qwen3-30b-a3b")
+    (w13, w2), = make_layers(s, 1)
+    i, = make_inputs(s, 1, 1, seed=1001)
+    cfg = wd.configs.warp_config(s.H, s.I, s.E, s.K, 1)
+    act = wp.warp_gate_up(i.x, w13, i.topk_ids, cfg["gate_up"])
+    work = [("qwen3-30b-a3b T=1 shipped down", lambda: wp.warp_down(act, w2, i.topk_ids, i.topk_weights, cfg["down"],
+                                                                  torch.bfloat16))]
+    for c in ({"BLOCK_H": 2, "num_warps": 1}, {"BLOCK_H": 8, "num_warps": 4},
+              {"kind": "cp.async", "BLOCK_H": 2, "num_warps": 1}, {"kind": "cp.async", "BLOCK_H": 8, "num_warps": 4}):
+        y = down_tma(act, w2, i.topk_ids, i.topk_weights, c, torch.bfloat16)
+        ref = wp.warp_down(act, w2, i.topk_ids, i.topk_weights, cfg["down"], torch.bfloat16)
+        assert not y.isnan().any() and wd.rel_error(y, ref) < 1e-2, c
+        work.append((f"qwen3-30b-a3b T=1 v15 down {c}", lambda c=c: down_tma(act, w2, i.topk_ids, i.topk_weights, c,
+                                                                           torch.bfloat16)))
+    return work
+
+
 def main():
+    if "--v15" in sys.argv:
+        return profiled(v15_work())
     work = []  # (name, launch) run once now, then once under the profiler
     for preset in ("qwen3-30b-a3b", "olmoe-1b-7b"):
         s = wd.get_preset(preset)
@@ -64,7 +91,11 @@ def main():
     checked(lambda: ex.moe_expert(*args), *args, "olmoe-1b-7b T=256 expert")
     work.append(("olmoe-1b-7b T=256 expert path", lambda: ex.moe_expert(*args)))
     work.append(("olmoe-1b-7b T=256 parallel align", lambda: parallel_align(i.topk_ids, s.E, 64)))
+    profiled(work)
 
+
+def profiled(work):
+    """Each (name, launch) once for compilation, then once more between cudaProfilerStart and Stop."""
     for _, fn in work:
         fn()
     torch.cuda.synchronize()

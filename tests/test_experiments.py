@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("align_variants.py", "the contract holds", 40),  # align five ways (variants), five routings each
     ("down_preload.py", ": error ", 6),  # v13: the whole w2 tile before the wait, 1-4 chunks, odd shapes
     ("expert_pdl.py", "same bits", 3),  # the expert path's launches chained with PDL: no bit changes
-    ("down_tma.py", "compiled for sm_90a", 13),  # v15: the whole w2 tile into shared memory by TMA, Gluon
+    ("down_tma.py", "compiled for sm_90a", 26),  # v15: the whole w2 tile into shared memory (TMA, cp.async)
     ("half_m.py", "same bits", 3),  # HALF_M tiles: no bit changes, blocks of both kinds
     ("chunk_flags.py", "state reset", 12),  # v14: the down kernel by chunks of I, two calls per shape
 ])
