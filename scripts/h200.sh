@@ -14,6 +14,7 @@
 #   chunks    scripts/chunk_flags.py: the warp down kernel by chunks of I, each started when its part of the intermediate exists (v14)
 #   halfm     scripts/half_m.py: the expert GEMMs with HALF_M (half-height tiles on padding), against without
 #   tma       scripts/down_tma.py: the warp down kernel with its whole w2 tile in flight into shared memory before the wait (v15, Gluon)
+#   dladder   scripts/down_ladder.py: a read, then the down kernel's ingredients one by one
 #   align     scripts/align_variants.py: align's kernel four ways (ALIGN_ARGS)
 #   profile   scripts/profile_pair.py under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
@@ -75,6 +76,7 @@ for stage in "$@"; do
     chunks) experiment chunks chunk_flags "${TIMEOUT_CHUNKS:-240}" ${CHUNKS_ARGS:-} ;;
     halfm) experiment halfm half_m "${TIMEOUT_HALFM:-300}" ${HALFM_ARGS:-} ;;
     tma) experiment tma down_tma "${TIMEOUT_TMA:-300}" ${TMA_ARGS:-} ;;
+    dladder) experiment dladder down_ladder "${TIMEOUT_DLADDER:-200}" ${DLADDER_ARGS:-} ;;
     align) experiment align align_variants "${TIMEOUT_ALIGN:-200}" ${ALIGN_ARGS:-} ;;
     profile)  # --clock-control none: leave the clocks alone (the device tool's METHOD.md)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -1,0 +1,174 @@
+"""Experiment: where does warp decode's down kernel lose to a plain read of its bytes?
+
+Nsight Compute (session 10, ``logs/profile_details.log``, ``logs/profile_v15_details.log``): at
+Qwen3-30B-A3B T = 1 the down kernel alone takes 12.5 µs for its 25.2 MB, a one-program-per-16 KB-
+tile read of the same bytes 8.2 µs; and v15, which has all of its bytes in flight at once, takes as
+long as the shipped kernel, so bytes in flight per SM are not it. As ``gate_up_ladder.py`` did for
+the gate/up kernel (session 5), this adds the kernel's ingredients to a read one at a time, each
+rung with the tuned kernel's grid and [rows, K, columns] tile, each kernel alone:
+
+0. ``tile read``: ``scripts/read_variants.py``'s best tile read over one buffer of the same bytes;
+1. ``read, experts from pid``: the kernel's loads, the K experts of a token spread over w2 (e =
+   37·(t·K + k) mod E, as many distinct experts as the routing reads), the weights summed;
+2. ``read, experts from topk_ids``: the same, each program's expert ids loaded first;
+3. ``+ intermediate, routing weights`` (the shipped kernel, ``warp_down_kernel``, launched alone).
+
+    python scripts/down_ladder.py [--presets qwen3-30b-a3b olmoe-1b-7b] [--T 1 2]
+    TRITON_INTERPRET=1 python scripts/down_ladder.py --check    # correctness only, on the CPU
+
+Rows go to results/<GPU>/down_ladder.csv: µs per call and the fraction of the read ceiling for the
+down kernel's bytes.
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from unittest import mock
+
+import torch
+import triton
+import triton.language as tl
+
+import warpdecode as wd
+from warpdecode import configs
+from warpdecode import warp as wp
+
+RUNGS = ["read, experts from pid", "read, experts from topk_ids"]
+
+
+@triton.jit(do_not_specialize=["T"])
+def down_probe_kernel(
+    w2_ptr,  # (E, H, I) compute dtype
+    topk_ids_ptr,  # (T, K) int32
+    out_ptr,  # (programs, BLOCK_H) fp32: what each program computed, so no rung is optimised away
+    H, I, T, E, stride_we, stride_wr,
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+    RUNG: tl.constexpr,  # 0 or 1: the rungs 1 and 2 of the module docstring
+):
+    pid = tl.program_id(0)
+    t = pid % T  # the shipped kernel's grid order
+    pid_h = pid // T
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    if RUNG == 0:
+        e = ((t * K + offs_k) * 37 % E).to(tl.int64)  # no load in front of the weight addresses
+    else:
+        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+    offs_i = tl.arange(0, BLOCK_I)
+    rows = w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
+    acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+    for i0 in range(0, I, BLOCK_I):
+        mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & ((i0 + offs_i) < I)[None, None, :]
+        w = tl.load(rows + i0 + offs_i[None, None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+        acc += tl.sum(w.to(tl.float32), axis=1)
+    tl.store(out_ptr + pid.to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H), tl.sum(acc, axis=1), mask=offs_h < H)
+
+
+def probe(w2, topk_ids, cfg: dict, rung: int) -> torch.Tensor:
+    E, H, I = w2.shape  # noqa: E741
+    T, K = topk_ids.shape
+    grid = (T * triton.cdiv(H, cfg["BLOCK_H"]),)
+    out = torch.empty(grid[0], cfg["BLOCK_H"], dtype=torch.float32, device=w2.device)
+    down_probe_kernel[grid](w2, topk_ids, out, H, I, T, E, w2.stride(0), w2.stride(1), K=K,
+                            K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
+                            RUNG=rung, num_warps=cfg["num_warps"], num_stages=1)
+    return out
+
+
+def expected(w2, topk_ids, cfg: dict, rung: int) -> torch.Tensor:
+    """What each program should have stored, in float64: its rows of its token's K experts, summed."""
+    E, H, I = w2.shape  # noqa: E741
+    T, K = topk_ids.shape
+    bh = cfg["BLOCK_H"]
+    out = torch.zeros(T * triton.cdiv(H, bh), bh, dtype=torch.float64)
+    for pid in range(out.shape[0]):
+        t, pid_h = pid % T, pid // T
+        experts = [(t * K + k) * 37 % E if rung == 0 else int(topk_ids[t, k]) for k in range(K)]
+        for j, h in enumerate(range(pid_h * bh, min(H, (pid_h + 1) * bh))):
+            out[pid, j] = sum(w2[e, h].double().sum() for e in experts)
+    return out
+
+
+def check_cpu():
+    g = torch.Generator().manual_seed(0)
+    for T, H, I, E, K, cfg in [(2, 20, 48, 7, 3, {"BLOCK_H": 8, "BLOCK_I": 16, "num_warps": 4}),
+                               (1, 16, 40, 5, 5, {"BLOCK_H": 4, "BLOCK_I": 32, "num_warps": 2})]:
+        w2 = torch.randn(E, H, I, generator=g).bfloat16()
+        ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]).int()
+        valid = torch.zeros(T * triton.cdiv(H, cfg["BLOCK_H"]), cfg["BLOCK_H"], dtype=torch.bool)
+        for pid in range(valid.shape[0]):  # rows past H are not stored
+            valid[pid, : max(0, min(cfg["BLOCK_H"], H - (pid // T) * cfg["BLOCK_H"]))] = True
+        for rung in range(2):
+            got, want = probe(w2, ids, cfg, rung).double(), expected(w2, ids, cfg, rung)
+            err = ((got - want)[valid].norm() / want[valid].norm()).item()
+            print(f"T={T} H={H} I={I} E={E} K={K} rung {rung + 1} ({RUNGS[rung]}): relative error {err:.2e} "
+                  "against float64")
+            assert err < 1e-5, err
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=["qwen3-30b-a3b", "olmoe-1b-7b"])
+    p.add_argument("--T", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args()
+    if args.check or os.environ.get("TRITON_INTERPRET") == "1":
+        check_cpu()
+        return
+
+    from warpdecode.bench import data
+    from warpdecode.bench.sweep import meta
+    from warpdecode.bench.timing import capture, read_ceiling, time_replays
+    from warpdecode.bench.workload import make_inputs, make_layers, num_copies
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from read_variants import _tile_read
+
+    ceiling = read_ceiling()
+    rows = []
+    for name in args.presets:
+        shape = wd.get_preset(name)
+        L = num_copies(shape)
+        w2s = [w2 for _, w2 in make_layers(shape, L)]
+        for T in args.T:
+            inputs = make_inputs(shape, T, L, seed=1000 + T)
+            down_bytes = sum(torch.unique(i.topk_ids).numel() for i in inputs) / L * shape.H * shape.I * 2
+            floor_us = down_bytes / (ceiling * 1e12) * 1e6
+            cfg = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T)["down"]
+            for rung, us in rungs(shape, w2s, inputs, cfg, int(down_bytes) // 2, capture, time_replays, _tile_read):
+                rows.append({"preset": name, "T": T, "rung": rung, "config": str(cfg), "us": round(us, 3),
+                             "down_MB": round(down_bytes / 1e6, 2), "frac_ceiling": round(floor_us / us, 4),
+                             "ceiling_TBps": round(ceiling, 4), **meta()})
+                print(f"{name:14s} T={T} {rung:42s} {us:8.2f} us {100 * floor_us / us:5.1f}%", flush=True)
+        w2s = None
+        torch.cuda.empty_cache()
+    data.merge_write(Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/down_ladder.csv"), rows)
+
+
+def rungs(shape, w2s, inputs, cfg, n, capture, time_replays, tile_read):
+    """(rung, µs per call) for the four rungs, each over the layer copies in one CUDA graph."""
+    L, T = len(w2s), inputs[0].x.shape[0]
+    ids = [i.topk_ids for i in inputs]
+    acts = [torch.randn(T * shape.K, shape.I, device="cuda") for _ in range(L)]
+    bufs = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for _ in range(L)]
+    outs = [torch.empty(triton.cdiv(n, 8192), device="cuda") for _ in range(L)]
+
+    def timed(step):
+        g, _ = capture(step)
+        return time_replays(g, reps=60).median_us / L
+
+    out = [("tile read of the bytes", timed(lambda: [
+        tile_read[(o.numel(),)](b, o, n, BLOCK=8192, SUB=2048, num_warps=8) for b, o in zip(bufs, outs, strict=True)]))]
+    for r in range(2):
+        out.append((RUNGS[r], timed(lambda r=r: [probe(w, i, cfg, r) for w, i in zip(w2s, ids, strict=True)])))
+    with mock.patch.object(wp, "USE_PDL", False):  # alone: no overlap with the previous launch
+        out.append(("+ intermediate, routing weights (shipped)", timed(lambda: [
+            wp.warp_down(a, w, i.topk_ids, i.topk_weights, cfg, torch.bfloat16)
+            for a, w, i in zip(acts, w2s, inputs, strict=True)])))
+    return out
+
+
+if __name__ == "__main__":
+    main()
