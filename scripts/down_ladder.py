@@ -8,8 +8,10 @@ the gate/up kernel (session 5), this adds the kernel's ingredients to a read one
 rung with the tuned kernel's grid and [rows, K, columns] tile, each kernel alone:
 
 0. ``tile read``: ``scripts/read_variants.py``'s best tile read over one buffer of the same bytes;
+   then the same read over the routed experts' w2 blocks (``region_read_kernel``);
 1. ``read, experts from pid``: the kernel's loads, the K experts of a token spread over w2 (e =
    37·(t·K + k) mod E, as many distinct experts as the routing reads), the weights summed;
+   1b. ``read, experts side by side``: the same with e = (t·K + k) mod E (one buffer at T = 1);
 2. ``read, experts from topk_ids``: the same, each program's expert ids loaded first;
 3. ``+ intermediate, routing weights`` (the shipped kernel, ``warp_down_kernel``, launched alone).
 
@@ -34,7 +36,7 @@ import warpdecode as wd
 from warpdecode import configs
 from warpdecode import warp as wp
 
-RUNGS = ["read, experts from pid", "read, experts from topk_ids"]
+RUNGS = ["read, experts from pid", "read, experts from topk_ids", "read, experts side by side"]
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -44,7 +46,7 @@ def down_probe_kernel(
     out_ptr,  # (programs, BLOCK_H) fp32: what each program computed, so no rung is optimised away
     H, I, T, E, stride_we, stride_wr,
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
-    RUNG: tl.constexpr,  # 0 or 1: the rungs 1 and 2 of the module docstring
+    RUNG: tl.constexpr,  # 0, 1, 2: the rungs 1, 2 and 1b of the module docstring
 ):
     pid = tl.program_id(0)
     t = pid % T  # the shipped kernel's grid order
@@ -54,6 +56,8 @@ def down_probe_kernel(
     mask_k = offs_k < K
     if RUNG == 0:
         e = ((t * K + offs_k) * 37 % E).to(tl.int64)  # no load in front of the weight addresses
+    elif RUNG == 2:
+        e = ((t * K + offs_k) % E).to(tl.int64)  # adjacent experts: at T = 1 one buffer of K experts
     else:
         e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
     offs_i = tl.arange(0, BLOCK_I)
@@ -64,6 +68,28 @@ def down_probe_kernel(
         w = tl.load(rows + i0 + offs_i[None, None, :], mask=mask, other=0.0, eviction_policy="evict_first")
         acc += tl.sum(w.to(tl.float32), axis=1)
     tl.store(out_ptr + pid.to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H), tl.sum(acc, axis=1), mask=offs_h < H)
+
+
+@triton.jit
+def region_read_kernel(w2_ptr, experts_ptr, out_ptr, PER_E, TILES_PER_E, BLOCK: tl.constexpr, SUB: tl.constexpr):
+    """The tile read over the routed experts' w2 blocks: program p reads tile p % TILES_PER_E of
+    expert experts[p // TILES_PER_E] (16 KB as four independent loads), the expert loaded first."""
+    pid = tl.program_id(0)
+    e = tl.load(experts_ptr + pid // TILES_PER_E).to(tl.int64)
+    base = w2_ptr + e * PER_E + (pid % TILES_PER_E).to(tl.int64) * BLOCK
+    acc = tl.zeros([SUB], dtype=tl.float32)
+    for j in tl.static_range(BLOCK // SUB):
+        offs = j * SUB + tl.arange(0, SUB)
+        lim = PER_E - (pid % TILES_PER_E).to(tl.int64) * BLOCK
+        acc += tl.load(base + offs, mask=offs < lim, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+def region_read(w2, experts, out):
+    E, H, I = w2.shape  # noqa: E741
+    tiles = triton.cdiv(H * I, 8192)
+    region_read_kernel[(experts.numel() * tiles,)](w2, experts, out, H * I, tiles, BLOCK=8192, SUB=2048, num_warps=8)
+    return out
 
 
 def probe(w2, topk_ids, cfg: dict, rung: int) -> torch.Tensor:
@@ -85,7 +111,8 @@ def expected(w2, topk_ids, cfg: dict, rung: int) -> torch.Tensor:
     out = torch.zeros(T * triton.cdiv(H, bh), bh, dtype=torch.float64)
     for pid in range(out.shape[0]):
         t, pid_h = pid % T, pid // T
-        experts = [(t * K + k) * 37 % E if rung == 0 else int(topk_ids[t, k]) for k in range(K)]
+        experts = [(t * K + k) * 37 % E if rung == 0 else (t * K + k) % E if rung == 2 else int(topk_ids[t, k])
+                   for k in range(K)]
         for j, h in enumerate(range(pid_h * bh, min(H, (pid_h + 1) * bh))):
             out[pid, j] = sum(w2[e, h].double().sum() for e in experts)
     return out
@@ -100,12 +127,19 @@ def check_cpu():
         valid = torch.zeros(T * triton.cdiv(H, cfg["BLOCK_H"]), cfg["BLOCK_H"], dtype=torch.bool)
         for pid in range(valid.shape[0]):  # rows past H are not stored
             valid[pid, : max(0, min(cfg["BLOCK_H"], H - (pid // T) * cfg["BLOCK_H"]))] = True
-        for rung in range(2):
+        for rung in range(3):
             got, want = probe(w2, ids, cfg, rung).double(), expected(w2, ids, cfg, rung)
             err = ((got - want)[valid].norm() / want[valid].norm()).item()
             print(f"T={T} H={H} I={I} E={E} K={K} rung {rung + 1} ({RUNGS[rung]}): relative error {err:.2e} "
                   "against float64")
             assert err < 1e-5, err
+        experts = torch.unique(ids).int()
+        got = region_read(w2, experts, torch.empty(experts.numel() * triton.cdiv(H * I, 8192))).double()
+        want = torch.stack([w2[int(e)].double().sum() for e in experts])
+        err = ((got - want).norm() / want.norm()).item()
+        print(f"T={T} H={H} I={I} E={E} K={K} tile read of the routed experts: relative error {err:.2e} "
+              "against float64")
+        assert err < 1e-5, err
 
 
 def main():
@@ -148,7 +182,7 @@ def main():
 
 
 def rungs(shape, w2s, inputs, cfg, n, capture, time_replays, tile_read):
-    """(rung, µs per call) for the four rungs, each over the layer copies in one CUDA graph."""
+    """(rung, µs per call) for every rung, each over the layer copies in one CUDA graph."""
     L, T = len(w2s), inputs[0].x.shape[0]
     ids = [i.topk_ids for i in inputs]
     acts = [torch.randn(T * shape.K, shape.I, device="cuda") for _ in range(L)]
@@ -161,7 +195,11 @@ def rungs(shape, w2s, inputs, cfg, n, capture, time_replays, tile_read):
 
     out = [("tile read of the bytes", timed(lambda: [
         tile_read[(o.numel(),)](b, o, n, BLOCK=8192, SUB=2048, num_warps=8) for b, o in zip(bufs, outs, strict=True)]))]
-    for r in range(2):
+    experts = [torch.unique(i).int() for i in ids]
+    sums = [torch.empty(e.numel() * triton.cdiv(shape.H * shape.I, 8192), device="cuda") for e in experts]
+    out.append(("tile read of the routed experts' w2", timed(lambda: [
+        region_read(w, e, o) for w, e, o in zip(w2s, experts, sums, strict=True)])))
+    for r in (0, 2, 1):
         out.append((RUNGS[r], timed(lambda r=r: [probe(w, i, cfg, r) for w, i in zip(w2s, ids, strict=True)])))
     with mock.patch.object(wp, "USE_PDL", False):  # alone: no overlap with the previous launch
         out.append(("+ intermediate, routing weights (shipped)", timed(lambda: [
