@@ -8,7 +8,8 @@ the gate/up kernel (session 5), this adds the kernel's ingredients to a read one
 rung with the tuned kernel's grid and [rows, K, columns] tile, each kernel alone:
 
 0. ``tile read``: ``scripts/read_variants.py``'s best tile read over one buffer of the same bytes;
-   then the same read over the routed experts' w2 blocks (``region_read_kernel``);
+   then the same read over the routed experts' w2 blocks (``region_read_kernel``), expert by expert
+   and interleaved as the down kernel reads them (programs side by side at one offset of every block);
 1. ``read, experts from pid``: the kernel's loads, the K experts of a token spread over w2 (e =
    37·(t·K + k) mod E, as many distinct experts as the routing reads), the weights summed;
    1b. ``read, experts side by side``: the same with e = (t·K + k) mod E (one buffer at T = 1);
@@ -71,24 +72,32 @@ def down_probe_kernel(
 
 
 @triton.jit
-def region_read_kernel(w2_ptr, experts_ptr, out_ptr, PER_E, TILES_PER_E, BLOCK: tl.constexpr, SUB: tl.constexpr):
-    """The tile read over the routed experts' w2 blocks: program p reads tile p % TILES_PER_E of
-    expert experts[p // TILES_PER_E] (16 KB as four independent loads), the expert loaded first."""
+def region_read_kernel(w2_ptr, experts_ptr, out_ptr, PER_E, TILES_PER_E, N_E,
+                       BLOCK: tl.constexpr, SUB: tl.constexpr, INTERLEAVE: tl.constexpr):
+    """The tile read over the routed experts' w2 blocks, 16 KB per program as four independent
+    loads, the expert loaded first: expert by expert (program p reads tile p % TILES_PER_E of
+    expert p // TILES_PER_E), or INTERLEAVE'd as the down kernel reads them (tile p // N_E of
+    expert p % N_E: programs side by side read the same offset in every expert's block)."""
     pid = tl.program_id(0)
-    e = tl.load(experts_ptr + pid // TILES_PER_E).to(tl.int64)
-    base = w2_ptr + e * PER_E + (pid % TILES_PER_E).to(tl.int64) * BLOCK
+    if INTERLEAVE:
+        which, tile = pid % N_E, pid // N_E
+    else:
+        which, tile = pid // TILES_PER_E, pid % TILES_PER_E
+    e = tl.load(experts_ptr + which).to(tl.int64)
+    base = w2_ptr + e * PER_E + tile.to(tl.int64) * BLOCK
     acc = tl.zeros([SUB], dtype=tl.float32)
     for j in tl.static_range(BLOCK // SUB):
         offs = j * SUB + tl.arange(0, SUB)
-        lim = PER_E - (pid % TILES_PER_E).to(tl.int64) * BLOCK
+        lim = PER_E - tile.to(tl.int64) * BLOCK
         acc += tl.load(base + offs, mask=offs < lim, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+    tl.store(out_ptr + which * TILES_PER_E + tile, tl.sum(acc, axis=0))
 
 
-def region_read(w2, experts, out):
+def region_read(w2, experts, out, interleave: bool = False):
     E, H, I = w2.shape  # noqa: E741
     tiles = triton.cdiv(H * I, 8192)
-    region_read_kernel[(experts.numel() * tiles,)](w2, experts, out, H * I, tiles, BLOCK=8192, SUB=2048, num_warps=8)
+    region_read_kernel[(experts.numel() * tiles,)](w2, experts, out, H * I, tiles, experts.numel(), BLOCK=8192,
+                                                   SUB=2048, INTERLEAVE=interleave, num_warps=8)
     return out
 
 
@@ -134,12 +143,13 @@ def check_cpu():
                   "against float64")
             assert err < 1e-5, err
         experts = torch.unique(ids).int()
-        got = region_read(w2, experts, torch.empty(experts.numel() * triton.cdiv(H * I, 8192))).double()
-        want = torch.stack([w2[int(e)].double().sum() for e in experts])
-        err = ((got - want).norm() / want.norm()).item()
-        print(f"T={T} H={H} I={I} E={E} K={K} tile read of the routed experts: relative error {err:.2e} "
-              "against float64")
-        assert err < 1e-5, err
+        for interleave in (False, True):
+            got = region_read(w2, experts, torch.empty(experts.numel() * triton.cdiv(H * I, 8192)), interleave)
+            want = torch.stack([w2[int(e)].double().sum() for e in experts])
+            err = ((got.double() - want).norm() / want.norm()).item()
+            print(f"T={T} H={H} I={I} E={E} K={K} tile read of the routed experts (interleaved: {interleave}): "
+                  f"relative error {err:.2e} against float64")
+            assert err < 1e-5, err
 
 
 def main():
@@ -197,8 +207,9 @@ def rungs(shape, w2s, inputs, cfg, n, capture, time_replays, tile_read):
         tile_read[(o.numel(),)](b, o, n, BLOCK=8192, SUB=2048, num_warps=8) for b, o in zip(bufs, outs, strict=True)]))]
     experts = [torch.unique(i).int() for i in ids]
     sums = [torch.empty(e.numel() * triton.cdiv(shape.H * shape.I, 8192), device="cuda") for e in experts]
-    out.append(("tile read of the routed experts' w2", timed(lambda: [
-        region_read(w, e, o) for w, e, o in zip(w2s, experts, sums, strict=True)])))
+    for interleave in (False, True):
+        out.append((f"tile read of the routed experts' w2{', interleaved' if interleave else ''}", timed(
+            lambda il=interleave: [region_read(w, e, o, il) for w, e, o in zip(w2s, experts, sums, strict=True)])))
     for r in (0, 2, 1):
         out.append((RUNGS[r], timed(lambda r=r: [probe(w, i, cfg, r) for w, i in zip(w2s, ids, strict=True)])))
     with mock.patch.object(wp, "USE_PDL", False):  # alone: no overlap with the previous launch
