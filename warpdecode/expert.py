@@ -13,9 +13,9 @@
 (row r of a tile reads x[sorted_token_ids[r] // K]) and stage 7 inside the down GEMM's stores
 (row r lands at row sorted_token_ids[r] of a (T·K, H) buffer), four launches in all (align,
 gate/up, down, combine), chained with programmatic dependent launch on Hopper and newer as
-TensorRT-LLM launches its MoE kernels (``pdl``). ``fuse_gather_scatter=False`` runs all eight as their own kernels, the
-form the stage-by-stage benchmark times and notebook 2 shows; the numbers are bit for bit the
-same. Gather and scatter move T·K·H elements each, a small share of the bytes next to the
+TensorRT-LLM launches its MoE kernels (``pdl``). ``fuse_gather_scatter=False`` runs all eight as
+their own kernels, the form the stage-by-stage benchmark times and notebook 2 shows; the numbers
+are bit for bit the same. Gather and scatter move T·K·H elements each, a small share of the bytes next to the
 weights, but as kernels of their own each is a launch, and at decode a launch costs more than
 its bytes.
 """
@@ -76,15 +76,16 @@ def _pdl(pdl: bool) -> dict:
 def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False) -> Alignment:
     """Stage 2: group (token, slot) pairs by expert and pad each expert's run to ``block_m`` rows.
 
-    One program per 16 pairs (32 past 1024 pairs, where each program's count of all the pairs
-    starts to weigh), measured on the H200 in ``scripts/align_variants.py``."""
+    One program per 16 pairs up to 1024 pairs, per 32 at 2048 (the fastest on the H200 in
+    ``scripts/align_variants.py``), and at most 64 programs up to 8192 pairs past that, since every
+    program counts all the pairs (128 pairs a program beyond; not measured past 2048)."""
     num_pairs = topk_ids.numel()
     EM = max_padded_rows(num_pairs, E, block_m)
     dev = topk_ids.device
     sorted_token_ids = _alloc.empty(EM, dtype=torch.int32, device=dev)
     expert_ids = _alloc.empty(EM // block_m, dtype=torch.int32, device=dev)
     num_tokens_post_padded = _alloc.empty(1, dtype=torch.int32, device=dev)
-    block_c = 16 if num_pairs <= 1024 else 32
+    block_c = min(128, max(16, triton.next_power_of_2(triton.cdiv(num_pairs, 64))))
     grid = triton.cdiv(num_pairs, block_c)
     kx.moe_align_kernel[(grid,)](
         topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded,
