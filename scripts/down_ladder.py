@@ -16,7 +16,7 @@ rung with the tuned kernel's grid and [rows, K, columns] tile, each kernel alone
 2. ``read, experts from topk_ids``: the same, each program's expert ids loaded first;
 3. ``+ intermediate, routing weights`` (the shipped kernel, ``warp_down_kernel``, launched alone).
 
-    python scripts/down_ladder.py [--presets qwen3-30b-a3b olmoe-1b-7b] [--T 1 2]
+    python scripts/down_ladder.py [--presets qwen3-30b-a3b olmoe-1b-7b] [--T 1 2] [--all-tiles]
     TRITON_INTERPRET=1 python scripts/down_ladder.py --check    # correctness only, on the CPU
 
 Rows go to results/<GPU>/down_ladder.csv: µs per call and the fraction of the read ceiling for the
@@ -156,6 +156,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--presets", nargs="+", default=["qwen3-30b-a3b", "olmoe-1b-7b"])
     p.add_argument("--T", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--all-tiles", action="store_true",
+                   help="also the shipped kernel alone with every down tile the tuner tries")
     p.add_argument("--check", action="store_true")
     args = p.parse_args()
     if args.check or os.environ.get("TRITON_INTERPRET") == "1":
@@ -181,7 +183,10 @@ def main():
             down_bytes = sum(torch.unique(i.topk_ids).numel() for i in inputs) / L * shape.H * shape.I * 2
             floor_us = down_bytes / (ceiling * 1e12) * 1e6
             cfg = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T)["down"]
-            for rung, us in rungs(shape, w2s, inputs, cfg, int(down_bytes) // 2, capture, time_replays, _tile_read):
+            results = rungs(shape, w2s, inputs, cfg, int(down_bytes) // 2, capture, time_replays, _tile_read)
+            if args.all_tiles:
+                results += every_tile(shape, w2s, inputs, capture, time_replays)
+            for rung, us in results:
                 rows.append({"preset": name, "T": T, "rung": rung, "config": str(cfg), "us": round(us, 3),
                              "down_MB": round(down_bytes / 1e6, 2), "frac_ceiling": round(floor_us / us, 4),
                              "ceiling_TBps": round(ceiling, 4), **meta()})
@@ -189,6 +194,21 @@ def main():
         w2s = None
         torch.cuda.empty_cache()
     data.merge_write(Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/down_ladder.csv"), rows)
+
+
+def every_tile(shape, w2s, inputs, capture, time_replays):
+    """(label, µs per call) of the shipped down kernel alone with each tile the tuner tries."""
+    from warpdecode.bench.tune import warp_candidates
+
+    L, T = len(w2s), inputs[0].x.shape[0]
+    acts = [torch.randn(T * shape.K, shape.I, device="cuda") for _ in range(L)]
+    out = []
+    with mock.patch.object(wp, "USE_PDL", False):
+        for c in warp_candidates(shape.H, shape.I, shape.K)[1]:
+            g, _ = capture(lambda c=c: [wp.warp_down(a, w, i.topk_ids, i.topk_weights, c, torch.bfloat16)
+                                        for a, w, i in zip(acts, w2s, inputs, strict=True)])
+            out.append((f"shipped kernel alone, {c}", time_replays(g, reps=40).median_us / L))
+    return out
 
 
 def rungs(shape, w2s, inputs, cfg, n, capture, time_replays, tile_read):
