@@ -185,7 +185,7 @@ def main():
             cfg = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T)["down"]
             results = rungs(shape, w2s, inputs, cfg, int(down_bytes) // 2, capture, time_replays, _tile_read)
             if args.all_tiles:
-                results += every_tile(shape, w2s, inputs, capture, time_replays)
+                results += every_tile(shape, w2s, inputs, time_replays)
             for rung, us in results:
                 rows.append({"preset": name, "T": T, "rung": rung, "config": str(cfg), "us": round(us, 3),
                              "down_MB": round(down_bytes / 1e6, 2), "frac_ceiling": round(floor_us / us, 4),
@@ -196,19 +196,34 @@ def main():
     data.merge_write(Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/down_ladder.csv"), rows)
 
 
-def every_tile(shape, w2s, inputs, capture, time_replays):
-    """(label, µs per call) of the shipped down kernel alone with each tile the tuner tries."""
+def every_tile(shape, w2s, inputs, time_replays):
+    """(label, µs per call) of the shipped down kernel alone with each tile the tuner tries, each
+    checked first against the float64 down projection (outputs poisoned, one replay)."""
+    from warpdecode.bench.timing import capture_poisoned
     from warpdecode.bench.tune import warp_candidates
 
     L, T = len(w2s), inputs[0].x.shape[0]
     acts = [torch.randn(T * shape.K, shape.I, device="cuda") for _ in range(L)]
+    i0 = inputs[0]
+    ref = down_reference(acts[0], w2s[0], i0.topk_ids, i0.topk_weights)
     out = []
     with mock.patch.object(wp, "USE_PDL", False):
         for c in warp_candidates(shape.H, shape.I, shape.K)[1]:
-            g, _ = capture(lambda c=c: [wp.warp_down(a, w, i.topk_ids, i.topk_weights, c, torch.bfloat16)
-                                        for a, w, i in zip(acts, w2s, inputs, strict=True)])
+            g, ys = capture_poisoned(lambda c=c: [wp.warp_down(a, w, i.topk_ids, i.topk_weights, c, torch.bfloat16)
+                                                  for a, w, i in zip(acts, w2s, inputs, strict=True)])
+            err = wd.rel_error(ys[0], ref) / wd.rounding_floor(ref, torch.bfloat16)
+            if not err <= 1.5:  # NaN fails too
+                raise AssertionError(f"{shape.name} T={T} {c}: error {err:.2f} × the bf16 floor")
             out.append((f"shipped kernel alone, {c}", time_replays(g, reps=40).median_us / L))
     return out
+
+
+def down_reference(act, w2, topk_ids, topk_weights):
+    """y[t] = Σ_k topk_weights[t, k] · w2[topk_ids[t, k]] @ act[t·K + k], in float64."""
+    T, K = topk_ids.shape
+    w = w2[topk_ids.flatten().long()].double()  # (T·K, H, I)
+    y = torch.einsum("phi,pi->ph", w, act.double()) * topk_weights.flatten().double()[:, None]
+    return y.view(T, K, -1).sum(dim=1)
 
 
 def rungs(shape, w2s, inputs, cfg, n, capture, time_replays, tile_read):

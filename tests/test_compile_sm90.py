@@ -53,6 +53,14 @@ SCENARIOS = [
     ("qwen3-30b-T=1-warp-lean", "warp", QWEN, 1, BF16, dict(config={
         "gate_up": {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1, "lean": True},
         "down": {"BLOCK_H": 8, "BLOCK_I": 256, "num_warps": 8, "num_stages": 1}}), DEFAULTS),
+    # a down tile with more warps than rows: the compiler puts the rest over K (a tuner candidate
+    # since session 10: one expert per warp at one row and eight warps)
+    ("qwen3-30b-T=1-warp-down-warps-over-K", "warp", QWEN, 1, BF16, dict(config={
+        "gate_up": {"BLOCK_I": 1, "BLOCK_H": 2048, "num_warps": 1, "num_stages": 1, "lean": True},
+        "down": {"BLOCK_H": 1, "BLOCK_I": 256, "num_warps": 8, "num_stages": 1}}), DEFAULTS),
+    ("odd-T=3-warp-down-warps-over-K", "warp", ODD, 3, BF16, dict(config={
+        "gate_up": {"BLOCK_I": 4, "BLOCK_H": 1024, "num_warps": 2, "num_stages": 3},
+        "down": {"BLOCK_H": 2, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1}}), DEFAULTS),
     ("qwen3-30b-T=1-warp-tile-accumulators", "warp", QWEN, 1, BF16, dict(config={
         "gate_up": {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1},
         "down": {"BLOCK_H": 8, "BLOCK_I": 256, "num_warps": 8, "num_stages": 1}}), DEFAULTS),
@@ -243,7 +251,8 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
     columns; a tile wider than that spreads each row over min(num_warps, columns / 256) warps (the
     row's sum then crosses warps through shared memory), and the remaining warps stack over rows.
     With columns ≤ 256, or one warp, each output row belongs to exactly one warp. In the down
-    kernel's [rows, K, I] tile the K axis stays inside each thread."""
+    kernel's [rows, K, I] tile the K axis stays inside each thread, unless warps are left over once
+    the rows have theirs: those go over K."""
     job = SPECS[name]
     c = job.constexprs
     # the weight tiles by rank: gate/up [rows, columns of H], down [rows, K, columns of I]
@@ -262,10 +271,13 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
         ranks.add(rank)
         rows, columns = tiles[rank]
         warps_on_a_row = min(job.num_warps, max(1, columns // 256))
+        warps_on_rows = min(rows, job.num_warps // warps_on_a_row)
         assert fields["threadsPerWarp"][-1] == 32 and fields["sizePerThread"][-1] == 8, (layout, layouts[layout])
         assert fields["warpsPerCTA"][-1] == warps_on_a_row, (layout, layouts[layout])
-        assert fields["warpsPerCTA"][0] == min(rows, job.num_warps // warps_on_a_row), (layout, layouts[layout])
-        assert all(w == 1 for w in fields["warpsPerCTA"][1:-1]), (layout, layouts[layout])  # K: in-thread
+        assert fields["warpsPerCTA"][0] == warps_on_rows, (layout, layouts[layout])
+        # K (the down tile's middle axis): in-thread, or the warps left over
+        assert fields["warpsPerCTA"][1:-1] == [job.num_warps // (warps_on_a_row * warps_on_rows)] * (rank - 2), (
+            layout, layouts[layout])
         assert all(t == 1 for t in fields["threadsPerWarp"][:-1]), (layout, layouts[layout])
     assert ranks == set(tiles), (ranks, set(tiles))  # every weight tile of the kernel was seen
 

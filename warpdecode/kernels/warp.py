@@ -22,7 +22,9 @@ warp-shuffle reduction — literally one warp per output (BLOCK_R = 2·num_warps
 two outputs: two independent load streams, more bytes in flight). A wider tile spreads each row
 over min(num_warps, BLOCK_C / 256) warps, and the row's sum crosses them through a few bytes of
 shared memory; the tuner picks that for some shapes, where more loads in flight per row beat the
-extra step. ``tests/test_compile_sm90.py`` checks this rule on every tuned config; notebook 4
+extra step. In the down kernel's [rows, K, columns] tile, warps left over once every row has its
+warps go over the K experts (at one row and eight warps, one expert per warp), and the combine over
+K then crosses warps too. ``tests/test_compile_sm90.py`` checks this rule on every tuned config; notebook 4
 prints the layouts (``warpdecode.compiled.layouts``).
 
 Overlapping the two kernels (programmatic dependent launch, sm_90+)
@@ -148,8 +150,9 @@ def _down_tile(
     EVICT: tl.constexpr,
 ):
     """y[t, rows] = Σ_j topk_weights[t, j] · w2[e_j, rows, :] · act[t·K + j, :]. Rows go to warps,
-    K stays inside each thread, columns go across a warp's lanes: summing over axis 1 is the
-    top-K combine, in registers; summing over axis 2 is the dot product, across the warp."""
+    K stays inside each thread (unless there are more warps than rows: then the rest go over K),
+    columns go across a warp's lanes: summing over axis 1 is the top-K combine, in registers;
+    summing over axis 2 is the dot product, across the warp."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_k = tl.arange(0, K_PAD)
     mask_k = offs_k < K
