@@ -1,9 +1,9 @@
-"""Align (stage 2 of the expert-centric path) four ways, on the H200: the shipped kernel, whose
-counts come from ``tl.histogram`` over E bins and whose ranks come from a pass of atomic adds,
-against one where a single pass of atomic adds gives both (session 7), one with no atomics, whose
-ranks come from a sort of the pairs in registers (session 9), and one of many programs with no
-atomics and no barrier (``parallel``, session 10; one program per 8 … 128 pairs). See
-results/NOTES.md for which is shipped.
+"""Align (stage 2 of the expert-centric path) four ways, on the H200: the kernel shipped until
+session 9 (``histogram``: one program, counts from ``tl.histogram`` over E bins, ranks from a pass
+of atomic adds), one where a single pass of atomic adds gives both (session 7), one with no
+atomics, whose ranks come from a sort of the pairs in registers (session 9), and the kernel
+shipped since session 10 (``parallel``: many programs, no atomics, no barrier; ``ex.align`` at
+8 … 128 pairs per program). See results/NOTES.md.
 
     python scripts/align_variants.py [--presets ...] [--T 1 8 64 256]
     TRITON_INTERPRET=1 python scripts/align_variants.py --check   # the contract only, on the CPU
@@ -33,6 +33,68 @@ from warpdecode.bench import data
 from warpdecode.bench.sweep import meta
 from warpdecode.bench.timing import capture, time_replays
 from warpdecode.configs import expert_config
+
+
+@triton.jit(do_not_specialize=["NUM_PAIRS", "EM"])
+def histogram_align_kernel(
+    topk_ids_ptr,  # (T*K,) int32 in [0, E)
+    sorted_token_ids_ptr,  # (EM,) int32 out
+    expert_ids_ptr,  # (EM // BLOCK_M,) int32 out
+    num_tokens_post_padded_ptr,  # (1,) int32 out
+    cursor_ptr,  # (E,) int32 scratch: next free row of each expert
+    NUM_PAIRS,  # T*K
+    EM,
+    E,
+    BLOCK_M: tl.constexpr,
+    BLOCK_P: tl.constexpr,  # ≥ NUM_PAIRS, power of two
+    BLOCK_E: tl.constexpr,  # ≥ E, power of two
+    CHUNK: tl.constexpr,  # blocks of expert_ids written per step
+    FILL: tl.constexpr,  # sentinel rows written per step
+    USE_PDL: tl.constexpr = False,  # let the gate/up GEMM launch now (it waits for this kernel)
+):
+    """One program: histogram → padded prefix sum → scatter. Like vLLM's small-batch kernel; the
+    shipped align until session 9 (warpdecode/kernels/expert.py at commit 612312a)."""
+    if USE_PDL:
+        gdc_launch_dependents()
+    offs_p = tl.arange(0, BLOCK_P)
+    mask_p = offs_p < NUM_PAIRS
+    ids = tl.load(topk_ids_ptr + offs_p, mask=mask_p, other=0)
+    counts = tl.histogram(ids, BLOCK_E, mask=mask_p)  # pairs per expert
+    padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M  # rows per expert after padding
+    ends = tl.cumsum(padded, axis=0)
+    starts = ends - padded
+    total = tl.sum(padded, axis=0)
+    tl.store(num_tokens_post_padded_ptr, total)
+
+    offs_e = tl.arange(0, BLOCK_E)
+    tl.store(cursor_ptr + offs_e, starts, mask=offs_e < E)
+    for r0 in range(0, EM, FILL):  # every row starts as the "no pair" sentinel
+        offs_r = r0 + tl.arange(0, FILL)
+        tl.store(sorted_token_ids_ptr + offs_r, tl.full([FILL], 0, tl.int32) + NUM_PAIRS, mask=offs_r < EM)
+    num_blocks = tl.cdiv(EM, BLOCK_M)
+    for b0 in range(0, num_blocks, CHUNK):  # block b belongs to the expert whose rows cover b*BLOCK_M
+        offs_b = b0 + tl.arange(0, CHUNK)
+        row = offs_b * BLOCK_M
+        before = (ends[None, :] <= row[:, None]) & (offs_e[None, :] < E)
+        expert = tl.sum(before.to(tl.int32), axis=1)
+        expert = tl.where(row < total, expert, -1)
+        tl.store(expert_ids_ptr + offs_b, expert, mask=offs_b < num_blocks)
+    tl.debug_barrier()  # cursors and sentinels are visible before the scatter
+
+    # the row of each pair inside its expert's run. Relaxed: only atomicity matters here; the
+    # default (acq_rel) would order every element's atomic behind a fence
+    rank = tl.atomic_add(cursor_ptr + ids, 1, mask=mask_p, sem="relaxed")
+    tl.store(sorted_token_ids_ptr + rank, offs_p, mask=mask_p)
+
+
+def histogram_align(topk_ids, E: int, block_m: int, *, pdl: bool = False) -> ex.Alignment:
+    """ex.align as it was until session 9: the one-program kernel above."""
+    al, EM, sizes = _outputs(topk_ids, E, block_m)
+    cursor = _alloc.empty(E, dtype=torch.int32, device=topk_ids.device)
+    histogram_align_kernel[(1,)](topk_ids, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, cursor,
+                                 al.num_pairs, EM, E, **dict(sizes, BLOCK_E=max(16, triton.next_power_of_2(E + 1))),
+                                 USE_PDL=pdl and _runtime.HAS_PDL)
+    return al
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS", "EM"])
@@ -169,86 +231,15 @@ def sorted_align(topk_ids, E: int, block_m: int) -> ex.Alignment:
     return al
 
 
-@triton.jit(do_not_specialize=["NUM_PAIRS", "EM", "BLOCKS_PER_PROG"])
-def parallel_align_kernel(
-    topk_ids_ptr,  # (T*K,) int32 in [0, E)
-    sorted_token_ids_ptr,  # (EM,) int32 out
-    expert_ids_ptr,  # (EM // BLOCK_M,) int32 out
-    num_tokens_post_padded_ptr,  # (1,) int32 out
-    NUM_PAIRS,  # T*K
-    EM,
-    E,
-    BLOCKS_PER_PROG,  # blocks of BLOCK_M rows of sorted_token_ids this program labels and pads
-    BLOCK_M: tl.constexpr,
-    BLOCK_P: tl.constexpr,  # ≥ NUM_PAIRS, power of two
-    BLOCK_E: tl.constexpr,  # ≥ E, power of two
-    BLOCK_C: tl.constexpr,  # pairs this program places
-    CHUNK: tl.constexpr,  # blocks labelled per step
-    USE_PDL: tl.constexpr = False,  # let the gate/up GEMM launch now (it waits for this kernel)
-):
-    """Many programs, no atomics, no barrier. Every program counts all the pairs per expert (the
-    same ``tl.histogram`` as the shipped kernel), and the pairs of the programs before it; it places
-    its own BLOCK_C pairs at start[e] + (earlier pairs of e) + (pairs of e before it in its chunk,
-    from a BLOCK_C × BLOCK_C comparison), so each expert's run keeps the pairs' order; and it
-    labels and pads its share of the blocks, writing the sentinel only on rows no pair lands on,
-    so no two programs ever write one row."""
-    if USE_PDL:
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    offs_p = tl.arange(0, BLOCK_P)
-    mask_p = offs_p < NUM_PAIRS
-    ids = tl.load(topk_ids_ptr + offs_p, mask=mask_p, other=0)
-    counts = tl.histogram(ids, BLOCK_E, mask=mask_p)  # pairs per expert
-    earlier = tl.histogram(ids, BLOCK_E, mask=offs_p < pid * BLOCK_C)  # ... placed by programs before this one
-    padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M
-    ends = tl.cumsum(padded, axis=0)
-    starts = ends - padded
-    total = tl.sum(padded, axis=0)
-    if pid == 0:
-        tl.store(num_tokens_post_padded_ptr, total)
-
-    offs_j = tl.arange(0, BLOCK_C)
-    pair = pid * BLOCK_C + offs_j
-    mask_c = pair < NUM_PAIRS
-    e_c = tl.load(topk_ids_ptr + pair, mask=mask_c, other=0)
-    same = (e_c[:, None] == e_c[None, :]) & (offs_j[None, :] < offs_j[:, None])
-    rank = tl.sum(same.to(tl.int32), axis=1)  # pairs of the same expert before it in this chunk
-    dest = tl.gather(starts + earlier, e_c, 0) + rank
-    tl.store(sorted_token_ids_ptr + dest, pair, mask=mask_c)
-
-    offs_e = tl.arange(0, BLOCK_E)
-    offs_m = tl.arange(0, BLOCK_M)
-    num_blocks = EM // BLOCK_M
-    b_end = tl.minimum((pid + 1) * BLOCKS_PER_PROG, num_blocks)
-    for b0 in range(0, BLOCKS_PER_PROG, CHUNK):
-        offs_b = pid * BLOCKS_PER_PROG + b0 + tl.arange(0, CHUNK)
-        mask_b = offs_b < b_end
-        row = offs_b * BLOCK_M
-        expert = tl.sum(((ends[None, :] <= row[:, None]) & (offs_e[None, :] < E)).to(tl.int32), axis=1)
-        used = row < total
-        tl.store(expert_ids_ptr + offs_b, tl.where(used, expert, -1), mask=mask_b)
-        e_b = tl.where(used, expert, 0)
-        filled = tl.where(used, tl.gather(starts + counts, e_b, 0) - row, 0)  # rows of this block holding pairs
-        pad = (offs_m[None, :] >= filled[:, None]) & mask_b[:, None]
-        tl.store(sorted_token_ids_ptr + row[:, None] + offs_m[None, :],
-                 tl.full([CHUNK, BLOCK_M], 0, tl.int32) + NUM_PAIRS, mask=pad)
-
-
 def parallel_align(topk_ids, E: int, block_m: int, block_c: int = 128, *, pdl: bool = False) -> ex.Alignment:
-    """ex.align with the many-program, atomic-free kernel: one program per ``block_c`` pairs."""
-    al, EM, sizes = _outputs(topk_ids, E, block_m)
-    block_c = min(block_c, max(16, triton.next_power_of_2(al.num_pairs)))
-    grid = triton.cdiv(al.num_pairs, block_c)
-    per_prog = triton.cdiv(EM // block_m, grid)
-    parallel_align_kernel[(grid,)](topk_ids, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded,
-                                   al.num_pairs, EM, E, per_prog, BLOCK_M=block_m, BLOCK_P=sizes["BLOCK_P"],
-                                   BLOCK_E=sizes["BLOCK_E"], BLOCK_C=block_c,
-                                   CHUNK=max(1, min(16, 2048 // block_m)), num_warps=4,
-                                   USE_PDL=pdl and _runtime.HAS_PDL)
-    return al
+    """The shipped kernel (many programs, no atomics: ``ex.align``) at ``block_c`` pairs per program.
+    Session 10 measured this design as a copy of the kernel kept here, with one scan of the pairs
+    where the shipped one scans in steps of 4096 (the same code up to 4096 pairs); the copy went
+    once the design shipped."""
+    return ex.align(topk_ids, E, block_m, pdl=pdl, block_c=block_c)
 
 
-VARIANTS = {"histogram": ex.align, "one atomic pass": one_pass_align, "sort": sorted_align,
+VARIANTS = {"histogram": histogram_align, "one atomic pass": one_pass_align, "sort": sorted_align,
             "parallel": parallel_align,  # one program per 128 pairs
             **{f"parallel {c}": partial(parallel_align, block_c=c) for c in (8, 16, 32, 64)}}
 

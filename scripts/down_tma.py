@@ -209,8 +209,7 @@ def check():
             attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(kernel.arg_names) if a in div16}
             src = GluonASTSource(kernel, sig, const, attrs)
             c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
-            rep = ptxas_report(Compiled(kernel.fn.__name__ if hasattr(kernel, "fn") else "down", dict(c.asm),
-                                        c.metadata.shared, cfg["num_warps"], 1))
+            rep = ptxas_report(Compiled(kernel.__name__, dict(c.asm), c.metadata.shared, cfg["num_warps"], 1))
             assert rep["spill_stores"] == 0 and "griddepcontrol.wait" in c.asm["ptx"], (name, cfg, rep)
             print(f"{name} {cfg}: compiled for sm_90a, {rep['registers']} registers, "
                   f"{c.metadata.shared} bytes of shared memory, no spills")

@@ -11,8 +11,9 @@ way, so the shipped baseline does not either; this measures what it would buy, a
 routings (seed 1000 + T), each form timed twice in alternation in one process, the outputs of
 both checked against each other (bit for bit) and against the float64 reference first.
 
-``--aligns histogram parallel`` also swaps the align kernel (the shipped one, or the
-many-program one of ``scripts/align_variants.py``): every (align, PDL) form is timed twice in
+``--aligns histogram parallel`` also swaps the align kernel (the one-program kernel shipped until
+session 9, or the many-program one shipped since, at 128 pairs a program; both through
+``scripts/align_variants.py``): every (align, PDL) form is timed twice in
 alternation, and every form's output must be the same to the bit.
 
 Rows: µs per layer call to results/<GPU>/expert_pdl.csv.
@@ -56,8 +57,9 @@ def main():
 
     import sys
     sys.path.insert(0, str(Path(__file__).parent))
-    from align_variants import parallel_align
-    aligns = {"histogram": ex.align, "parallel": parallel_align}
+    from align_variants import histogram_align, parallel_align
+    shipped_align = ex.align
+    aligns = {"histogram": histogram_align, "parallel": parallel_align}
 
     from warpdecode.bench import data
     from warpdecode.bench.sweep import meta
@@ -82,7 +84,7 @@ def main():
                     g, outs = capture_poisoned(lambda pdl=pdl, pairs=pairs: [
                         ex.moe_expert(i.x, w13, w2, i.topk_weights, i.topk_ids, pdl=pdl) for (w13, w2), i in pairs])
                 finally:
-                    ex.align = aligns["histogram"]
+                    ex.align = shipped_align
                 err = wd.rel_error(outs[0], ref) / wd.rounding_floor(ref, torch.bfloat16)
                 if not (err <= 4 and all(not y.isnan().any() for y in outs)):  # NaN fails too
                     raise AssertionError(f"{name} T={T} align={align} pdl={pdl}: error {err:.2f} × the rounding floor")

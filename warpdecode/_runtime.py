@@ -33,6 +33,10 @@ if INTERPRET:
 #: with ``gdc_wait``): Hopper and newer, not the interpreter.
 HAS_PDL = not INTERPRET and HAS_GPU and torch.cuda.get_device_capability()[0] >= 9
 
+#: Whether the kernels use it: ``WARPDECODE_PDL=0`` turns it off in both paths, to measure what it
+#: buys (warp decode's two kernels, warpdecode.warp.USE_PDL; the expert path's four launches).
+USE_PDL = HAS_PDL and os.environ.get("WARPDECODE_PDL", "1") != "0"
+
 #: The device new tensors go to when the caller does not say: the GPU when kernels compile for it.
 DEFAULT_DEVICE = torch.device("cuda" if HAS_GPU and not INTERPRET else "cpu")
 

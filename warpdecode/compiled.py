@@ -182,8 +182,8 @@ class _Recorder:
 def _as_on_a_gpu(gpu_name: str, launches: list):
     """warpdecode's Python side as it runs on ``gpu_name`` (its tuned table, programmatic
     dependent launch, tensor-core GEMMs), every kernel replaced by a recorder; all undone on exit."""
-    gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, HAS_PDL=True, gpu_name=lambda: gpu_name,
-                                        DEFAULT_DEVICE=torch.device("cuda"))
+    gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, HAS_PDL=True, USE_PDL=True,
+                                        gpu_name=lambda: gpu_name, DEFAULT_DEVICE=torch.device("cuda"))
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(configs, "_runtime", gpu_runtime))
         stack.enter_context(mock.patch.object(_ex, "_runtime", gpu_runtime))

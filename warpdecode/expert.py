@@ -22,7 +22,6 @@ its bytes.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -59,13 +58,6 @@ def max_padded_rows(num_pairs: int, E: int, block_m: int) -> int:
     return triton.cdiv(em, block_m) * block_m
 
 
-def pdl_default() -> bool:
-    """Whether :func:`moe_expert` chains its launches by default: on GPUs that have programmatic
-    dependent launch (Hopper and newer; not the interpreter), unless ``WARPDECODE_PDL=0``, which
-    also turns it off between warp decode's two kernels (``warpdecode.warp.USE_PDL``)."""
-    return _runtime.HAS_PDL and os.environ.get("WARPDECODE_PDL", "1") != "0"
-
-
 def _pdl(pdl: bool) -> dict:
     """Meta-parameters of a kernel that, with ``pdl`` (and a GPU that has it), is launched while its
     predecessor still runs and waits for it in-kernel (``USE_PDL``; see :func:`moe_expert`)."""
@@ -73,19 +65,21 @@ def _pdl(pdl: bool) -> dict:
     return {"USE_PDL": use, **({"launch_pdl": True} if use else {})}
 
 
-def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False) -> Alignment:
+def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False,
+          block_c: int | None = None) -> Alignment:
     """Stage 2: group (token, slot) pairs by expert and pad each expert's run to ``block_m`` rows.
 
     One program per 16 pairs up to 1024 pairs, per 32 at 2048 (the fastest on the H200 in
     ``scripts/align_variants.py``), and at most 64 programs up to 8192 pairs past that, since every
-    program counts all the pairs (128 pairs a program beyond; not measured past 2048)."""
+    program counts all the pairs (128 pairs a program beyond; not measured past 2048). ``block_c``,
+    a power of two ≥ 16, sets the pairs per program instead (the experiment's knob)."""
     num_pairs = topk_ids.numel()
     EM = max_padded_rows(num_pairs, E, block_m)
     dev = topk_ids.device
     sorted_token_ids = _alloc.empty(EM, dtype=torch.int32, device=dev)
     expert_ids = _alloc.empty(EM // block_m, dtype=torch.int32, device=dev)
     num_tokens_post_padded = _alloc.empty(1, dtype=torch.int32, device=dev)
-    block_c = min(128, max(16, triton.next_power_of_2(triton.cdiv(num_pairs, 64))))
+    block_c = block_c or min(128, max(16, triton.next_power_of_2(triton.cdiv(num_pairs, 64))))
     grid = triton.cdiv(num_pairs, block_c)
     kx.moe_align_kernel[(grid,)](
         topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded,
@@ -217,8 +211,8 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     pdl: launch the gate/up GEMM, the down GEMM and combine with programmatic dependent launch
     (Hopper and newer; the fused form with native activations only): each is on the GPU, waiting
     in-kernel, before its predecessor ends, so the gaps between the four launches close, as
-    TensorRT-LLM launches its MoE kernels. None (the default): on where the GPU has it
-    (:func:`pdl_default`); False: one launch after another, as vLLM's ``fused_moe`` does, 0.1-7 %
+    TensorRT-LLM launches its MoE kernels. None (the default): on where the GPU has it, unless
+    ``WARPDECODE_PDL=0`` (``_runtime.USE_PDL``); False: one launch after another, as vLLM's ``fused_moe`` does, 0.1-7 %
     slower on the H200 (``scripts/expert_pdl.py``). The result is the same to the bit.
     """
     T, H = x.shape
@@ -226,7 +220,7 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     K = topk_ids.shape[1]
     cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8")
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
-    pdl = (pdl_default() if pdl is None else pdl) and fuse_gather_scatter and act_format == "native"
+    pdl = (_runtime.USE_PDL if pdl is None else pdl) and fuse_gather_scatter and act_format == "native"
     al = align(topk_ids, E, cfg["BLOCK_M"], pdl=pdl)
     if fuse_gather_scatter:
         a, a_scales = quantize(x, None, act_format)  # per token: the same values the gathered rows get

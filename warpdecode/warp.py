@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
@@ -22,8 +20,8 @@ def schedule_of(cfg: dict) -> str:
 
 
 #: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
-#: ``WARPDECODE_PDL=0`` turns it off, to measure what it buys (also in the expert path, expert.pdl_default).
-USE_PDL = _runtime.HAS_PDL and os.environ.get("WARPDECODE_PDL", "1") != "0"
+#: ``WARPDECODE_PDL=0`` turns it off, to measure what it buys (_runtime.USE_PDL).
+USE_PDL = _runtime.USE_PDL
 
 
 def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
