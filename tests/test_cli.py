@@ -4,6 +4,7 @@ timings on the H200, results/NOTES.md), forwarding every option they were given.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -88,3 +89,41 @@ def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
     assert seen == [(["olmoe-1b-7b"], ["warp", "fused", "grouped", "expert"]),
                     (["olmoe-1b-7b", "gpt-oss-20b"], ["expert"])]
     assert len(calls) == 2
+
+
+def test_retuning_the_pair_keeps_the_schedules_that_still_win(monkeypatch, tmp_path):
+    """``tune --paths warp`` alone once dropped every bucket's ``grouped`` and ``fused`` entries
+    (session 11: OLMoE's grouped schedule at T = 8 and 16 would have gone with them). A schedule is
+    kept where it measured at least 1 % below the new pair, dropped where the new pair beats it,
+    and left to its own tuner when that path runs too."""
+    from warpdecode.bench import tune
+    from warpdecode.configs import shape_key
+    from warpdecode.presets import get_preset
+
+    shape = get_preset("olmoe-1b-7b")
+    key = shape_key(shape.H, shape.I, shape.E, shape.K)
+    grouped = {"gate_up": {"BLOCK_H": 64}, "down": {"BLOCK_H": 64}}
+    old = [[1, {"gate_up": {"g": 0}, "down": {"d": 0}, "measured_us": {"split": 28.4, "fused": 35.2}}],
+           [8, {"gate_up": {"g": 0}, "down": {"d": 0}, "grouped": grouped,
+                "measured_us": {"split": 141.4, "grouped": 127.9, "fused": 182.0}}],
+           [16, {"gate_up": {"g": 0}, "down": {"d": 0}, "grouped": grouped,
+                 "measured_us": {"split": 248.6, "grouped": 177.8}}]]
+    new = [[1, {"gate_up": {"g": 1}, "down": {"d": 1}, "measured_us": {"split": 28.0}}],
+           [8, {"gate_up": {"g": 1}, "down": {"d": 1}, "measured_us": {"split": 141.6}}],
+           [16, {"gate_up": {"g": 1}, "down": {"d": 1}, "measured_us": {"split": 178.0}}]]
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"warp": {key: old}, "expert": {key: "untouched"}}))
+    monkeypatch.setattr(tune, "tuned_file", lambda: path)
+    monkeypatch.setattr(tune, "warm_all", lambda *a, **k: {})
+    monkeypatch.setattr(tune, "tune_warp", lambda shape, **k: json.loads(json.dumps(new)))
+    table = tune.tune(["olmoe-1b-7b"], paths=("warp",), log=lambda *a: None)
+    assert json.loads(path.read_text()) == table
+    got = dict((T, cfg) for T, cfg in table["warp"][key])
+    assert table["expert"][key] == "untouched"
+    assert got[1] == {"gate_up": {"g": 1}, "down": {"d": 1}, "measured_us": {"split": 28.0, "fused": 35.2}}
+    assert got[8]["grouped"] == grouped and got[8]["gate_up"] == {"g": 1}  # 127.9 < 0.99 x 141.6
+    assert got[8]["measured_us"] == {"split": 141.6, "grouped": 127.9, "fused": 182.0}
+    assert "grouped" not in got[16]  # 177.8 is not 1 % below the new pair's 178.0
+    # a schedule that is re-tuned in the same run is left to its own tuner
+    kept = tune.keep_schedules(old, new, retuned=["grouped"])
+    assert all("grouped" not in cfg and "grouped" not in cfg["measured_us"] for _, cfg in kept)

@@ -349,6 +349,27 @@ def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print
     return out
 
 
+def keep_schedules(old_buckets, new_buckets, retuned=()):
+    """The re-tuned pair's buckets, each with the other schedules (``fused``, ``grouped``) its old
+    bucket of the same T had, unless that schedule is re-tuned in this run (``retuned``) or its
+    measured time is no longer at least 1 % below the new pair's: re-tuning the pair alone must
+    not drop a schedule that still wins, nor keep one that the new pair beats."""
+    old = {T: cfg for T, cfg in old_buckets}
+    out = []
+    for T, cfg in new_buckets:
+        cfg = {**cfg, "measured_us": dict(cfg["measured_us"])}
+        prev = old.get(T, {})
+        for sched in ("fused", "grouped"):
+            t_old = prev.get("measured_us", {}).get(sched)
+            if sched in retuned or t_old is None:
+                continue
+            cfg["measured_us"][sched] = t_old  # what it measured against the old pair
+            if sched in prev and t_old < 0.99 * cfg["measured_us"]["split"]:
+                cfg[sched] = prev[sched]
+        out.append([T, cfg])
+    return out
+
+
 def refine_candidates(cfg: dict):
     """The tuned pair, and the same pair with the weight loads' default L2 policy instead of
     evict_first (a clear win on Mixtral at T=1, results/NVIDIA_H200/warp_variants.csv)."""
@@ -451,7 +472,9 @@ def tune(preset_names: list[str], *, paths=("warp", "fused", "grouped", "expert"
         t0 = time.time()
         key = shape_key(shape.H, shape.I, shape.E, shape.K)
         if "warp" in paths:
-            table.setdefault("warp", {})[key] = tune_warp(shape, dropped=dropped, log=log)
+            old = table.setdefault("warp", {}).get(key, [])
+            table["warp"][key] = keep_schedules(old, tune_warp(shape, dropped=dropped, log=log),
+                                                retuned=[p for p in ("fused", "grouped") if p in paths])
         if "fused" in paths:  # the persistent schedule against the tuned pair
             table["warp"][key] = tune_fused(shape, table["warp"][key], dropped=dropped, log=log)
         if "grouped" in paths:  # one read of each routed expert's gate/up rows, against the tuned pair
