@@ -23,6 +23,7 @@ KEYS = {
     "ordered_launch.csv": ("preset", "T", "kind"),
     "grouped_down.csv": ("preset", "T", "kind"),
     "align_variants.csv": ("preset", "T", "kind"),
+    "schedule_draws.csv": ("preset", "T", "seed", "form"),
 }
 
 

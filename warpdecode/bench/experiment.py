@@ -1,0 +1,82 @@
+"""The loop an experiment in ``scripts/`` runs, in one place: a preset's layer copies, the routing
+draw for each T, the byte floor at the read ceiling measured in the same process, the float64
+reference, and a step timed only after its output was checked against that reference.
+
+    from warpdecode.bench.experiment import cases, checked_us, row
+    for case in cases(["olmoe-1b-7b"], [1, 8]):
+        us, err = checked_us(case, lambda x, w13, w2, tw, ids: wd.moe(x, w13, w2, tw, ids), "auto")
+        rows.append(row(case, variant="auto", us=us, err=err))
+
+GPU only (CUDA graphs); the scripts' ``--check`` modes cover their kernels on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..presets import MoEShape, get_preset
+from ..reference import reference_moe, rel_error, rounding_floor
+from .sweep import meta
+from .timing import capture_poisoned, read_ceiling, time_replays
+from .workload import LayerInputs, bytes_needed, make_inputs, make_layers, num_copies
+
+
+@dataclass
+class Case:
+    """One preset at one T: ``layers`` weight copies (w13, w2), one routing draw per copy."""
+
+    shape: MoEShape
+    T: int
+    seed: int
+    layers: list
+    inputs: list[LayerInputs]
+    floor_us: float  # the distinct experts' bytes at the read ceiling, per layer call
+    ceiling: float  # TB/s, measured in this process
+    ref: torch.Tensor  # the float64 output of copy 0
+
+    @property
+    def distinct(self) -> float:
+        """Distinct experts per layer call, averaged over the copies' draws."""
+        return sum(torch.unique(i.topk_ids).numel() for i in self.inputs) / len(self.inputs)
+
+
+def cases(presets: list[str], Ts: list[int], *, seeds=(1000,), ceiling: float | None = None):
+    """Yield a :class:`Case` per preset, T and routing seed (inputs drawn at seed + T; the
+    benchmark's is 1000). Each preset's layer copies are made once and freed after its cases."""
+    ceiling = ceiling or read_ceiling()
+    for name in presets:
+        shape = get_preset(name)
+        L = num_copies(shape)
+        layers = make_layers(shape, L)
+        for T in Ts:
+            for seed in seeds:
+                inputs = make_inputs(shape, T, L, seed=seed + T)
+                floor_us = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
+                i0 = inputs[0]
+                ref = reference_moe(i0.x, *layers[0], i0.topk_weights, i0.topk_ids)
+                yield Case(shape, T, seed + T, layers, inputs, floor_us, ceiling, ref)
+        layers = None
+        torch.cuda.empty_cache()
+
+
+def checked_us(case: Case, fn, label: str, *, tol: float = 4.0, reps: int = 60) -> tuple[float, float]:
+    """(µs per layer call, error over the bf16 floor) of ``fn(x, w13, w2, topk_weights, topk_ids)``
+    over the case's layer copies in one CUDA graph, outputs poisoned; raises, naming ``label``,
+    before timing anything whose copy-0 output is further than ``tol`` × the floor from float64,
+    or any of whose outputs holds a NaN."""
+    steps = list(zip(case.layers, case.inputs, strict=True))
+    g, outs = capture_poisoned(lambda: [fn(i.x, w13, w2, i.topk_weights, i.topk_ids) for (w13, w2), i in steps])
+    err = rel_error(outs[0], case.ref) / rounding_floor(case.ref, torch.bfloat16)
+    if not (err <= tol and not any(y.isnan().any() for y in outs)):  # NaN fails too
+        raise AssertionError(f"{case.shape.name} T={case.T} seed {case.seed} {label}: error {err:.2f} × the floor")
+    us = time_replays(g, reps=reps).median_us / len(steps)
+    return us, err
+
+
+def row(case: Case, *, us: float, err: float, **fields) -> dict:
+    """A tidy CSV row: the case, ``fields``, the time against the floor, the machine."""
+    return {"preset": case.shape.name, "T": case.T, "seed": case.seed, **fields, "us": round(us, 3),
+            "floor_us": round(case.floor_us, 3), "frac_ceiling": round(case.floor_us / us, 4),
+            "error_over_floor": round(err, 3), "ceiling_TBps": round(case.ceiling, 4), **meta()}
