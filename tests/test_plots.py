@@ -194,6 +194,12 @@ def test_results_caption_names_each_runs_ceiling(results):
     data.merge_write(results / "speed.csv", [older])
     caption = report.results_table(GPU)
     assert "warp, expert: 2.00 TB/s, 2026-01-01" in caption and "loop: 1.90 TB/s, 2025-12-31" in caption
+    # one sweep, one process per preset: each measures its own ceiling; one day's runs are a range
+    other = [{**_layer("olmoe-1b-7b", T, m, 10.0, 0.5), "ceiling_TBps": 2.01}
+             for T in (1, 8) for m in ("warp", "expert")]
+    data.merge_write(results / "speed.csv", other)
+    caption = report.results_table(GPU)
+    assert "warp, expert: 2.00–2.01 TB/s, 2026-01-01" in caption and caption.count("2026-01-01") == 1
 
 
 def test_schedules_table_names_what_moe_warp_runs(tmp_path, monkeypatch):

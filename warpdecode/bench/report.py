@@ -67,19 +67,27 @@ def results_table(gpu: str, Ts=(1, 8, 64)) -> str:
             w, e = speed[preset]["warp"].get(T), speed[preset]["expert"].get(T)
             ratio = f"{e['median_us'] / w['median_us']:.2f}×" if w and e else "–"
             lines.append(f"| {preset} | {T} | " + " | ".join(cells) + f" | {ratio} |")
-    # each row's fraction is against the read ceiling of its own run; name them when runs differ
+    # each row's fraction is against the read ceiling of its own run (one per preset's process);
+    # name them, per day, as the range they span
     runs: dict = {}
     for preset in speed:
         for m in methods:
             for T in Ts:
                 r = speed[preset].get(m, {}).get(T)
                 if r:
-                    runs.setdefault((round(r["ceiling_TBps"], 2), r["date"]), set()).add(m)
-    if len(runs) <= 1:
-        c = next(iter(runs), (float("nan"),))[0]
-        ceiling = f"the measured read ceiling ({c:.2f} TB/s)"
+                    runs.setdefault(r["date"], {}).setdefault(m, set()).add(round(r["ceiling_TBps"], 2))
+    every = sorted({c for by_m in runs.values() for cs in by_m.values() for c in cs})
+    if len(every) <= 1:
+        ceiling = f"the measured read ceiling ({every[0] if every else float('nan'):.2f} TB/s)"
     else:
-        each = [f"{', '.join(m for m in methods if m in ms)}: {c:.2f} TB/s, {d}" for (c, d), ms in sorted(runs.items())]
+        def span(cs):
+            return f"{min(cs):.2f}" + (f"–{max(cs):.2f}" if max(cs) > min(cs) else "") + " TB/s"
+        each = []
+        for d, by_m in sorted(runs.items()):
+            groups: dict = {}
+            for m, cs in by_m.items():
+                groups.setdefault(span(cs), []).append(m)
+            each += [f"{', '.join(ms)}: {sp}, {d}" for sp, ms in groups.items()]
         ceiling = f"the read ceiling measured in the same run ({'; '.join(each)})"
     note = (f"\nMedian time per layer call, bf16, with the fraction of {ceiling} in brackets. "
             f"{meta.get('gpu', gpu)}, torch {meta.get('torch', '?')}, triton {meta.get('triton', '?')}. "
