@@ -157,62 +157,43 @@ def main():
         return check()
 
     from warpdecode.bench import data
-    from warpdecode.bench.sweep import meta
-    from warpdecode.bench.timing import capture_poisoned, read_ceiling, time_replays
+    from warpdecode.bench.experiment import cases, checked_us, row
     from warpdecode.bench.tune import _compiled_for
-    from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
 
-    ceiling = read_ceiling()
     rows = []
     compiled = {}  # config -> (registers per thread, spilled bytes)
-    for name in args.presets:
-        shape = wd.get_preset(name)
-        L = num_copies(shape)
-        layers = make_layers(shape, L)
-        for T in args.T:
-            inputs = make_inputs(shape, T, L, seed=1000 + T)
-            floor_us = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
-            tuned = wd.configs.warp_config(shape.H, shape.I, shape.E, shape.K, T)
-            ref = wd.reference_moe(inputs[0].x, *layers[0], inputs[0].topk_weights, inputs[0].topk_ids)
-            pairs = list(zip(layers, inputs, strict=True))
+    for case in cases(args.presets, args.T):
+        s, T = case.shape, case.T
+        tuned = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)
 
-            def shipped(pairs=pairs, tuned=tuned):
-                return [wp.warp_down(wp.warp_gate_up(i.x, w13, i.topk_ids, tuned["gate_up"]), w2, i.topk_ids,
-                                     i.topk_weights, tuned["down"], torch.bfloat16) for (w13, w2), i in pairs]
+        def shipped(x, w13, w2, tw, ids, tuned=tuned):
+            return wp.warp_down(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, tuned["down"],
+                                torch.bfloat16)
 
-            def preload(cfg, pairs=pairs, tuned=tuned):
-                return [down_preload(wp.warp_gate_up(i.x, w13, i.topk_ids, tuned["gate_up"]), w2, i.topk_ids,
-                                     i.topk_weights, cfg, torch.bfloat16) for (w13, w2), i in pairs]
+        def preload(cfg, x, w13, w2, tw, ids, tuned=tuned):
+            return down_preload(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, cfg, torch.bfloat16)
 
-            runs = [("shipped " + str(tuned["down"]), shipped, None)]
-            runs += [(f"preload {c}", partial(preload, c), c) for c in candidates(shape.I, shape.K)]
-            runs += [("shipped again", shipped, None)]  # drift check
-            for label, step, cfg in runs:
-                cache = _compiled_for(down_preload_kernel)
-                before = set(cache)
-                try:
-                    g, outs = capture_poisoned(step)
-                except Exception as e:  # out of resources
-                    print(f"{name} T={T} {label}: {type(e).__name__} {e}"[:200], flush=True)
-                    torch.cuda.synchronize()
-                    continue
-                err = wd.rel_error(outs[0], ref) / wd.rounding_floor(ref, torch.bfloat16)
-                if not (err <= 1.5 and all(not y.isnan().any() for y in outs)):  # NaN fails too
-                    raise AssertionError(f"{name} T={T} {label}: error {err:.2f} × the rounding floor")
-                us = time_replays(g, reps=60).median_us / L
-                del g, outs
-                new = [cache[key] for key in cache if key not in before]
-                if new:  # compiled for this config just now
-                    compiled[json.dumps(cfg, sort_keys=True)] = (new[0].n_regs, new[0].n_spills)
-                regs, spills = compiled.get(json.dumps(cfg, sort_keys=True), ("", ""))
-                rows.append({"preset": name, "T": T, "variant": label, "us": round(us, 3),
-                             "floor_us": round(floor_us, 3), "frac_ceiling": round(floor_us / us, 4),
-                             "error_over_floor": round(err, 3), "regs": regs, "spills": spills,
-                             "ceiling_TBps": round(ceiling, 4), **meta()})
-                print(f"{name:14s} T={T} {label:78s} {us:8.2f} us {100 * floor_us / us:5.1f}% "
-                      f"err/floor {err:.2f} regs {regs} spills {spills}", flush=True)
-        layers = None
-        torch.cuda.empty_cache()
+        runs = [("shipped " + str(tuned["down"]), shipped, None)]
+        runs += [(f"preload {c}", partial(preload, c), c) for c in candidates(s.I, s.K)]
+        runs += [("shipped again", shipped, None)]  # drift check
+        for label, step, cfg in runs:
+            cache = _compiled_for(down_preload_kernel)
+            before = set(cache)
+            try:
+                us, err, _ = checked_us(case, step, label, tol=1.5)
+            except AssertionError:
+                raise
+            except Exception as e:  # out of resources
+                print(f"{s.name} T={T} {label}: {type(e).__name__} {e}"[:200], flush=True)
+                torch.cuda.synchronize()
+                continue
+            new = [cache[key] for key in cache if key not in before]
+            if new:  # compiled for this config just now
+                compiled[json.dumps(cfg, sort_keys=True)] = (new[0].n_regs, new[0].n_spills)
+            regs, spills = compiled.get(json.dumps(cfg, sort_keys=True), ("", ""))
+            rows.append(row(case, variant=label, regs=regs, spills=spills, us=us, err=err))
+            print(f"{s.name:14s} T={T} {label:78s} {us:8.2f} us {100 * case.floor_us / us:5.1f}% "
+                  f"err/floor {err:.2f} regs {regs} spills {spills}", flush=True)
     data.merge_write(Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/down_preload.csv"), rows)
 
 

@@ -20,6 +20,7 @@ Rows: µs per layer call to results/<GPU>/expert_pdl.csv.
 """
 
 import argparse
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -62,45 +63,23 @@ def main():
     aligns = {"histogram": histogram_align, "parallel": parallel_align}
 
     from warpdecode.bench import data
-    from warpdecode.bench.sweep import meta
-    from warpdecode.bench.timing import capture_poisoned, read_ceiling, time_replays
-    from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
+    from warpdecode.bench.experiment import cases, checked_us, row
 
-    ceiling = read_ceiling()
     rows = []
-    for name in args.presets:
-        shape = wd.get_preset(name)
-        L = num_copies(shape)
-        layers = make_layers(shape, L)
-        for T in args.T:
-            inputs = make_inputs(shape, T, L, seed=1000 + T)
-            floor_us = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
-            ref = wd.reference_moe(inputs[0].x, *layers[0], inputs[0].topk_weights, inputs[0].topk_ids)
-            pairs = list(zip(layers, inputs, strict=True))
-            first = None
-            for align, pdl in [(a, pdl) for _ in range(2) for a in args.aligns for pdl in (False, True)]:
-                ex.align = aligns[align]
-                try:
-                    g, outs = capture_poisoned(lambda pdl=pdl, pairs=pairs: [
-                        ex.moe_expert(i.x, w13, w2, i.topk_weights, i.topk_ids, pdl=pdl) for (w13, w2), i in pairs])
-                finally:
-                    ex.align = shipped_align
-                err = wd.rel_error(outs[0], ref) / wd.rounding_floor(ref, torch.bfloat16)
-                if not (err <= 4 and all(not y.isnan().any() for y in outs)):  # NaN fails too
-                    raise AssertionError(f"{name} T={T} align={align} pdl={pdl}: error {err:.2f} × the rounding floor")
-                first = outs[0].clone() if first is None else first
-                if not torch.equal(outs[0], first):
-                    raise AssertionError(f"{name} T={T}: align={align} pdl={pdl} changed the output's bits")
-                us = time_replays(g, reps=60).median_us / L
-                del g, outs
-                rows.append({"preset": name, "T": T, "pdl": pdl, "align": align, "us": round(us, 3),
-                             "floor_us": round(floor_us, 3),
-                             "frac_ceiling": round(floor_us / us, 4), "error_over_floor": round(err, 3),
-                             "ceiling_TBps": round(ceiling, 4), **meta()})
-                print(f"{name:14s} T={T:3d} align={align:9s} pdl={pdl!s:5s} {us:9.2f} us {100 * floor_us / us:5.1f}% "
-                      f"err/floor {err:.2f}", flush=True)
-        layers = None
-        torch.cuda.empty_cache()
+    for case in cases(args.presets, args.T):
+        first = None
+        for align, pdl in [(a, pdl) for _ in range(2) for a in args.aligns for pdl in (False, True)]:
+            ex.align = aligns[align]
+            try:
+                us, err, y = checked_us(case, partial(ex.moe_expert, pdl=pdl), f"align={align} pdl={pdl}")
+            finally:
+                ex.align = shipped_align
+            first = y if first is None else first
+            if not torch.equal(y, first):
+                raise AssertionError(f"{case.shape.name} T={case.T}: align={align} pdl={pdl} changed the output's bits")
+            rows.append(row(case, pdl=pdl, align=align, us=us, err=err))
+            print(f"{case.shape.name:14s} T={case.T:3d} align={align:9s} pdl={pdl!s:5s} {us:9.2f} us "
+                  f"{100 * case.floor_us / us:5.1f}% err/floor {err:.2f}", flush=True)
     data.merge_write(Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/expert_pdl.csv"), rows)
 
 

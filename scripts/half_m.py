@@ -18,6 +18,7 @@ bit). Also printed: the share of blocks that run half-height. Rows to results/<G
 
 import argparse
 import copy
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -74,48 +75,27 @@ def main():
         return check()
 
     from warpdecode.bench import data
-    from warpdecode.bench.sweep import meta
-    from warpdecode.bench.timing import capture_poisoned, read_ceiling, time_replays
-    from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
+    from warpdecode.bench.experiment import cases, checked_us, row
 
-    ceiling = read_ceiling()
     rows = []
-    for name in args.presets:
-        shape = wd.get_preset(name)
-        L = num_copies(shape)
-        layers = make_layers(shape, L)
-        for T in args.T:
-            cfg = expert_config(shape.H, shape.I, shape.E, shape.K, T)
-            if cfg["BLOCK_M"] < 32:
-                print(f"{name:14s} T={T:3d} BLOCK_M={cfg['BLOCK_M']}: no half tile", flush=True)
-                continue
-            inputs = make_inputs(shape, T, L, seed=1000 + T)
-            share = sum(half_share(i.topk_ids, shape.E, cfg["BLOCK_M"]) for i in inputs) / L
-            floor_us = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
-            ref = wd.reference_moe(inputs[0].x, *layers[0], inputs[0].topk_weights, inputs[0].topk_ids)
-            pairs = list(zip(layers, inputs, strict=True))
-            got = {}
-            for half in (False, True, False, True):
-                c = halved(cfg) if half else cfg
-                g, outs = capture_poisoned(lambda c=c, pairs=pairs: [
-                    ex.moe_expert(i.x, w13, w2, i.topk_weights, i.topk_ids, config=c) for (w13, w2), i in pairs])
-                err = wd.rel_error(outs[0], ref) / wd.rounding_floor(ref, torch.bfloat16)
-                if not (err <= 4 and all(not y.isnan().any() for y in outs)):  # NaN fails too
-                    raise AssertionError(f"{name} T={T} HALF_M={half}: error {err:.2f} × the rounding floor")
-                got.setdefault(half, outs[0].clone())
-                if not torch.equal(got[half], got[False]):
-                    raise AssertionError(f"{name} T={T}: HALF_M changed the output's bits")
-                us = time_replays(g, reps=60).median_us / L
-                del g, outs
-                rows.append({"preset": name, "T": T, "BLOCK_M": cfg["BLOCK_M"], "half_m": half,
-                             "half_blocks": round(share, 3), "us": round(us, 3), "floor_us": round(floor_us, 3),
-                             "frac_ceiling": round(floor_us / us, 4), "error_over_floor": round(err, 3),
-                             "ceiling_TBps": round(ceiling, 4), **meta()})
-                print(f"{name:14s} T={T:3d} BLOCK_M={cfg['BLOCK_M']:3d} half={half!s:5s} {us:9.2f} us "
-                      f"{100 * floor_us / us:5.1f}%  err/floor {err:.2f}  half-height blocks {100 * share:.0f}%",
-                      flush=True)
-        layers = None
-        torch.cuda.empty_cache()
+    for case in cases(args.presets, args.T):
+        s, T = case.shape, case.T
+        cfg = expert_config(s.H, s.I, s.E, s.K, T)
+        if cfg["BLOCK_M"] < 32:
+            print(f"{s.name:14s} T={T:3d} BLOCK_M={cfg['BLOCK_M']}: no half tile", flush=True)
+            continue
+        share = sum(half_share(i.topk_ids, s.E, cfg["BLOCK_M"]) for i in case.inputs) / len(case.inputs)
+        got = {}
+        for half in (False, True, False, True):
+            c = halved(cfg) if half else cfg
+            us, err, y = checked_us(case, partial(ex.moe_expert, config=c), f"HALF_M={half}")
+            got.setdefault(half, y)
+            if not torch.equal(got[half], got[False]):
+                raise AssertionError(f"{s.name} T={T}: HALF_M changed the output's bits")
+            rows.append(row(case, BLOCK_M=cfg["BLOCK_M"], half_m=half, half_blocks=round(share, 3), us=us, err=err))
+            print(f"{s.name:14s} T={T:3d} BLOCK_M={cfg['BLOCK_M']:3d} half={half!s:5s} {us:9.2f} us "
+                  f"{100 * case.floor_us / us:5.1f}%  err/floor {err:.2f}  half-height blocks {100 * share:.0f}%",
+                  flush=True)
     data.merge_write(Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/half_m.csv"), rows)
 
 

@@ -42,7 +42,7 @@ def main():
                  "grouped": partial(moe_warp, config=cfg, schedule="grouped"), "expert": moe_expert}
         times = {}
         for form, fn in forms.items():
-            us, err = checked_us(case, fn, form)
+            us, err, _ = checked_us(case, fn, form)
             times[form] = us
             rows.append(row(case, form=form, tuned=tuned, distinct=case.distinct, us=us, err=err))
         print(f"{s.name:16s} T={case.T:3d} seed {case.seed:5d} distinct {case.distinct:6.1f} (tuned: {tuned:7s}) "

@@ -20,9 +20,7 @@ import torch
 
 import warpdecode as wd
 from warpdecode.bench import data
-from warpdecode.bench.sweep import meta
-from warpdecode.bench.timing import capture, read_ceiling, time_replays
-from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
+from warpdecode.bench.experiment import cases, checked_us, row
 from warpdecode.configs import warp_config
 from warpdecode.warp import moe_warp
 
@@ -36,42 +34,22 @@ def variants(base: dict, T: int):
     return out
 
 
-def run_all(pairs, cfg):
-    return [moe_warp(i.x, w13, w2, i.topk_weights, i.topk_ids, config=cfg) for (w13, w2), i in pairs]
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--presets", nargs="+", default=wd.MODEL_PRESETS)
     p.add_argument("--T", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     p.add_argument("--out", default=f"results/{torch.cuda.get_device_name().replace(' ', '_')}/warp_variants.csv")
     args = p.parse_args()
-    ceiling = read_ceiling()
     rows = []
-    for name in args.presets:
-        shape = wd.get_preset(name)
-        L = num_copies(shape)
-        layers = make_layers(shape, L)
-        for T in args.T:
-            inputs = make_inputs(shape, T, L, seed=1000 + T)
-            nbytes = sum(bytes_needed(shape, i) for i in inputs) / L
-            floor_us = nbytes / (ceiling * 1e12) * 1e6
-            base = warp_config(shape.H, shape.I, shape.E, shape.K, T)
-            base = {"gate_up": base["gate_up"], "down": base["down"]}
-            ref = wd.reference_moe(inputs[0].x, *layers[0], inputs[0].topk_weights, inputs[0].topk_ids)
-            pairs = list(zip(layers, inputs, strict=True))
-            for vname, cfg in variants(base, T).items():
-                g, outs = capture(partial(run_all, pairs, cfg))
-                us = time_replays(g, reps=60).median_us / L
-                err = wd.rel_error(outs[0], ref) / wd.rounding_floor(ref, torch.bfloat16)
-                del g, outs
-                rows.append({"preset": name, "T": T, "variant": vname, "us": round(us, 3),
-                             "floor_us": round(floor_us, 3), "frac_ceiling": round(floor_us / us, 4),
-                             "error_over_floor": round(err, 3), "ceiling_TBps": round(ceiling, 4), **meta()})
-                print(f"{name:16s} T={T:3d} {vname:34s} {us:9.2f} us  {100 * floor_us / us:5.1f}%  err/floor {err:.2f}",
-                      flush=True)
-        layers = None
-        torch.cuda.empty_cache()
+    for case in cases(args.presets, args.T):
+        s = case.shape
+        base = warp_config(s.H, s.I, s.E, s.K, case.T)
+        base = {"gate_up": base["gate_up"], "down": base["down"]}
+        for vname, cfg in variants(base, case.T).items():
+            us, err, _ = checked_us(case, partial(moe_warp, config=cfg), vname, tol=1.5)
+            rows.append(row(case, variant=vname, us=us, err=err))
+            print(f"{s.name:16s} T={case.T:3d} {vname:34s} {us:9.2f} us  {100 * case.floor_us / us:5.1f}%  "
+                  f"err/floor {err:.2f}", flush=True)
     data.merge_write(Path(args.out), rows)
 
 

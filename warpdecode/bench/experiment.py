@@ -4,7 +4,7 @@ reference, and a step timed only after its output was checked against that refer
 
     from warpdecode.bench.experiment import cases, checked_us, row
     for case in cases(["olmoe-1b-7b"], [1, 8]):
-        us, err = checked_us(case, lambda x, w13, w2, tw, ids: wd.moe(x, w13, w2, tw, ids), "auto")
+        us, err, _ = checked_us(case, lambda x, w13, w2, tw, ids: wd.moe(x, w13, w2, tw, ids), "auto")
         rows.append(row(case, variant="auto", us=us, err=err))
 
 GPU only (CUDA graphs); the scripts' ``--check`` modes cover their kernels on the CPU.
@@ -61,18 +61,21 @@ def cases(presets: list[str], Ts: list[int], *, seeds=(1000,), ceiling: float | 
         torch.cuda.empty_cache()
 
 
-def checked_us(case: Case, fn, label: str, *, tol: float = 4.0, reps: int = 60) -> tuple[float, float]:
-    """(µs per layer call, error over the bf16 floor) of ``fn(x, w13, w2, topk_weights, topk_ids)``
-    over the case's layer copies in one CUDA graph, outputs poisoned; raises, naming ``label``,
-    before timing anything whose copy-0 output is further than ``tol`` × the floor from float64,
-    or any of whose outputs holds a NaN."""
+def checked_us(case: Case, fn, label: str, *, tol: float = 4.0, reps: int = 60):
+    """(µs per layer call, error over the bf16 floor, copy 0's output) of ``fn(x, w13, w2,
+    topk_weights, topk_ids)`` over the case's layer copies in one CUDA graph, outputs poisoned.
+    Raises, naming ``label``, before timing anything whose copy-0 output is further than ``tol`` ×
+    the floor from float64, or any of whose outputs holds a NaN. (A launch that runs out of
+    resources raises from the capture: a caller that tries such configs catches it.)"""
     steps = list(zip(case.layers, case.inputs, strict=True))
     g, outs = capture_poisoned(lambda: [fn(i.x, w13, w2, i.topk_weights, i.topk_ids) for (w13, w2), i in steps])
     err = rel_error(outs[0], case.ref) / rounding_floor(case.ref, torch.bfloat16)
     if not (err <= tol and not any(y.isnan().any() for y in outs)):  # NaN fails too
         raise AssertionError(f"{case.shape.name} T={case.T} seed {case.seed} {label}: error {err:.2f} × the floor")
     us = time_replays(g, reps=reps).median_us / len(steps)
-    return us, err
+    y0 = outs[0].clone()
+    del g, outs
+    return us, err, y0
 
 
 def row(case: Case, *, us: float, err: float, **fields) -> dict:

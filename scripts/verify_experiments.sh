@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Each experiment script on its smallest run (one preset, one T), so a change to the loop they
+# share (warpdecode/bench/experiment.py) is run on the GPU without repeating the experiments:
+#   bash scripts/verify_experiments.sh        (on a GPU; logs to $OUT/verify_<script>.log)
+# What they measure here is not kept: their CSVs are restored afterwards.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-/tmp/warpdecode-out}
+mkdir -p "$OUT"
+P="--presets olmoe-1b-7b"
+runs=(
+  "warp_variants $P --T 1 --out /tmp/verify_warp_variants.csv"
+  "expert_pdl $P --T 1"
+  "half_m $P --T 256"
+  "down_preload $P --T 1"
+  "down_tma $P --T 1 --kinds tma"
+  "chunk_flags $P --T 1"
+  "ordered_launch $P --T 1"
+  "schedule_draws $P --T 8 --seeds 1000 3000"
+)
+fail=0
+for r in "${runs[@]}"; do
+  set -- $r
+  script=$1; shift
+  echo "=== $script $*"
+  t0=$SECONDS
+  timeout "${TIMEOUT_VERIFY:-120}" python3 "scripts/$script.py" "$@" > "$OUT/verify_$script.log" 2>&1
+  rc=$?
+  tail -n 4 "$OUT/verify_$script.log"
+  echo "=== $script rc=$rc in $((SECONDS - t0))s"
+  [ $rc -eq 0 ] || fail=1
+done
+git checkout -- results 2>/dev/null  # the runs' rows are not results
+git clean -fdq results 2>/dev/null
+exit $fail
