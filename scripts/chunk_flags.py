@@ -221,7 +221,7 @@ def main():
         return check()
 
     from warpdecode.bench import data
-    from warpdecode.bench.experiment import cases, checked_us, row
+    from warpdecode.bench.experiment import cases, checked_us_or_none, down_runs, row
 
     rows = []
     preset = None
@@ -232,27 +232,18 @@ def main():
             preset = s.name
         tuned = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)
 
-        def shipped(x, w13, w2, tw, ids, tuned=tuned):
-            return wp.warp_down(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, tuned["down"],
-                                torch.bfloat16)
-
         def chunked(cfg, x, w13, w2, tw, ids, tuned=tuned):
             return pair_chunked(x, w13, w2, ids, tw, tuned["gate_up"], cfg)
 
         if wp.schedule_of(tuned) != "split":
             print(f"{s.name} T={T}: the tuned schedule is {wp.schedule_of(tuned)}; compared with the pair anyway")
-        runs = [("shipped " + str(tuned["down"]), shipped)]
-        runs += [(f"chunked {c}", partial(chunked, c)) for c in candidates(s.I, s.K)]
-        runs += [("shipped again", shipped)]  # drift check
-        for label, step in runs:
-            try:
-                us, err, _ = checked_us(case, step, label, tol=1.5)
-            except AssertionError:
-                raise
-            except Exception as e:  # out of resources
-                print(f"{s.name} T={T} {label}: {type(e).__name__} {e}"[:200], flush=True)
-                torch.cuda.synchronize()
+        runs = down_runs(case, None, [])  # the tuned pair, before and after
+        runs[1:1] = [(f"chunked {c}", partial(chunked, c), c) for c in candidates(s.I, s.K)]
+        for label, step, _ in runs:
+            res = checked_us_or_none(case, step, label, tol=1.5)
+            if res is None:
                 continue
+            us, err, _ = res
             torch.cuda.synchronize()
             check_state()  # back at rest after the checked run and every timed replay
             rows.append(row(case, variant=label, us=us, err=err))

@@ -24,7 +24,6 @@ import argparse
 import itertools
 import json
 import os
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -157,36 +156,20 @@ def main():
         return check()
 
     from warpdecode.bench import data
-    from warpdecode.bench.experiment import cases, checked_us, row
+    from warpdecode.bench.experiment import cases, checked_us_or_none, down_runs, row
     from warpdecode.bench.tune import _compiled_for
 
     rows = []
     compiled = {}  # config -> (registers per thread, spilled bytes)
     for case in cases(args.presets, args.T):
         s, T = case.shape, case.T
-        tuned = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)
-
-        def shipped(x, w13, w2, tw, ids, tuned=tuned):
-            return wp.warp_down(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, tuned["down"],
-                                torch.bfloat16)
-
-        def preload(cfg, x, w13, w2, tw, ids, tuned=tuned):
-            return down_preload(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, cfg, torch.bfloat16)
-
-        runs = [("shipped " + str(tuned["down"]), shipped, None)]
-        runs += [(f"preload {c}", partial(preload, c), c) for c in candidates(s.I, s.K)]
-        runs += [("shipped again", shipped, None)]  # drift check
-        for label, step, cfg in runs:
+        for label, step, cfg in down_runs(case, down_preload, candidates(s.I, s.K), prefix="preload "):
             cache = _compiled_for(down_preload_kernel)
             before = set(cache)
-            try:
-                us, err, _ = checked_us(case, step, label, tol=1.5)
-            except AssertionError:
-                raise
-            except Exception as e:  # out of resources
-                print(f"{s.name} T={T} {label}: {type(e).__name__} {e}"[:200], flush=True)
-                torch.cuda.synchronize()
+            res = checked_us_or_none(case, step, label, tol=1.5)
+            if res is None:
                 continue
+            us, err, _ = res
             new = [cache[key] for key in cache if key not in before]
             if new:  # compiled for this config just now
                 compiled[json.dumps(cfg, sort_keys=True)] = (new[0].n_regs, new[0].n_spills)

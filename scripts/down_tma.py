@@ -29,7 +29,6 @@ float64 reference first (outputs poisoned). Rows: results/<GPU>/down_tma.csv.
 
 import argparse
 import itertools
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -226,32 +225,16 @@ def main():
         return check()
 
     from warpdecode.bench import data
-    from warpdecode.bench.experiment import cases, checked_us, row
+    from warpdecode.bench.experiment import cases, checked_us_or_none, down_runs, row
 
     rows = []
     for case in cases(args.presets, args.T):
         s, T = case.shape, case.T
-        tuned = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)
-
-        def shipped(x, w13, w2, tw, ids, tuned=tuned):
-            return wp.warp_down(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, tuned["down"],
-                                torch.bfloat16)
-
-        def tma_pair(cfg, x, w13, w2, tw, ids, tuned=tuned):
-            return down_tma(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, cfg, torch.bfloat16)
-
-        runs = [("shipped " + str(tuned["down"]), shipped)]
-        runs += [(str(c), partial(tma_pair, c)) for c in candidates(s.H, s.I, s.K, args.kinds)]
-        runs += [("shipped again", shipped)]  # drift check
-        for label, step in runs:
-            try:
-                us, err, _ = checked_us(case, step, label, tol=1.5)
-            except AssertionError:
-                raise
-            except Exception as e:  # out of resources
-                print(f"{s.name} T={T} {label}: {type(e).__name__} {e}"[:300], flush=True)
-                torch.cuda.synchronize()
+        for label, step, _ in down_runs(case, down_tma, candidates(s.H, s.I, s.K, args.kinds)):
+            res = checked_us_or_none(case, step, label, tol=1.5)
+            if res is None:
                 continue
+            us, err, _ = res
             rows.append(row(case, variant=label, us=us, err=err))
             print(f"{s.name:14s} T={T} {label:60s} {us:8.2f} us {100 * case.floor_us / us:5.1f}% "
                   f"err/floor {err:.2f}", flush=True)

@@ -13,9 +13,12 @@ GPU only (CUDA graphs); the scripts' ``--check`` modes cover their kernels on th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
+from .. import warp as wp
+from ..configs import warp_config
 from ..presets import MoEShape, get_preset
 from ..reference import reference_moe, rel_error, rounding_floor
 from .sweep import meta
@@ -76,6 +79,35 @@ def checked_us(case: Case, fn, label: str, *, tol: float = 4.0, reps: int = 60):
     y0 = outs[0].clone()
     del g, outs
     return us, err, y0
+
+
+def checked_us_or_none(case: Case, fn, label: str, **kw):
+    """:func:`checked_us`, or None where the launch fails (out of resources at a config being
+    tried; printed). A wrong output still raises."""
+    try:
+        return checked_us(case, fn, label, **kw)
+    except AssertionError:
+        raise
+    except Exception as e:
+        print(f"{case.shape.name} T={case.T} {label}: {type(e).__name__} {e}"[:300], flush=True)
+        torch.cuda.synchronize()
+        return None
+
+
+def down_runs(case: Case, down, configs, prefix: str = ""):
+    """[(label, step, config)] for an experiment on warp decode's down kernel: the tuned pair, then
+    kernel 1 with its tuned config followed by ``down(act, w2, topk_ids, topk_weights, cfg,
+    out_dtype)`` for each of ``configs``, then the tuned pair again (a drift check)."""
+    s = case.shape
+    tuned = warp_config(s.H, s.I, s.E, s.K, case.T)
+
+    def pair(cfg, x, w13, w2, tw, ids):
+        return (down or wp.warp_down)(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, cfg,
+                                      torch.bfloat16)
+
+    shipped = partial(pair, tuned["down"])
+    return ([("shipped " + str(tuned["down"]), shipped, None)]
+            + [(f"{prefix}{c}", partial(pair, c), c) for c in configs] + [("shipped again", shipped, None)])
 
 
 def row(case: Case, *, us: float, err: float, **fields) -> dict:
