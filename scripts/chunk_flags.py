@@ -237,7 +237,7 @@ def main():
 
         if wp.schedule_of(tuned) != "split":
             print(f"{s.name} T={T}: the tuned schedule is {wp.schedule_of(tuned)}; compared with the pair anyway")
-        runs = down_runs(case, None, [])  # the tuned pair, before and after
+        runs = down_runs(case, wp.warp_down, [])  # the tuned pair, before and after
         runs[1:1] = [(f"chunked {c}", partial(chunked, c), c) for c in candidates(s.I, s.K)]
         for label, step, _ in runs:
             res = checked_us_or_none(case, step, label, tol=1.5)

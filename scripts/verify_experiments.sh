@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Each experiment script on its smallest run (one preset, one T), so a change to the loop they
 # share (warpdecode/bench/experiment.py) is run on the GPU without repeating the experiments:
-#   bash scripts/verify_experiments.sh        (on a GPU; logs to $OUT/verify_<script>.log)
+#   bash scripts/verify_experiments.sh [SCRIPT ...]   (on a GPU; logs to $OUT/verify_<script>.log)
 # What they measure here is not kept: their CSVs are restored afterwards.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -18,10 +18,12 @@ runs=(
   "ordered_launch $P --T 1"
   "schedule_draws $P --T 8 --seeds 1000 3000"
 )
+ONLY="$*"
 fail=0
 for r in "${runs[@]}"; do
   set -- $r
   script=$1; shift
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $script "* ]]; then continue; fi
   echo "=== $script $*"
   t0=$SECONDS
   timeout "${TIMEOUT_VERIFY:-120}" python3 "scripts/$script.py" "$@" > "$OUT/verify_$script.log" 2>&1

@@ -34,3 +34,26 @@ def test_experiment_checks_pass_in_the_interpreter(script, marker, checks):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stdout.count(marker) == checks, out.stdout
+
+
+def test_down_runs_time_the_shipped_pair_around_the_candidates(monkeypatch):
+    """``down_runs``: the first and last runs are the shipped pair (kernel 1, then the shipped down
+    kernel with its tuned config), every other run kernel 1 then the candidate down function with
+    one of the configs. (Session 11: the shipped runs once called the candidate's function.)"""
+    from warpdecode import warp as wp
+    from warpdecode.bench import experiment
+
+    shape = warpdecode.get_preset("olmoe-1b-7b")
+    case = experiment.Case(shape, 1, 1001, [], [], 1.0, 1.0, None)
+    tuned = warpdecode.configs.warp_config(shape.H, shape.I, shape.E, shape.K, 1)
+    calls = []
+    monkeypatch.setattr(wp, "warp_gate_up", lambda x, w13, ids, cfg: ("act", cfg))
+    monkeypatch.setattr(wp, "warp_down", lambda act, w2, ids, tw, cfg, dt: calls.append(("shipped", act, cfg)))
+    candidate = lambda act, w2, ids, tw, cfg, dt: calls.append(("candidate", act, cfg))  # noqa: E731
+    runs = experiment.down_runs(case, candidate, [{"c": 1}, {"c": 2}], prefix="v ")
+    assert [label for label, _, _ in runs] == [f"shipped {tuned['down']}", "v {'c': 1}", "v {'c': 2}", "shipped again"]
+    for _, step, _ in runs:
+        step("x", "w13", "w2", "tw", "ids")
+    gu = ("act", tuned["gate_up"])
+    assert calls == [("shipped", gu, tuned["down"]), ("candidate", gu, {"c": 1}), ("candidate", gu, {"c": 2}),
+                     ("shipped", gu, tuned["down"])]

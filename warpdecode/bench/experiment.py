@@ -101,13 +101,12 @@ def down_runs(case: Case, down, configs, prefix: str = ""):
     s = case.shape
     tuned = warp_config(s.H, s.I, s.E, s.K, case.T)
 
-    def pair(cfg, x, w13, w2, tw, ids):
-        return (down or wp.warp_down)(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, cfg,
-                                      torch.bfloat16)
+    def pair(down, cfg, x, w13, w2, tw, ids):
+        return down(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, cfg, torch.bfloat16)
 
-    shipped = partial(pair, tuned["down"])
+    shipped = partial(pair, wp.warp_down, tuned["down"])
     return ([("shipped " + str(tuned["down"]), shipped, None)]
-            + [(f"{prefix}{c}", partial(pair, c), c) for c in configs] + [("shipped again", shipped, None)])
+            + [(f"{prefix}{c}", partial(pair, down, c), c) for c in configs] + [("shipped again", shipped, None)])
 
 
 def row(case: Case, *, us: float, err: float, **fields) -> dict:
