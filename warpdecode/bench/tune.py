@@ -34,21 +34,21 @@ WARP_T = [1, 2, 4, 8, 16]
 EXPERT_T = [1, 8, 32, 128, 256]
 
 
-def _fits(rows: int, warps: int, columns: int, k_pad: int = 1) -> bool:
+def _fits(rows: int, warps: int, columns: int) -> bool:
     """Every warp has work: a row spreads over at most columns / 256 warps (8 bf16 per lane), the
-    rest stack over rows, and in the down kernel's [rows, K, columns] tile then over its k_pad
-    experts (kernels/warp.py); more warps than that would hold copies of each other."""
-    return warps <= rows * max(1, columns // 256) * k_pad
+    rest stack over rows; more warps than that would hold copies of each other (in the down
+    kernel's [rows, K, columns] tile the compiler puts them over K instead: measured, below)."""
+    return warps <= rows * max(1, columns // 256)
 
 
 def warp_candidates(H: int, I: int, K: int):  # noqa: E741
     """gate/up: (rows, warps) with one or two rows per warp, or a row spread over 2–8 warps (the
     shape of the one-program-per-tile read, ``scripts/read_variants.py``), by column width and
     pipelining depth; and the per-step reduction (``lean``) of the one-or-two-rows-per-warp tiles.
-    down: the same shapes, keeping the [rows, K, columns] tile at ≤ 256 elements per thread, and the
-    tiles whose warps outnumber rows × column-warps: the compiler puts the rest over K (one expert
-    or a few per warp, the sum over K across warps), so their programs are small and many, closer
-    to the tile read's shape (``scripts/down_ladder.py``; added in session 10, not yet timed)."""
+    down: the same shapes, keeping the [rows, K, columns] tile at ≤ 256 elements per thread. (Down
+    tiles whose warps outnumber rows × column-warps, which the compiler puts over K, were
+    candidates in sessions 10–11 and were slower everywhere they were timed, up to 10×: every
+    step's sum over K then crosses warps through shared memory; ``down_ladder.csv``.)"""
     rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8),
                   (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)]
     gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
@@ -62,7 +62,7 @@ def warp_candidates(H: int, I: int, K: int):  # noqa: E741
     down = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": 1}
             for (r, w), c in itertools.product(rows_warps, [256, 512, 1024])
             if c <= max(256, triton.next_power_of_2(I)) and r * k_pad * c // (32 * w) <= 256
-            and _fits(r, w, c, k_pad)]
+            and _fits(r, w, c)]
     return gate_up, down
 
 
