@@ -16,6 +16,7 @@
 #   tma       scripts/down_tma.py: the warp down kernel with its whole w2 tile in flight into shared memory before the wait (v15, Gluon)
 #   dladder   scripts/down_ladder.py: a read, then the down kernel's ingredients one by one
 #   align     scripts/align_variants.py: align's kernel four ways (ALIGN_ARGS)
+#   swapab    scripts/swap_ab.py: the expert GEMMs with SWAP_AB (the tile transposed on the tensor cores) against the tuned tiles
 #   draws     scripts/schedule_draws.py: the tuned schedule choice (pair, grouped, expert) on several routing draws
 #   profile   scripts/profile_pair.py under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
@@ -79,6 +80,7 @@ for stage in "$@"; do
     tma) experiment tma down_tma "${TIMEOUT_TMA:-300}" ${TMA_ARGS:-} ;;
     dladder) experiment dladder down_ladder "${TIMEOUT_DLADDER:-200}" ${DLADDER_ARGS:-} ;;
     align) experiment align align_variants "${TIMEOUT_ALIGN:-200}" ${ALIGN_ARGS:-} ;;
+    swapab) experiment swapab swap_ab "${TIMEOUT_SWAPAB:-300}" ${SWAPAB_ARGS:-} ;;
     draws) experiment draws schedule_draws "${TIMEOUT_DRAWS:-300}" ${DRAWS_ARGS:-} ;;
     profile)  # --clock-control none: leave the clocks alone (the device tool's METHOD.md)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

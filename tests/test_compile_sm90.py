@@ -90,6 +90,18 @@ SCENARIOS = [
         "gate_up": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 4, "HALF_M": True},
         "down": {"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3, "HALF_M": True}}),
      DEFAULTS),
+    # SWAP_AB (a tuner candidate): the tile transposed on the tensor cores, weight rows on wgmma's
+    # M axis and the block's rows on its N: at OLMoE T=256's tuned tiles, with and without HALF_M
+    # (rows 64 and 32), and at 16 rows with FP8 activations
+    ("olmoe-T=256-expert-swap-ab", "expert", dict(H=2048, I=1024, E=64, K=8), 256, BF16, dict(config={
+        "BLOCK_M": 64,
+        "gate_up": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3, "SWAP_AB": True},
+        "down": {"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3, "SWAP_AB": True,
+                 "HALF_M": True}}), DEFAULTS),
+    ("odd-T=8-expert-swap-ab-fp8", "expert", ODD, 8, BF16, dict(act_format="fp8", config={"BLOCK_M": 16,
+        "gate_up": {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4, "SWAP_AB": True},
+        "down": {"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3, "SWAP_AB": True}}),
+     DEFAULTS),
     # the four launches one after another, as vLLM's fused_moe launches them (the default chains
     # them with programmatic dependent launch where the GPU has it)
     ("qwen3-30b-T=256-expert-no-pdl", "expert", QWEN, 256, BF16, dict(pdl=False), H200),

@@ -129,12 +129,15 @@ def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype) -> dict:
     """A GEMM's launch parameters from its tile config. ``HALF_M`` (optional, off by default): a
     block whose upper half is all padding runs as a BLOCK_M/2-row tile. At BLOCK_M = 128 an expert
     with 70 pairs still runs one 128-row tile, but one with 60 pairs runs a 64-row tile: half the
-    tensor-core work, the same weights read once (BLOCK_M = 64 would read them twice for the first)."""
+    tensor-core work, the same weights read once (BLOCK_M = 64 would read them twice for the first).
+    ``SWAP_AB`` (optional, off by default): the tile computed transposed, weight rows on the tensor
+    cores' M axis (``kernels/expert.py`` ``_down_rows``)."""
     half = bool(cfg.get("HALF_M", False))
     if half and block_m < 32:
         raise ValueError(f"HALF_M needs BLOCK_M >= 32 (tl.dot takes at least 16 rows), got BLOCK_M={block_m}")
     return dict(
-        BLOCK_M=block_m, HALF_M=half, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        BLOCK_M=block_m, HALF_M=half, SWAP_AB=bool(cfg.get("SWAP_AB", False)),
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
         A_FP8=a_scales is not None, DOT_FP32=_runtime.INTERPRET,
         PRECISION="ieee" if dtype == torch.float32 or _runtime.INTERPRET else "tf32",
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

@@ -178,9 +178,11 @@ def _gate_up_rows(
     H, I, NUM_PAIRS, K, stride_ar, stride_sr, stride_we, stride_wr, stride_or,
     ROWS: tl.constexpr,  # rows m0 … m0 + ROWS − 1: BLOCK_M, or BLOCK_M / 2 (HALF_M)
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_FP8: tl.constexpr, DOT_FP32: tl.constexpr,
-    PRECISION: tl.constexpr, GATHER: tl.constexpr,
+    PRECISION: tl.constexpr, GATHER: tl.constexpr, SWAP_AB: tl.constexpr,
 ):
-    """The gate/up GEMM's tile of ROWS rows × BLOCK_N neurons: K-loop, then SiLU·up and the store."""
+    """The gate/up GEMM's tile of ROWS rows × BLOCK_N neurons: K-loop, then SiLU·up and the store.
+    SWAP_AB computes the transposed tile, wᵀ-rows on the tensor cores' M axis and the block's rows
+    on N (see :func:`_down_rows`)."""
     offs_m = (m0 + tl.arange(0, ROWS)).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < I
@@ -194,25 +196,40 @@ def _gate_up_rows(
         rows = (tl.where(mask_m, pair, 0) // K).to(tl.int64)
     a_ptrs = a_ptr + rows[:, None] * stride_ar + offs_k[None, :]
     a_scale_ptrs = a_scale_ptr + rows * stride_sr
-    # w13[e, n, k] read as a (BLOCK_K, BLOCK_N) tile: the dot computes a @ wᵀ
-    g_ptrs = w13_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
+    # w13[e, n, k] read as a (BLOCK_K, BLOCK_N) tile: the dot computes a @ wᵀ (SWAP_AB: as a
+    # (BLOCK_N, BLOCK_K) tile, the dot w @ aᵀ)
+    if SWAP_AB:
+        g_ptrs = w13_ptr + e * stride_we + offs_n[:, None].to(tl.int64) * stride_wr + offs_k[None, :]
+        acc_g = tl.zeros([BLOCK_N, ROWS], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_N, ROWS], dtype=tl.float32)
+    else:
+        g_ptrs = w13_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
+        acc_g = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+        acc_u = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     u_ptrs = g_ptrs + I * stride_wr
     dot_dtype = tl.float32 if DOT_FP32 else w13_ptr.dtype.element_ty
 
-    acc_g = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-    acc_u = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, H, BLOCK_K):
         mask_k = (k0 + offs_k) < H
         a = tl.load(a_ptrs + k0, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
         if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
             a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)[:, None]
         a = a.to(dot_dtype)
-        wmask = mask_k[:, None] & mask_n[None, :]
-        wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-        wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-        acc_g = tl.dot(a, wg, acc_g, input_precision=PRECISION)
-        acc_u = tl.dot(a, wu, acc_u, input_precision=PRECISION)
+        if SWAP_AB:
+            wmask = mask_n[:, None] & mask_k[None, :]
+            wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+            wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+            acc_g = tl.dot(wg, tl.trans(a), acc_g, input_precision=PRECISION)
+            acc_u = tl.dot(wu, tl.trans(a), acc_u, input_precision=PRECISION)
+        else:
+            wmask = mask_k[:, None] & mask_n[None, :]
+            wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+            wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+            acc_g = tl.dot(a, wg, acc_g, input_precision=PRECISION)
+            acc_u = tl.dot(a, wu, acc_u, input_precision=PRECISION)
 
+    if SWAP_AB:  # back to (rows, neurons) for the epilogue
+        acc_g, acc_u = tl.trans(acc_g), tl.trans(acc_u)
     h = acc_g * tl.sigmoid(acc_g) * acc_u
     tl.store(out_ptr + offs_m[:, None] * stride_or + offs_n[None, :], h.to(out_ptr.dtype.element_ty),
              mask=mask_m[:, None] & mask_n[None, :])
@@ -252,6 +269,7 @@ def grouped_gate_up_kernel(
                            # reads x[sorted_token_ids[r] // K], stage 3 fused into the loads as vLLM does
     HALF_M: tl.constexpr = False,  # a block whose upper half is padding runs as a BLOCK_M/2-row tile
     USE_PDL: tl.constexpr = False,  # launched early: wait for align, then let the down GEMM launch
+    SWAP_AB: tl.constexpr = False,  # the tile transposed on the tensor cores (_down_rows)
 ):
     if USE_PDL:
         gdc_wait()  # align has finished and its index arrays are visible
@@ -273,9 +291,9 @@ def grouped_gate_up_kernel(
     args = (a_ptr, a_scale_ptr, w13_ptr, out_ptr, sorted_token_ids_ptr, e, m0, pid_n, H, I, NUM_PAIRS, K,
             stride_ar, stride_sr, stride_we, stride_wr, stride_or)
     if _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M, HALF_M):
-        _gate_up_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER)
+        _gate_up_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER, SWAP_AB)
     else:
-        _gate_up_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER)
+        _gate_up_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER, SWAP_AB)
 
 
 @triton.jit
@@ -287,9 +305,14 @@ def _down_rows(
     H, I, NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_or,
     ROWS: tl.constexpr,  # rows m0 … m0 + ROWS − 1: BLOCK_M, or BLOCK_M / 2 (HALF_M)
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_FP8: tl.constexpr, DOT_FP32: tl.constexpr,
-    PRECISION: tl.constexpr, SCATTER: tl.constexpr,
+    PRECISION: tl.constexpr, SCATTER: tl.constexpr, SWAP_AB: tl.constexpr,
 ):
-    """The down GEMM's tile of ROWS rows × BLOCK_N hidden outputs: K-loop, routing weight, store."""
+    """The down GEMM's tile of ROWS rows × BLOCK_N hidden outputs: K-loop, routing weight, store.
+
+    SWAP_AB (vLLM's name for it): the tile is computed transposed, w (BLOCK_N × BLOCK_K) @ aᵀ, so the
+    weight rows take the tensor cores' M axis (64 per warp group on Hopper) and the block's rows
+    their N axis (any multiple of 8). With few pairs per expert, rows the plain form pads up to 64
+    are not multiplied, and the accumulator is BLOCK_N × ROWS."""
     offs_m = (m0 + tl.arange(0, ROWS)).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < H
@@ -298,18 +321,28 @@ def _down_rows(
     valid = pair < NUM_PAIRS  # padding rows of the intermediate were never written: not read either
     a_ptrs = a_ptr + offs_m[:, None] * stride_ar + offs_k[None, :]
     a_scale_ptrs = a_scale_ptr + offs_m * stride_sr
-    w_ptrs = w2_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
+    if SWAP_AB:
+        w_ptrs = w2_ptr + e * stride_we + offs_n[:, None].to(tl.int64) * stride_wr + offs_k[None, :]
+        acc = tl.zeros([BLOCK_N, ROWS], dtype=tl.float32)
+    else:
+        w_ptrs = w2_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
+        acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     dot_dtype = tl.float32 if DOT_FP32 else w2_ptr.dtype.element_ty
 
-    acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, I, BLOCK_K):
         mask_k = (k0 + offs_k) < I
         a = tl.load(a_ptrs + k0, mask=valid[:, None] & mask_k[None, :], other=0.0)
         if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
             a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
         a = a.to(dot_dtype)
-        w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
-        acc = tl.dot(a, w, acc, input_precision=PRECISION)
+        if SWAP_AB:
+            w = tl.load(w_ptrs + k0, mask=mask_n[:, None] & mask_k[None, :], other=0.0).to(dot_dtype)
+            acc = tl.dot(w, tl.trans(a), acc, input_precision=PRECISION)
+        else:
+            w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
+            acc = tl.dot(a, w, acc, input_precision=PRECISION)
+    if SWAP_AB:  # back to (rows, hidden outputs) for the epilogue
+        acc = tl.trans(acc)
 
     # the routing weight, applied in the epilogue as vLLM's MUL_ROUTED_WEIGHT does
     rw = tl.load(topk_weights_ptr + tl.where(valid, pair, 0), mask=valid, other=0.0)
@@ -356,6 +389,7 @@ def grouped_down_kernel(
                             # as vLLM does)
     HALF_M: tl.constexpr = False,  # a block whose upper half is padding runs as a BLOCK_M/2-row tile
     USE_PDL: tl.constexpr = False,  # launched early: wait for the gate/up GEMM, then let combine launch
+    SWAP_AB: tl.constexpr = False,  # the tile transposed on the tensor cores (_down_rows)
 ):
     if USE_PDL:
         gdc_wait()
@@ -377,9 +411,9 @@ def grouped_down_kernel(
     args = (a_ptr, a_scale_ptr, w2_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr, e, m0, pid_n, H, I,
             NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_or)
     if _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M, HALF_M):
-        _down_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER)
+        _down_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER, SWAP_AB)
     else:
-        _down_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER)
+        _down_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER, SWAP_AB)
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
