@@ -10,6 +10,7 @@ import sys
 
 import torch
 
+import warpdecode
 from warpdecode import __main__ as cli
 from warpdecode import _runtime
 
@@ -86,7 +87,7 @@ def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
     monkeypatch.setattr(tune, "tune", lambda presets, paths: seen.append((presets, paths)))
     cli.main(["tune", "--presets", "olmoe-1b-7b"])
     cli.main(["tune", "--presets", "olmoe-1b-7b", "gpt-oss-20b", "--in-process", "--paths", "expert"])
-    assert seen == [(["olmoe-1b-7b"], ["warp", "fused", "grouped", "expert"]),
+    assert seen == [(["olmoe-1b-7b"], ["warp", "fused", "grouped", "expert", "expert_swap"]),
                     (["olmoe-1b-7b", "gpt-oss-20b"], ["expert"])]
     assert len(calls) == 2
 
@@ -127,3 +128,36 @@ def test_retuning_the_pair_keeps_the_schedules_that_still_win(monkeypatch, tmp_p
     # a schedule that is re-tuned in the same run is left to its own tuner
     kept = tune.keep_schedules(old, new, retuned=["grouped"])
     assert all("grouped" not in cfg and "grouped" not in cfg["measured_us"] for _, cfg in kept)
+
+
+def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatch):
+    """``tune --paths expert_swap``: each bucket's tuned tiles against SWAP_AB on either GEMM or both;
+    the fastest form replaces the tuned one only where it is ≥ 1 % faster, and a form that does not
+    launch (out of shared memory: ``_time`` gives None) is passed over."""
+    from types import SimpleNamespace
+
+    from warpdecode.bench import tune
+
+    tile = {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3}
+    buckets = [[T, {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile, SWAP_AB=True)}] for T in (1, 8, 32)]
+    speeds = {1: {(): 100.0, ("gate_up",): 99.5, ("down",): 97.0, ("gate_up", "down"): 98.0},  # swap down
+              8: {(): 100.0, ("gate_up",): 99.5, ("down",): None, ("gate_up", "down"): 101.0},  # under 1 %
+              32: {(): 100.0, ("gate_up",): 95.0, ("down",): None, ("gate_up", "down"): None}}  # swap gate/up
+    seen = {}
+
+    def fake_time(step, reps):
+        cfg, T = step()
+        return speeds[T][tuple(g for g in ("gate_up", "down") if cfg[g].get("SWAP_AB"))]
+
+    monkeypatch.setattr(tune, "num_copies", lambda shape: 1)
+    monkeypatch.setattr(tune, "make_layers", lambda shape, L: [(None, None)])
+    monkeypatch.setattr(tune, "make_inputs", lambda shape, T, L, seed: [SimpleNamespace(
+        x=T, topk_weights=None, topk_ids=None)])
+    monkeypatch.setattr(tune, "_over_layers", lambda fn, xs, *cols: lambda: (fn.keywords["config"], xs[0]))
+    monkeypatch.setattr(tune, "_time", fake_time)
+    out = dict(tune.tune_expert_swap(warpdecode.get_preset("olmoe-1b-7b"), buckets, log=lambda m: seen.setdefault(
+        "log", []).append(m)))
+    assert out[1]["down"].get("SWAP_AB") and not out[1]["gate_up"].get("SWAP_AB")
+    assert not out[8]["down"].get("SWAP_AB") and not out[8]["gate_up"].get("SWAP_AB")  # the old flag is gone too
+    assert out[32]["gate_up"].get("SWAP_AB") and not out[32]["down"].get("SWAP_AB")
+    assert all(cfg["BLOCK_M"] == 16 and cfg["gate_up"]["BLOCK_N"] == 64 for cfg in out.values())

@@ -438,6 +438,44 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
     return buckets
 
 
+SWAP_FORMS = {"tuned": (), "swap gate/up": ("gate_up",), "swap down": ("down",), "swap both": ("gate_up", "down")}
+
+
+def with_swap(cfg: dict, gemms) -> dict:
+    """The expert config with ``SWAP_AB`` on the named GEMMs (``kernels/expert.py`` ``_down_rows``)."""
+    return {**cfg, **{g: dict(cfg[g], SWAP_AB=True) for g in gemms}}
+
+
+def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, log=print):
+    """Each tuned expert bucket against the same tiles with SWAP_AB on the gate/up GEMM, the down
+    GEMM or both (the whole path timed, at the bucket's T); a form is kept where it is at least
+    1 % faster. Run after ``expert``, which tunes plain tiles (and so drops these choices)."""
+    L = num_copies(shape)
+    layers = make_layers(shape, L)
+    out = []
+    for T, cfg in buckets:
+        inputs = make_inputs(shape, T, L, seed=4000 + T)
+        plain = {g: {k: v for k, v in cfg[g].items() if k != "SWAP_AB"} for g in ("gate_up", "down")}
+        base = {**cfg, **plain}
+        timed = []
+        for form, gemms in SWAP_FORMS.items():
+            c = with_swap(base, gemms)
+            step = partial(_over_layers, partial(ex.moe_expert, config=c))
+            t = _time(step([i.x for i in inputs], [w for w, _ in layers], [w for _, w in layers],
+                           [i.topk_weights for i in inputs], [i.topk_ids for i in inputs]), reps)
+            timed.append((t, form, c))
+        t_base = timed[0][0]
+        t_best, form, best = min(((t, f, c) for t, f, c in timed if t is not None), key=lambda r: r[0])
+        if t_best > 0.99 * t_base:
+            t_best, form, best = t_base, "tuned", base
+        log(f"expert {shape.name} T={T}: " + "; ".join(f"{f} {t / L:.2f} us" if t else f"{f} -" for t, f, _ in timed)
+            + f" -> {form}")
+        out.append([T, best])
+    layers = None
+    torch.cuda.empty_cache()
+    return out
+
+
 def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=print):
     """Compile every candidate once, in parallel. Only the warp down kernel depends on K."""
     jobs = []
@@ -462,7 +500,7 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=prin
     return bad
 
 
-def tune(preset_names: list[str], *, paths=("warp", "fused", "grouped", "expert"), log=print) -> dict:
+def tune(preset_names: list[str], *, paths=("warp", "fused", "grouped", "expert", "expert_swap"), log=print) -> dict:
     """Tune the named presets, merge into this GPU's table, write it, and return it."""
     shapes = [get_preset(n) for n in preset_names]
     path = tuned_file()
@@ -483,6 +521,10 @@ def tune(preset_names: list[str], *, paths=("warp", "fused", "grouped", "expert"
             table["warp"][key] = tune_refine(shape, table["warp"][key], log=log)
         if "expert" in paths:
             table.setdefault("expert", {})[key] = tune_expert(shape, dropped=dropped, log=log)
+        if "expert_swap" in paths:  # SWAP_AB on top of the tuned expert tiles
+            if key not in table.get("expert", {}):
+                raise ValueError(f"expert_swap refines tuned expert tiles: tune {shape.name} with 'expert' first")
+            table["expert"][key] = tune_expert_swap(shape, table["expert"][key], log=log)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(table, indent=1, sort_keys=True))
         log(f"tuned {shape.name} in {time.time() - t0:.0f} s")
