@@ -369,6 +369,51 @@ def test_half_m_tiles_match_float64(block_m, fmt, seed):
     assert torch.equal(y_half, y), "each row's products and sums are the same in a tile of either height"
 
 
+@pytest.mark.parametrize("block_m", [16, 32], ids=["BLOCK_M=16", "BLOCK_M=32-with-HALF_M"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_swap_ab_tiles_match_float64(block_m, dtype, seed):
+    """SWAP_AB: each GEMM's tile computed transposed (weight rows on the tensor cores' M axis). Both
+    GEMMs, gather and scatter fused as moe_expert runs them, against float64, with the same routing
+    as the HALF_M test (blocks with one real row, a full block, an expert with none); padding rows
+    stay poisoned; the whole path within a rounding of the plain tiles (not to the bit: on a GPU the
+    two forms run different tensor-core instructions)."""
+    H, I = 300, 88  # noqa: E741
+    counts = [block_m // 2, block_m // 2 + 1, block_m + 1, 0, 1]
+    E, K = len(counts), 1
+    g = torch.Generator().manual_seed(seed)
+    flat = torch.cat([torch.full((c,), e, dtype=torch.int32) for e, c in enumerate(counts)])
+    topk_ids = flat[torch.randperm(len(flat), generator=g)].view(-1, K).to(DEV)
+    T = topk_ids.shape[0]
+    x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
+    w13, w2 = (w.to(DEV) for w in warpdecode.MoEShape("swap", H=H, I=I, E=E, K=K).weights(dtype=dtype, seed=seed))
+    topk_weights = torch.rand(T, K, generator=g).to(DEV)
+    tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2, "HALF_M": block_m >= 32}
+    swapped = dict(tile, SWAP_AB=True)
+    with _alloc.poisoned():
+        al = expert.align(topk_ids, E, block_m)
+        h = expert.gate_up(x, None, w13, al, swapped, gather_k=K)
+        o = expert.down(h, None, w2, al, topk_weights, swapped, scatter=True)
+    ntpp, ids, valid = _used_rows(al)
+    e = al.expert_ids[torch.arange(ntpp, device=DEV) // block_m].long()[valid]
+    pairs = ids[valid]
+    gu = torch.einsum("rh,rnh->rn", x.double()[pairs // K], w13.double()[e])
+    assert h[:ntpp][~valid].isnan().all(), "padding rows are not written (poison left in place)"
+    assert _ratio(h[:ntpp][valid], F.silu(gu[:, :I]) * gu[:, I:], dtype) <= _tol(dtype, H)
+    want_o = torch.einsum("ri,rhi->rh", h[:ntpp][valid].double(), w2.double()[e]) \
+        * topk_weights.flatten()[pairs].double()[:, None]
+    assert not o.isnan().any(), "every pair's row is written"
+    assert _ratio(o[pairs], want_o, dtype) <= _tol(dtype, I)
+
+    cfg = {"BLOCK_M": block_m, "gate_up": dict(tile), "down": dict(tile)}
+    with _alloc.poisoned():
+        y = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, config=cfg)
+        y_swap = expert.moe_expert(x, w13, w2, topk_weights, topk_ids,
+                                   config={"BLOCK_M": block_m, "gate_up": swapped, "down": swapped})
+    ref = warpdecode.reference_moe(x, w13, w2, topk_weights, topk_ids)
+    assert not y_swap.isnan().any()
+    assert warpdecode.rel_error(y_swap, ref) <= 1.05 * warpdecode.rel_error(y, ref) + 1e-7
+
+
 def test_half_m_needs_two_tiles_of_16_rows():
     _, al, g = _aligned(3, 2, 5, 0)  # BLOCK_M = 16
     h = torch.randn(al.EM, 32, generator=g).to(torch.bfloat16).to(DEV)

@@ -465,8 +465,9 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, log=print):
                            [i.topk_weights for i in inputs], [i.topk_ids for i in inputs]), reps)
             timed.append((t, form, c))
         t_base = timed[0][0]
-        t_best, form, best = min(((t, f, c) for t, f, c in timed if t is not None), key=lambda r: r[0])
-        if t_best > 0.99 * t_base:
+        t_best, form, best = min(((t, f, c) for t, f, c in timed if t is not None), key=lambda r: r[0],
+                                 default=(None, "tuned", base))
+        if t_base is None or t_best > 0.99 * t_base:
             t_best, form, best = t_base, "tuned", base
         log(f"expert {shape.name} T={T}: " + "; ".join(f"{f} {t / L:.2f} us" if t else f"{f} -" for t, f, _ in timed)
             + f" -> {form}")

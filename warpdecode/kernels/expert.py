@@ -181,8 +181,8 @@ def _gate_up_rows(
     PRECISION: tl.constexpr, GATHER: tl.constexpr, SWAP_AB: tl.constexpr,
 ):
     """The gate/up GEMM's tile of ROWS rows × BLOCK_N neurons: K-loop, then SiLU·up and the store.
-    SWAP_AB computes the transposed tile, wᵀ-rows on the tensor cores' M axis and the block's rows
-    on N (see :func:`_down_rows`)."""
+    SWAP_AB computes the tile transposed: the weight rows on the tensor cores' M axis, the block's
+    rows on N (see :func:`_down_rows`)."""
     offs_m = (m0 + tl.arange(0, ROWS)).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < I
