@@ -314,6 +314,18 @@ def test_fused_gather_scatter_is_the_same_to_the_bit(T, K, E, dtype, fmt, seed):
     assert torch.equal(fused, apart)
 
 
+def _counted(dtype, H, I, counts, seed):  # noqa: E741
+    """A layer with len(counts) experts, K = 1, and a routing that sends counts[e] tokens to expert e
+    (in random order): (x, w13, w2, topk_weights, topk_ids) on DEV."""
+    g = torch.Generator().manual_seed(seed)
+    flat = torch.cat([torch.full((c,), e, dtype=torch.int32) for e, c in enumerate(counts)])
+    topk_ids = flat[torch.randperm(len(flat), generator=g)].view(-1, 1).to(DEV)
+    x = torch.randn(topk_ids.shape[0], H, generator=g).to(dtype).to(DEV)
+    shape = warpdecode.MoEShape("counted", H=H, I=I, E=len(counts), K=1)
+    w13, w2 = (w.to(DEV) for w in shape.weights(dtype=dtype, seed=seed))
+    return x, w13, w2, torch.rand(topk_ids.shape[0], 1, generator=g).to(DEV), topk_ids
+
+
 @pytest.mark.parametrize("block_m", [32, 128], ids=["BLOCK_M=32-half-16-rows", "BLOCK_M=128-half-64-rows"])
 @pytest.mark.parametrize("fmt", ["native", "fp8"])
 def test_half_m_tiles_match_float64(block_m, fmt, seed):
@@ -325,15 +337,8 @@ def test_half_m_tiles_match_float64(block_m, fmt, seed):
     gives what it gives without, to the bit."""
     dtype, H, I = torch.bfloat16, 300, 88  # noqa: E741
     half = block_m // 2
-    counts = [half, half + 1, block_m + 1, 0]
-    E, K = len(counts), 1
-    g = torch.Generator().manual_seed(seed)
-    flat = torch.cat([torch.full((c,), e, dtype=torch.int32) for e, c in enumerate(counts)])
-    topk_ids = flat[torch.randperm(len(flat), generator=g)].view(-1, K).to(DEV)
-    T = topk_ids.shape[0]
-    x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
-    w13, w2 = (w.to(DEV) for w in warpdecode.MoEShape("half", H=H, I=I, E=E, K=K).weights(dtype=dtype, seed=seed))
-    topk_weights = torch.rand(T, K, generator=g).to(DEV)
+    E, K = 4, 1
+    x, w13, w2, topk_weights, topk_ids = _counted(dtype, H, I, [half, half + 1, block_m + 1, 0], seed)
     tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2}
     with _alloc.poisoned():
         al = expert.align(topk_ids, E, block_m)
@@ -378,15 +383,9 @@ def test_swap_ab_tiles_match_float64(block_m, dtype, seed):
     stay poisoned; the whole path within a rounding of the plain tiles (not to the bit: on a GPU the
     two forms run different tensor-core instructions)."""
     H, I = 300, 88  # noqa: E741
-    counts = [block_m // 2, block_m // 2 + 1, block_m + 1, 0, 1]
-    E, K = len(counts), 1
-    g = torch.Generator().manual_seed(seed)
-    flat = torch.cat([torch.full((c,), e, dtype=torch.int32) for e, c in enumerate(counts)])
-    topk_ids = flat[torch.randperm(len(flat), generator=g)].view(-1, K).to(DEV)
-    T = topk_ids.shape[0]
-    x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
-    w13, w2 = (w.to(DEV) for w in warpdecode.MoEShape("swap", H=H, I=I, E=E, K=K).weights(dtype=dtype, seed=seed))
-    topk_weights = torch.rand(T, K, generator=g).to(DEV)
+    E, K = 5, 1
+    x, w13, w2, topk_weights, topk_ids = _counted(dtype, H, I, [block_m // 2, block_m // 2 + 1, block_m + 1, 0, 1],
+                                                  seed)
     tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2, "HALF_M": block_m >= 32}
     swapped = dict(tile, SWAP_AB=True)
     with _alloc.poisoned():
