@@ -113,7 +113,7 @@ for ln, job, c in zip(launches * 2, tuned + plain, compiled.compile_many(tuned +
 # it: the 64 weight rows take the M axis and the block's 16 rows the N axis, which takes any
 # multiple of 8, so the compiler can use `wgmma` (m64n16k16), with fewer registers per thread. The
 # tensor cores were never the limit (the kernel waits on memory), yet on the H200 the transposed
-# tiles made this path 2.6–6 % faster at T = 1 on five of the six presets
+# tiles made this path 1.3–5.7 % faster at T = 1 on five of the six presets
 # (`results/NVIDIA_H200/logs/tune_expert_swap.log`; the tuner keeps them only where they are ≥ 1 %
 # faster): the same bytes, fewer registers and another instruction path, measured rather than
 # explained here.
