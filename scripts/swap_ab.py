@@ -11,9 +11,10 @@ and the block's rows the N axis, which takes any multiple of 8. The weights are 
 and once; what changes is the tensor-core work and the accumulator's registers.
 
 Here: the full path (``moe_expert``, the bench's routings, seed 1000 + T) with the tuned table's
-config, against the same config with SWAP_AB on the gate/up GEMM, the down GEMM, or both, each
-form timed twice in alternation in one process, every output checked against float64 first.
-Rows to results/<GPU>/swap_ab.csv.
+tiles, plain (SWAP_AB off) and with SWAP_AB on the gate/up GEMM, the down GEMM, or both, each form
+timed twice in alternation in one process, every output checked against float64 first. (Call 7 of
+session 11 ran this before the table held any SWAP_AB; its log, ``logs/swap_ab.log``, names the
+plain form "tuned".) Rows to results/<GPU>/swap_ab.csv.
 """
 
 import argparse

@@ -438,12 +438,17 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False,
     return buckets
 
 
-SWAP_FORMS = {"tuned": (), "swap gate/up": ("gate_up",), "swap down": ("down",), "swap both": ("gate_up", "down")}
+SWAP_FORMS = {"plain": (), "swap gate/up": ("gate_up",), "swap down": ("down",), "swap both": ("gate_up", "down")}
 
 
 def with_swap(cfg: dict, gemms) -> dict:
-    """The expert config with ``SWAP_AB`` on the named GEMMs (``kernels/expert.py`` ``_down_rows``)."""
-    return {**cfg, **{g: dict(cfg[g], SWAP_AB=True) for g in gemms}}
+    """The expert config with ``SWAP_AB`` on the named GEMMs only (``kernels/expert.py``
+    ``_down_rows``); ``gemms=()`` gives the plain tiles."""
+    out = dict(cfg)
+    for g in ("gate_up", "down"):
+        tile = {k: v for k, v in cfg[g].items() if k != "SWAP_AB"}
+        out[g] = dict(tile, SWAP_AB=True) if g in gemms else tile
+    return out
 
 
 def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, log=print):
@@ -455,8 +460,7 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, log=print):
     out = []
     for T, cfg in buckets:
         inputs = make_inputs(shape, T, L, seed=4000 + T)
-        plain = {g: {k: v for k, v in cfg[g].items() if k != "SWAP_AB"} for g in ("gate_up", "down")}
-        base = {**cfg, **plain}
+        base = with_swap(cfg, ())
         timed = []
         for form, gemms in SWAP_FORMS.items():
             c = with_swap(base, gemms)
@@ -466,9 +470,9 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, log=print):
             timed.append((t, form, c))
         t_base = timed[0][0]
         t_best, form, best = min(((t, f, c) for t, f, c in timed if t is not None), key=lambda r: r[0],
-                                 default=(None, "tuned", base))
+                                 default=(None, "plain", base))
         if t_base is None or t_best > 0.99 * t_base:
-            t_best, form, best = t_base, "tuned", base
+            t_best, form, best = t_base, "plain", base
         log(f"expert {shape.name} T={T}: " + "; ".join(f"{f} {t / L:.2f} us" if t else f"{f} -" for t, f, _ in timed)
             + f" -> {form}")
         out.append([T, best])
