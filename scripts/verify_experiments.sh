@@ -2,7 +2,7 @@
 # Each experiment script on its smallest run (one preset, one T), so a change to the loop they
 # share (warpdecode/bench/experiment.py) is run on the GPU without repeating the experiments:
 #   bash scripts/verify_experiments.sh [SCRIPT ...]   (on a GPU; logs to $OUT/verify_<script>.log)
-# What they measure here is not kept: their CSVs are restored afterwards.
+# What they measure here is not kept: results/ is restored afterwards, exactly as it was.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/warpdecode-out}
@@ -19,6 +19,7 @@ runs=(
   "schedule_draws $P --T 8 --seeds 1000 3000"
 )
 ONLY="$*"
+KEEP=$(mktemp -d) && cp -a results "$KEEP/"  # restored as it was, uncommitted files included
 fail=0
 for r in "${runs[@]}"; do
   set -- $r
@@ -32,6 +33,5 @@ for r in "${runs[@]}"; do
   echo "=== $script rc=$rc in $((SECONDS - t0))s"
   [ $rc -eq 0 ] || fail=1
 done
-git checkout -- results 2>/dev/null  # the runs' rows are not results
-git clean -fdq results 2>/dev/null
+rm -rf results && mv "$KEEP/results" results && rmdir "$KEEP"  # the runs' rows are not results
 exit $fail

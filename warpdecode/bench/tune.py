@@ -455,19 +455,16 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, log=print):
     """Each tuned expert bucket against the same tiles with SWAP_AB on the gate/up GEMM, the down
     GEMM or both (the whole path timed, at the bucket's T); a form is kept where it is at least
     1 % faster. Run after ``expert``, which tunes plain tiles (and so drops these choices)."""
-    L = num_copies(shape)
-    layers = make_layers(shape, L)
+    L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
         inputs = make_inputs(shape, T, L, seed=4000 + T)
-        base = with_swap(cfg, ())
+        cols = ([i.x for i in inputs], w13s, w2s, [i.topk_weights for i in inputs], [i.topk_ids for i in inputs])
         timed = []
-        for form, gemms in SWAP_FORMS.items():
-            c = with_swap(base, gemms)
-            step = partial(_over_layers, partial(ex.moe_expert, config=c))
-            t = _time(step([i.x for i in inputs], [w for w, _ in layers], [w for _, w in layers],
-                           [i.topk_weights for i in inputs], [i.topk_ids for i in inputs]), reps)
-            timed.append((t, form, c))
+        for form, gemms in SWAP_FORMS.items():  # with_swap strips a SWAP_AB the table already holds
+            c = with_swap(cfg, gemms)
+            timed.append((_time(_over_layers(partial(ex.moe_expert, config=c), *cols), reps), form, c))
+        base = timed[0][2]
         t_base = timed[0][0]
         t_best, form, best = min(((t, f, c) for t, f, c in timed if t is not None), key=lambda r: r[0],
                                  default=(None, "plain", base))
@@ -476,7 +473,7 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, log=print):
         log(f"expert {shape.name} T={T}: " + "; ".join(f"{f} {t / L:.2f} us" if t else f"{f} -" for t, f, _ in timed)
             + f" -> {form}")
         out.append([T, best])
-    layers = None
+    w13s = w2s = None
     torch.cuda.empty_cache()
     return out
 
