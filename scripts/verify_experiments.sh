@@ -17,6 +17,7 @@ runs=(
   "chunk_flags $P --T 1"
   "ordered_launch $P --T 1"
   "schedule_draws $P --T 8 --seeds 1000 3000"
+  "swap_ab $P --T 1"
 )
 ONLY="$*"
 KEEP=$(mktemp -d) && cp -a results "$KEEP/"  # restored as it was, uncommitted files included
