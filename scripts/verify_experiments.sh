@@ -18,6 +18,7 @@ runs=(
   "ordered_launch $P --T 1"
   "schedule_draws $P --T 8 --seeds 1000 3000"
   "swap_ab $P --T 1"
+  "expert_order $P --T 1"
 )
 ONLY="$*"
 KEEP=$(mktemp -d) && cp -a results "$KEEP/"  # restored as it was, uncommitted files included

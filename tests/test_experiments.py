@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("half_m.py", "same bits", 3),  # HALF_M tiles: no bit changes, blocks of both kinds
     ("chunk_flags.py", "state reset", 12),  # v14: the down kernel by chunks of I, two calls per shape
     ("swap_ab.py", "from the plain tile", 20),  # SWAP_AB GEMM tiles against float64 and the plain tiles
+    ("expert_order.py", "no program gave up", 10),  # v16: one launch, down walks experts as gate/up ends them
 ])
 def test_experiment_checks_pass_in_the_interpreter(script, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}

@@ -1,0 +1,326 @@
+"""v16, an experiment: warp decode in one launch, each down program walking its token's experts in
+the order the gate/up programs finish them, so it waits for one expert at most.
+
+    python scripts/expert_order.py [--presets qwen3-30b-a3b olmoe-1b-7b] [--T 1 2]
+    TRITON_INTERPRET=1 python scripts/expert_order.py --check   # the contract only, on the CPU
+
+Why (results/NOTES.md): every earlier design that moved the down phase into the gate/up tail waited
+for *all* of the gate/up phase before using its w2 rows (v2's PDL, v4's grid barrier, v8's done
+counter, v13 and v15's preloads); only v14 waited for less (a chunk of I), and it paid a serial
+partial-sum protocol at the end. But y[t] = Σ_k w_k · W2[e_k] · a[t, k] is a sum over the token's K
+experts, and the gate/up programs can be ordered expert by expert (pair-major). A down program that
+takes the experts in that same order needs pair 0's intermediate first, which was finished long
+before it was dispatched, and pair K−1's last, by which time it is (nearly) finished too. So it
+streams 7/8 of its w2 rows (at K = 8) without waiting for anything, and sums the experts in
+registers: no partial sums, no atomics in the data path, no fence in the gate/up programs.
+
+One launch, grid = gate/up programs (pair-major) then down programs; CTAs of a 1-D grid are
+dispatched in order in practice, so a down program is dispatched only after every gate/up program
+has been. (Not guaranteed by CUDA: a program that waits too long gives up and raises a flag, which
+the host turns into an error; it never hangs the GPU.)
+- The intermediate buffer holds a sentinel bit pattern (0xFFFFFFFF, a NaN no arithmetic produces:
+  GPUs return the canonical 0x7FFFFFFF) until its value is stored. A down program polls the chunk it
+  needs (volatile loads) until no element is the sentinel: no fence or counter in the gate/up
+  programs, which only store.
+- The sentinel is written by a small fill kernel launched before the layer kernel, which starts with
+  programmatic dependent launch while the fill runs (``gdc_wait`` before a gate/up program's store
+  and before a down program's first poll), so the fill is not a kernel boundary on the weights'
+  stream.
+- Registers are the heavier phase's (one kernel): the down tile is one expert's [BLOCK_H, BLOCK_I]
+  step, the next step's weights loaded before the current step's poll, so it stays under the
+  gate/up tile's count.
+
+Byte ledger (Qwen3-30B, T=1): the pair's 75.5 MB, plus the sentinel fill (T·K·I·4 B = 24 KB) and
+every down program's reads of its token's intermediate from L2 (T·K·I·4 B each). Prediction: the
+one-launch tile read of the same bytes, 19.1 µs (``read_variants.csv``), plus the down tail after
+the last gate/up program (its last expert's step): ~20 µs against the pair's 22.4.
+
+Each candidate is checked against float64 (outputs poisoned), the sentinel state checked after every
+run, and timed against the tuned pair in the same process (the bench's routings, seed 1000 + T).
+Rows: results/<GPU>/expert_order.csv.
+"""
+
+import argparse
+import itertools
+import os
+from functools import partial
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+import warpdecode as wd
+from warpdecode import _alloc
+from warpdecode import warp as wp
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+SENTINEL = -1  # int32 bits 0xFFFFFFFF
+MAX_SPINS = 200_000  # ~0.1-0.2 s of polling, then give up and raise the flag
+MAX_REGS = 128  # the tuned pair's kernels: 96 (gate/up) and 161 (down) registers per thread
+
+
+@triton.jit
+def fill_kernel(bits_ptr, n, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    """The sentinel into every element of the intermediate; the layer kernel may start meanwhile."""
+    if USE_PDL:
+        gdc_launch_dependents()
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(bits_ptr + offs, tl.full([BLOCK], -1, tl.int32), mask=offs < n)
+
+
+@triton.jit
+def _gate_up_lean(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+                  pair, pid_i, BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, USE_PDL: tl.constexpr):
+    """The shipped gate/up tile (``kernels/warp.py`` ``_gate_up_tile`` with ``LEAN``), waiting for the
+    fill before its store."""
+    t = pair // K
+    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = offs_i < I
+    offs_h = tl.arange(0, BLOCK_H)
+    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
+    up_ptrs = gate_ptrs + I * stride_wr
+    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
+    acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        mask_h = (h0 + offs_h) < H
+        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
+        mask = mask_i[:, None] & mask_h[None, :]
+        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        acc_g += tl.sum(g.to(tl.float32) * xv[None, :], axis=1)
+        acc_u += tl.sum(u.to(tl.float32) * xv[None, :], axis=1)
+    a = acc_g * tl.sigmoid(acc_g) * acc_u
+    if USE_PDL:
+        gdc_wait()  # the fill has finished: this store is not overwritten by the sentinel
+    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a, mask=mask_i)
+
+
+@triton.jit
+def _w2_step(w2_ptr, e, offs_h, mask_h, i0, I, stride_we, stride_wr, BLOCK_I: tl.constexpr):
+    """Columns [i0, i0 + BLOCK_I) of expert e's rows offs_h: a [BLOCK_H, BLOCK_I] tile."""
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    ptrs = w2_ptr + e * stride_we + offs_h[:, None].to(tl.int64) * stride_wr + offs_i[None, :]
+    return tl.load(ptrs, mask=mask_h[:, None] & (offs_i < I)[None, :], other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit(do_not_specialize=["T"])
+def expert_order_kernel(
+    # pointers
+    x_ptr,  # (T, H) compute dtype
+    w13_ptr,  # (E, 2I, H) compute dtype: gate rows [0, I), up rows [I, 2I)
+    w2_ptr,  # (E, H, I) compute dtype
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_weights_ptr,  # (T, K) fp32
+    act_ptr,  # (T*K, I) fp32: the sentinel until stored
+    act_bits_ptr,  # the same buffer as int32 bits, for the polls
+    y_ptr,  # (T, H) compute dtype
+    flag_ptr,  # (1,) int32: set if a down program gave up waiting
+    # sizes
+    H, I, T,
+    # strides (elements)
+    stride_xt, stride_w13e, stride_w13r, stride_w2e, stride_w2r, stride_at, stride_yt,
+    # meta
+    K: tl.constexpr,
+    K_PAD: tl.constexpr,
+    GU_BLOCK_I: tl.constexpr,  # gate/up: neurons per program
+    GU_BLOCK_H: tl.constexpr,  # gate/up: columns of H per step
+    BLOCK_H: tl.constexpr,  # down: hidden outputs per program
+    BLOCK_I: tl.constexpr,  # down: columns of I per step
+    CHUNKS: tl.constexpr,  # cdiv(I, BLOCK_I)
+    MAX_SPINS: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    blocks_i = tl.cdiv(I, GU_BLOCK_I)
+    n_gate_up = T * K * blocks_i
+    if pid < n_gate_up:  # pair-major: pair 0's neurons first, the token's last expert last
+        _gate_up_lean(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
+                      stride_at, pid // blocks_i, pid % blocks_i, GU_BLOCK_I, GU_BLOCK_H, USE_PDL)
+    else:
+        unit = pid - n_gate_up
+        t = unit % T
+        pid_h = unit // T
+        offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+        mask_h = offs_h < H
+        offs_k = tl.arange(0, K_PAD)
+        ids = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0).to(tl.int64)
+        rws = tl.load(topk_weights_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0.0)
+        offs_i = tl.arange(0, BLOCK_I)
+        acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+        wv = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == 0, ids, 0)), offs_h, mask_h, 0, I, stride_w2e, stride_w2r,
+                      BLOCK_I)
+        if USE_PDL:
+            gdc_wait()  # the fill has finished: a value read from here on is this call's
+        gave_up = 0
+        for s in tl.static_range(K * CHUNKS):  # expert by expert, in the order gate/up finishes them
+            k = s // CHUNKS
+            i0 = (s % CHUNKS) * BLOCK_I
+            if s + 1 < K * CHUNKS:  # the next step's weights in flight before this step's poll
+                k1 = (s + 1) // CHUNKS
+                wn = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == k1, ids, 0)), offs_h, mask_h,
+                              ((s + 1) % CHUNKS) * BLOCK_I, I, stride_w2e, stride_w2r, BLOCK_I)
+            mask_i = (i0 + offs_i) < I
+            a_ptrs = act_bits_ptr + (t.to(tl.int64) * K + k) * stride_at + i0 + offs_i
+            bits = tl.load(a_ptrs, mask=mask_i, other=0, volatile=True)
+            pending = tl.max((bits == -1).to(tl.int32), axis=0)
+            spins = 0
+            while (pending > 0) & (spins < MAX_SPINS):  # this expert's chunk is not all stored yet
+                bits = tl.load(a_ptrs, mask=mask_i, other=0, volatile=True)
+                pending = tl.max((bits == -1).to(tl.int32), axis=0)
+                spins += 1
+            gave_up += pending
+            a = bits.to(tl.float32, bitcast=True) * tl.sum(tl.where(offs_k == k, rws, 0.0))
+            acc += wv.to(tl.float32) * a[None, :]
+            if s + 1 < K * CHUNKS:
+                wv = wn
+        if gave_up > 0:
+            tl.atomic_xchg(flag_ptr, 1)  # the host raises
+        y = tl.sum(acc, axis=1)
+        tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=mask_h)
+
+
+_FLAG = {}  # device -> (1,) int32, zero unless a down program gave up
+LAST = [None]  # the compiled kernel of the last launch (registers, spills)
+
+
+def flag(device) -> torch.Tensor:
+    if str(device) not in _FLAG:
+        _FLAG[str(device)] = torch.zeros(1, dtype=torch.int32, device=device)
+    return _FLAG[str(device)]
+
+
+def moe_expert_order(x, w13, w2, topk_weights, topk_ids, cfg: dict, out_dtype=torch.bfloat16):
+    T, H = x.shape
+    E, _, I = w2.shape  # noqa: E741
+    K = topk_ids.shape[1]
+    pdl = wp.USE_PDL and not INTERPRET
+    act = _alloc.empty(T * K, I, dtype=torch.float32, device=x.device)
+    n = T * K * I
+    fill_kernel[(triton.cdiv(n, 1024),)](act.view(torch.int32), n, BLOCK=1024, USE_PDL=pdl, num_warps=4)
+    y = _alloc.empty(T, H, dtype=out_dtype, device=x.device)
+    grid = T * K * triton.cdiv(I, cfg["GU_BLOCK_I"]) + T * triton.cdiv(H, cfg["BLOCK_H"])
+    LAST[0] = expert_order_kernel[(grid,)](
+        x, w13, w2, topk_ids, topk_weights, act, act.view(torch.int32), y, flag(x.device), H, I, T,
+        x.stride(0), w13.stride(0), w13.stride(1), w2.stride(0), w2.stride(1), act.stride(0), y.stride(0),
+        K=K, K_PAD=triton.next_power_of_2(K), GU_BLOCK_I=cfg["GU_BLOCK_I"], GU_BLOCK_H=cfg["GU_BLOCK_H"],
+        BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS,
+        USE_PDL=pdl, num_warps=cfg["num_warps"], num_stages=1, **({"launch_pdl": True} if pdl else {}),
+    )
+    return y
+
+
+def check_flag():
+    for dev, f in _FLAG.items():
+        assert int(f[0]) == 0, f"{dev}: a down program gave up waiting"
+
+
+def candidates(shape):
+    """One num_warps for both phases; gate/up tiles of ≤ 64 weights per thread per matrix (the tuned
+    one-warp tile, 1 × 2048, holds 64); down steps of 8-64 weights per thread."""
+    out = []
+    for w, gu_rows, gu_cols, rows, cols in itertools.product([1, 2, 4], [1, 2, 4], [1024, 2048], [1, 2, 4, 8, 16],
+                                                             [128, 256]):
+        gu_cols = min(gu_cols, triton.next_power_of_2(shape.H))
+        if gu_rows * gu_cols // (32 * w) > 64 or gu_rows < w:  # spills; or warps holding copies of a row
+            continue
+        if not 8 <= rows * cols // (32 * w) <= 64:
+            continue
+        out.append({"GU_BLOCK_I": gu_rows, "GU_BLOCK_H": gu_cols, "BLOCK_H": rows, "BLOCK_I": cols, "num_warps": w})
+    return [c for i, c in enumerate(out) if c not in out[:i]]
+
+
+def _warm(job):
+    """Compile one candidate at a preset's H and I (a few experts, T = 1), in a worker process,
+    into Triton's cache; returns its registers and spilled bytes."""
+    name, cfg = job
+    s = wd.get_preset(name)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    w13 = torch.randn(s.K, 2 * s.I, s.H, device="cuda", generator=g).bfloat16()
+    w2 = torch.randn(s.K, s.H, s.I, device="cuda", generator=g).bfloat16()
+    x = torch.randn(1, s.H, device="cuda", generator=g).bfloat16()
+    ids = torch.arange(s.K, device="cuda", dtype=torch.int32)[None]
+    moe_expert_order(x, w13, w2, torch.rand(1, s.K, device="cuda"), ids, cfg)
+    torch.cuda.synchronize()
+    return LAST[0].n_regs, LAST[0].n_spills
+
+
+def precompile(names, workers=16):
+    """{(preset, config as str): (registers, spills)} for every candidate, compiled in parallel."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    jobs = [(n, c) for n in names for c in candidates(wd.get_preset(n))]
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return {(n, str(c)): r for (n, c), r in zip(jobs, pool.map(_warm, jobs), strict=True)}
+
+
+def check():
+    """Two calls in a row at odd shapes (I not a multiple of the step, H not of the rows), K = 1 and
+    K = E, a token naming one expert twice; against float64, outputs poisoned, the flag after each."""
+    gen = torch.Generator().manual_seed(0)
+    cases = [(1, 40, 48, 5, 2, 16, 4, 2), (3, 24, 40, 7, 7, 16, 4, 4), (2, 16, 64, 3, 1, 32, 8, 1),
+             (1, 8, 33, 4, 4, 16, 2, 1), (2, 30, 64, 5, 3, 64, 4, 2)]  # T, H, I, E, K, BLOCK_I, BLOCK_H, GU rows
+    for T, H, I, E, K, c, r, gr in cases:  # noqa: E741
+        w13 = torch.randn(E, 2 * I, H, generator=gen) / H**0.5
+        w2 = torch.randn(E, H, I, generator=gen) / I**0.5
+        cfg = {"GU_BLOCK_I": gr, "GU_BLOCK_H": 16, "BLOCK_H": r, "BLOCK_I": c, "num_warps": 1}
+        for call in range(2):
+            x = torch.randn(T, H, generator=gen)
+            ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
+            if call == 1 and K >= 2:
+                ids[0, 1] = ids[0, 0]  # one expert in two slots
+            tw = torch.rand(T, K, generator=gen)
+            with _alloc.poisoned():  # an output element left unwritten is NaN
+                y = moe_expert_order(x, w13, w2, tw, ids, cfg, torch.float32)
+            check_flag()
+            err = wd.rel_error(y, wd.reference_moe(x, w13, w2, tw, ids))
+            assert not y.isnan().any() and err < 1e-5, (T, H, I, E, K, c, err)
+            print(f"T={T} H={H} I={I} E={E} K={K} BLOCK_I={c} BLOCK_H={r} call {call + 1}: error {err:.1e}, "
+                  "no program gave up")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=["qwen3-30b-a3b", "olmoe-1b-7b"])
+    p.add_argument("--T", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args()
+    if args.check:
+        return check()
+
+    from warpdecode.bench import data
+    from warpdecode.bench.experiment import cases, checked_us_or_none, down_runs, row
+
+    built = precompile(args.presets)
+    rows = []
+    for case in cases(args.presets, args.T):
+        s, T = case.shape, case.T
+        runs = down_runs(case, wp.warp_down, [])  # the tuned pair, before and after
+        keep = []
+        for c in candidates(s):
+            regs, spills = built[(s.name, str(c))]
+            if spills or regs > MAX_REGS:  # spilled streams are slow; more registers, fewer programs per SM
+                print(f"{s.name} {c}: {regs} registers, {spills} bytes spilled: skipped")
+                continue
+            keep.append((f"one launch {c} ({regs} regs)",
+                         partial(lambda c, x, w13, w2, tw, ids: moe_expert_order(x, w13, w2, tw, ids, c), c), c))
+        runs[1:1] = keep
+        for label, step, _ in runs:
+            res = checked_us_or_none(case, step, label, tol=1.5)
+            if res is None:
+                continue
+            us, err, _ = res
+            torch.cuda.synchronize()
+            check_flag()  # no program gave up, in the checked run or any timed replay
+            rows.append(row(case, variant=label, us=us, err=err))
+            print(f"{s.name:14s} T={T} {label:90s} {us:8.2f} us {100 * case.floor_us / us:5.1f}% err/floor {err:.2f}",
+                  flush=True)
+    data.merge_write(Path(f"results/{torch.cuda.get_device_name().replace(' ', '_')}/expert_order.csv"), rows)
+
+
+if __name__ == "__main__":
+    main()
