@@ -133,6 +133,7 @@ def expert_order_kernel(
     CHUNKS: tl.constexpr,  # cdiv(I, BLOCK_I)
     MAX_SPINS: tl.constexpr,
     USE_PDL: tl.constexpr,
+    LEAN: tl.constexpr,  # down: sum each step across the lanes at once (one FP32 number per row)
 ):
     pid = tl.program_id(0)
     blocks_i = tl.cdiv(I, GU_BLOCK_I)
@@ -150,36 +151,50 @@ def expert_order_kernel(
         ids = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0).to(tl.int64)
         rws = tl.load(topk_weights_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0.0)
         offs_i = tl.arange(0, BLOCK_I)
-        acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+        a_row = act_bits_ptr + t.to(tl.int64) * K * stride_at + offs_i  # pair k, column i0: + k·stride + i0
+        if LEAN:
+            acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+        else:
+            acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
         wv = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == 0, ids, 0)), offs_h, mask_h, 0, I, stride_w2e, stride_w2r,
                       BLOCK_I)
         if USE_PDL:
             gdc_wait()  # the fill has finished: a value read from here on is this call's
+        # the intermediate read like any data, from L2 (.cg: no stale line in this SM's L1), one step
+        # ahead with the weights; polled (volatile loads) only where a step finds the sentinel
+        bits = tl.load(a_row, mask=offs_i < I, other=0, cache_modifier=".cg")
         gave_up = 0
         for s in tl.static_range(K * CHUNKS):  # expert by expert, in the order gate/up finishes them
             k = s // CHUNKS
             i0 = (s % CHUNKS) * BLOCK_I
-            if s + 1 < K * CHUNKS:  # the next step's weights in flight before this step's poll
+            if s + 1 < K * CHUNKS:  # the next step's weights and intermediate in flight first
                 k1 = (s + 1) // CHUNKS
-                wn = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == k1, ids, 0)), offs_h, mask_h,
-                              ((s + 1) % CHUNKS) * BLOCK_I, I, stride_w2e, stride_w2r, BLOCK_I)
+                i1 = ((s + 1) % CHUNKS) * BLOCK_I
+                wn = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == k1, ids, 0)), offs_h, mask_h, i1, I, stride_w2e,
+                              stride_w2r, BLOCK_I)
+                bn = tl.load(a_row + k1 * stride_at + i1, mask=(i1 + offs_i) < I, other=0, cache_modifier=".cg")
             mask_i = (i0 + offs_i) < I
-            a_ptrs = act_bits_ptr + (t.to(tl.int64) * K + k) * stride_at + i0 + offs_i
-            bits = tl.load(a_ptrs, mask=mask_i, other=0, volatile=True)
             pending = tl.max((bits == -1).to(tl.int32), axis=0)
             spins = 0
             while (pending > 0) & (spins < MAX_SPINS):  # this expert's chunk is not all stored yet
-                bits = tl.load(a_ptrs, mask=mask_i, other=0, volatile=True)
+                bits = tl.load(a_row + k * stride_at + i0, mask=mask_i, other=0, volatile=True)
                 pending = tl.max((bits == -1).to(tl.int32), axis=0)
                 spins += 1
             gave_up += pending
             a = bits.to(tl.float32, bitcast=True) * tl.sum(tl.where(offs_k == k, rws, 0.0))
-            acc += wv.to(tl.float32) * a[None, :]
+            if LEAN:
+                acc += tl.sum(wv.to(tl.float32) * a[None, :], axis=1)
+            else:
+                acc += wv.to(tl.float32) * a[None, :]
             if s + 1 < K * CHUNKS:
                 wv = wn
+                bits = bn
         if gave_up > 0:
             tl.atomic_xchg(flag_ptr, 1)  # the host raises
-        y = tl.sum(acc, axis=1)
+        if LEAN:
+            y = acc
+        else:
+            y = tl.sum(acc, axis=1)
         tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=mask_h)
 
 
@@ -208,7 +223,8 @@ def moe_expert_order(x, w13, w2, topk_weights, topk_ids, cfg: dict, out_dtype=to
         x.stride(0), w13.stride(0), w13.stride(1), w2.stride(0), w2.stride(1), act.stride(0), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), GU_BLOCK_I=cfg["GU_BLOCK_I"], GU_BLOCK_H=cfg["GU_BLOCK_H"],
         BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS,
-        USE_PDL=pdl, num_warps=cfg["num_warps"], num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        USE_PDL=pdl, LEAN=cfg.get("lean", False), num_warps=cfg["num_warps"], num_stages=1,
+        **({"launch_pdl": True} if pdl else {}),
     )
     return y
 
@@ -219,17 +235,20 @@ def check_flag():
 
 
 def candidates(shape):
-    """One num_warps for both phases; gate/up tiles of ≤ 64 weights per thread per matrix (the tuned
-    one-warp tile, 1 × 2048, holds 64); down steps of 8-64 weights per thread."""
+    """One num_warps for both phases. Gate/up: the tuned one-warp tile (1 × 2048) and the tiles that
+    did best in the first form's run (2-4 rows × 1024-2048 over 2-4 warps). Down: steps of 256 to
+    1024 columns (a whole expert row per step where I ≤ 1024), 8-64 weights per thread, the
+    accumulator a tile or (``lean``) one number per row."""
     out = []
-    for w, gu_rows, gu_cols, rows, cols in itertools.product([1, 2, 4], [1, 2, 4], [1024, 2048], [1, 2, 4, 8, 16],
-                                                             [128, 256]):
+    gate_up = [(1, 1, 2048), (1, 1, 1024), (2, 2, 1024), (2, 4, 1024), (4, 4, 1024), (4, 4, 2048)]
+    for (w, gu_rows, gu_cols), rows, cols, lean in itertools.product(gate_up, [1, 2, 4, 8], [256, 512, 1024],
+                                                                     [False, True]):
         gu_cols = min(gu_cols, triton.next_power_of_2(shape.H))
-        if gu_rows * gu_cols // (32 * w) > 64 or gu_rows < w:  # spills; or warps holding copies of a row
-            continue
+        cols = min(cols, triton.next_power_of_2(shape.I))
         if not 8 <= rows * cols // (32 * w) <= 64:
             continue
-        out.append({"GU_BLOCK_I": gu_rows, "GU_BLOCK_H": gu_cols, "BLOCK_H": rows, "BLOCK_I": cols, "num_warps": w})
+        out.append({"GU_BLOCK_I": gu_rows, "GU_BLOCK_H": gu_cols, "BLOCK_H": rows, "BLOCK_I": cols, "num_warps": w,
+                    "lean": lean})
     return [c for i, c in enumerate(out) if c not in out[:i]]
 
 
@@ -267,7 +286,7 @@ def check():
     for T, H, I, E, K, c, r, gr in cases:  # noqa: E741
         w13 = torch.randn(E, 2 * I, H, generator=gen) / H**0.5
         w2 = torch.randn(E, H, I, generator=gen) / I**0.5
-        cfg = {"GU_BLOCK_I": gr, "GU_BLOCK_H": 16, "BLOCK_H": r, "BLOCK_I": c, "num_warps": 1}
+        cfg = {"GU_BLOCK_I": gr, "GU_BLOCK_H": 16, "BLOCK_H": r, "BLOCK_I": c, "num_warps": 1, "lean": gr == 2}
         for call in range(2):
             x = torch.randn(T, H, generator=gen)
             ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
