@@ -234,15 +234,20 @@ def check_flag():
         assert int(f[0]) == 0, f"{dev}: a down program gave up waiting"
 
 
-def candidates(shape):
+def candidates(shape, space: str = "first"):
     """One num_warps for both phases. Gate/up: the tuned one-warp tile (1 × 2048) and the tiles that
     did best in the first form's run (2-4 rows × 1024-2048 over 2-4 warps). Down: steps of 256 to
     1024 columns (a whole expert row per step where I ≤ 1024), 8-64 weights per thread, the
-    accumulator a tile or (``lean``) one number per row."""
+    accumulator a tile or (``lean``) one number per row. ``space="wide"``: around the second form's
+    best tiles (4 warps, 4 rows × whole rows of I, at the 128-register cap), with 8 warps and taller
+    down tiles (checked up to 168 registers)."""
     out = []
     gate_up = [(1, 1, 2048), (1, 1, 1024), (2, 2, 1024), (2, 4, 1024), (4, 4, 1024), (4, 4, 2048)]
-    for (w, gu_rows, gu_cols), rows, cols, lean in itertools.product(gate_up, [1, 2, 4, 8], [256, 512, 1024],
-                                                                     [False, True]):
+    rows_, cols_, leans = [1, 2, 4, 8], [256, 512, 1024], [False, True]
+    if space == "wide":
+        gate_up = [(4, 4, 1024), (4, 4, 2048), (4, 8, 1024), (8, 8, 1024), (8, 8, 2048), (8, 16, 1024)]
+        rows_, cols_, leans = [4, 8, 16], [512, 1024], [False]
+    for (w, gu_rows, gu_cols), rows, cols, lean in itertools.product(gate_up, rows_, cols_, leans):
         gu_cols = min(gu_cols, triton.next_power_of_2(shape.H))
         cols = min(cols, triton.next_power_of_2(shape.I))
         if not 8 <= rows * cols // (32 * w) <= 64:
@@ -267,12 +272,12 @@ def _warm(job):
     return LAST[0].n_regs, LAST[0].n_spills
 
 
-def precompile(names, workers=16):
+def precompile(names, space, workers=16):
     """{(preset, config as str): (registers, spills)} for every candidate, compiled in parallel."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    jobs = [(n, c) for n in names for c in candidates(wd.get_preset(n))]
+    jobs = [(n, c) for n in names for c in candidates(wd.get_preset(n), space)]
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         return {(n, str(c)): r for (n, c), r in zip(jobs, pool.map(_warm, jobs), strict=True)}
 
@@ -306,6 +311,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--presets", nargs="+", default=["qwen3-30b-a3b", "olmoe-1b-7b"])
     p.add_argument("--T", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--space", choices=["first", "wide"], default="first", help="which tiles (see candidates)")
     p.add_argument("--check", action="store_true")
     args = p.parse_args()
     if args.check:
@@ -314,15 +320,16 @@ def main():
     from warpdecode.bench import data
     from warpdecode.bench.experiment import cases, checked_us_or_none, down_runs, row
 
-    built = precompile(args.presets)
+    built = precompile(args.presets, args.space)
+    max_regs = MAX_REGS if args.space == "first" else 168
     rows = []
     for case in cases(args.presets, args.T):
         s, T = case.shape, case.T
         runs = down_runs(case, wp.warp_down, [])  # the tuned pair, before and after
         keep = []
-        for c in candidates(s):
+        for c in candidates(s, args.space):
             regs, spills = built[(s.name, str(c))]
-            if spills or regs > MAX_REGS:  # spilled streams are slow; more registers, fewer programs per SM
+            if spills or regs > max_regs:  # spilled streams are slow; more registers, fewer programs per SM
                 print(f"{s.name} {c}: {regs} registers, {spills} bytes spilled: skipped")
                 continue
             keep.append((f"one launch {c} ({regs} regs)",
