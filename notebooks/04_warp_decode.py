@@ -426,9 +426,13 @@ assert one_launch_us < two_launch_us  # the kernel boundary costs time a single 
 # %% [markdown]
 # So on this H200 the 85 % bar at Qwen3-30B-A3B T = 1 lies between what one launch of its 75.5 MB
 # can do and what two launches can. Reaching it takes one launch that streams both phases'
-# weights the way the tile read does, with the dependency between the phases handled inside it;
-# the persistent kernel above and the one-pass atomic kernel of `results/NOTES.md` (v6) were two
-# attempts, both slower.
+# weights the way the tile read does, with the dependency between the phases handled inside it.
+# Four such attempts, all correct, all slower than the pair (`results/NOTES.md`): the persistent
+# kernel above (v4), one pass adding the down projection through FP32 atomics (v6), the down
+# programs ordered after every gate/up program in one grid (v8), and down programs that take their
+# token's experts in the order gate/up finishes them, so each waits for one expert at most (v16).
+# In one kernel both phases share one register allocation and one warp count, and the gate/up
+# phase, two thirds of the bytes, runs with the tile the down phase needs.
 
 # %% [markdown]
 # ## Correctness
