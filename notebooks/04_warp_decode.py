@@ -433,6 +433,25 @@ assert one_launch_us < two_launch_us  # the kernel boundary costs time a single 
 # token's experts in the order gate/up finishes them, so each waits for one expert at most (v16).
 # In one kernel both phases share one register allocation and one warp count, and the gate/up
 # phase, two thirds of the bytes, runs with the tile the down phase needs.
+# Each design's best time, over the shipped pair's measured in the same runs, with the three that
+# moved only the down kernel's weight stream earlier (v13, v14, v15), all at T = 1
+# (`report.one_launch_attempts`, from the experiments' CSV files):
+#
+# ![One-launch and overlapped designs against the pair, NVIDIA H200](../figures/one_launch_attempts.png)
+#
+# *NVIDIA H200: `figures/one_launch_attempts.png`, drawn by `warpdecode/bench/plots.py` from
+# `results/NVIDIA_H200/` (`warp_atomic.csv`, `ordered_launch.csv`, `down_preload.csv`,
+# `chunk_flags.csv`, `down_tma.csv`, `expert_order.csv`) and the tuned table (v4).*
+
+# %%
+from warpdecode.bench import report  # noqa: E402
+
+attempts = report.one_launch_attempts(ladder.RESULTS_GPU)
+print(ladder.table([{"preset": r["preset"], "design": f"{r['version']}: {r['design']}",
+                     "best µs": f"{r['best_us']:.1f}", "pair µs, same runs": f"{r['pair_us']:.1f}",
+                     "85 % bar µs": f"{r['bar_us']:.1f}", "configs tried": r["tried"]}
+                    for r in attempts if r["preset"] in (s30.name, "olmoe-1b-7b")]))
+assert all(r["best_us"] > 0.99 * r["pair_us"] for r in attempts)  # none beat the pair beyond noise
 
 # %% [markdown]
 # ## Correctness

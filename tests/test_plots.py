@@ -227,3 +227,41 @@ def test_schedules_table_names_what_moe_warp_runs(tmp_path, monkeypatch):
     assert "| T ≤ 1 | T ≤ 8 | T ≤ 16 |" in text and "qwen3-30b-a3b" not in text
     path.write_text("{}")
     assert "No tuned table" in report.schedules_table(GPU)
+
+
+def test_one_launch_attempts_set_each_design_against_the_pair_of_its_own_runs(results, tmp_path, monkeypatch, drawn):
+    """The one-launch figure's numbers: per design, its fastest candidate over the mean of the
+    shipped pair's rows in the same CSV, the bar from that candidate's floor; rows of another T,
+    another design's label, or a CSV without a pair row are left out; v4 from the tuned table."""
+    import json
+
+    from warpdecode.configs import shape_key
+    from warpdecode.presets import get_preset
+
+    def rows(preset, variants):
+        return [{"preset": preset, "T": T, "variant": v, "us": us, "floor_us": 8.5, "frac_ceiling": 8.5 / us, **META}
+                for T, v, us in variants]
+
+    data.merge_write(results / "expert_order.csv", rows("qwen3-30b-a3b", [
+        (1, "shipped {'BLOCK_H': 8}", 10.0), (1, "one launch {'a': 1} (96 regs)", 12.0),
+        (1, "one launch {'a': 2} (128 regs)", 11.0), (1, "shipped again", 12.0), (2, "one launch {'a': 2}", 9.0)])
+        + rows("olmoe-1b-7b", [(1, "one launch {'a': 1}", 14.0), (1, "shipped {}", 20.0)]))
+    data.merge_write(results / "chunk_flags.csv", rows("qwen3-30b-a3b", [(1, "chunked {}", 30.0)]))  # no pair row
+    s = get_preset("qwen3-30b-a3b")
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"warp": {shape_key(s.H, s.I, s.E, s.K): [
+        [1, {"gate_up": {}, "down": {}, "measured_us": {"split": 5.0, "fused": 6.0}}]]}}))
+    monkeypatch.setattr(report, "tuned_file", lambda gpu: path)
+    got = {(r["preset"], r["version"]): r for r in report.one_launch_attempts(GPU)}
+    assert set(got) == {("qwen3-30b-a3b", "v16"), ("olmoe-1b-7b", "v16"), ("qwen3-30b-a3b", "v4")}
+    q = got[("qwen3-30b-a3b", "v16")]
+    assert (q["best_us"], q["pair_us"], q["tried"]) == (11.0, 11.0, 2)
+    assert q["bar_us"] == pytest.approx(8.5 / 0.85)
+    assert got[("olmoe-1b-7b", "v16")]["best_us"] / got[("olmoe-1b-7b", "v16")]["pair_us"] == pytest.approx(0.7)
+    v4 = got[("qwen3-30b-a3b", "v4")]
+    assert (v4["best_us"], v4["pair_us"], v4["bar_us"]) == (6.0, 5.0, pytest.approx(1.0 / 0.85))  # speed.csv floor
+    plots.one_launch_attempts(GPU)
+    (fig, name), = drawn
+    assert name == "one_launch_attempts.png"
+    widths = sorted(round(p.get_width(), 6) for ax in fig.axes for p in ax.patches)
+    assert widths == [-0.3, 0.0, 0.2]  # olmoe v16, qwen3 v16, qwen3 v4: time over the pair, minus 1

@@ -134,6 +134,41 @@ def accuracy(gpu: str):
     return _save(fig, "accuracy.png")
 
 
+def one_launch_attempts(gpu: str, presets=("qwen3-30b-a3b", "olmoe-1b-7b"), T: int = 1):
+    """Each design that put warp decode's phases into one launch or overlapped them more, its best
+    time over the shipped pair's in the same runs (``report.one_launch_attempts``), with the time
+    the 85 % bar asks for on the same scale."""
+    from .report import one_launch_attempts as rows_of
+
+    rows = rows_of(gpu, T)
+    versions = list(dict.fromkeys(r["version"] for r in rows if r["preset"] in presets))[::-1]
+    names = {r["version"]: f"{r['version']}: {r['design']}" for r in rows}
+    fig, axes = plt.subplots(1, len(presets), figsize=(12, 4.4), sharex=True, sharey=True)
+    for ax, preset in zip(axes, presets, strict=True):
+        mine = {r["version"]: r for r in rows if r["preset"] == preset}
+        y = [i for i, v in enumerate(versions) if v in mine]
+        got = [mine[v] for v in versions if v in mine]
+        ratio = [r["best_us"] / r["pair_us"] for r in got]
+        ax.barh(y, [x - 1 for x in ratio], left=1, color="#d62728", alpha=0.8, height=0.6)
+        ax.plot([r["bar_us"] / r["pair_us"] for r in got], y, "k|", ms=14, mew=2,
+                label="the 85 % bar (its floor from the same run)")
+        for yi, x, r in zip(y, ratio, got, strict=True):
+            ax.text(max(x, 1) + 0.01, yi, f"{x - 1:+.1%}: {r['best_us']:.1f} against {r['pair_us']:.1f} µs",
+                    va="center", fontsize=7.5)
+        ax.axvline(1, color="k", lw=1)
+        ax.set_xlim(0.8, 1.7)
+        ax.set_ylim(-0.6, len(versions) + 0.3)  # a free row on top for the legend
+        ax.set_title(f"{preset}, T = {T}", fontsize=9)
+        ax.set_xlabel("best time / the shipped pair's (same runs)")
+        ax.grid(alpha=0.3, axis="x")
+    axes[0].set_yticks(range(len(versions)), [names[v] for v in versions], fontsize=8)
+    axes[-1].legend(fontsize=8, loc="upper right")
+    fig.suptitle("Warp decode's phases in one launch, or overlapped further, against the two-kernel pair\n"
+                 f"{_caption(gpu)} (the designs' runs: several sessions, results/NOTES.md)", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, "one_launch_attempts.png")
+
+
 def _run_caption(row):
     """GPU and versions of one measured row (the e2e CSVs carry their own)."""
     return (f"{row.get('gpu')} · torch {row.get('torch', '?')} · triton {row.get('triton', '?')} · "
@@ -235,6 +270,13 @@ def e2e_errors(gpu: str, model: str | None = None):
     return _save(fig, "e2e_errors.png")
 
 
+def _has_attempts(gpu: str, presets=("qwen3-30b-a3b", "olmoe-1b-7b")) -> bool:
+    from .report import one_launch_attempts as rows_of
+
+    have = {r["preset"] for r in rows_of(gpu)}
+    return all(p in have for p in presets)
+
+
 def _save(fig, name):
     data.FIGURES.mkdir(exist_ok=True)
     path = data.FIGURES / name
@@ -246,6 +288,8 @@ def _save(fig, name):
 def all_figures(gpu: str):
     """Every figure whose CSV is there (the end-to-end ones only once ``python -m warpdecode e2e`` ran)."""
     figs = [headline(gpu), fraction_of_ceiling(gpu), stage_breakdown(gpu), accuracy(gpu)]
+    if _has_attempts(gpu):
+        figs.append(one_launch_attempts(gpu))
     if data.e2e_speed_table(gpu):
         figs.append(e2e_speed(gpu))
     if data.e2e_errors_run(gpu):

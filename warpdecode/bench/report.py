@@ -171,6 +171,64 @@ def targets(gpu: str) -> list[dict]:
     return out
 
 
+# The designs that put warp decode's two phases into one launch, or moved the down phase into the
+# gate/up phase's time (results/NOTES.md): (version, what it does, CSV, how a candidate's label
+# starts, how the shipped pair's starts). Each CSV holds the shipped pair measured in the same runs.
+ONE_LAUNCH_ATTEMPTS = [
+    ("v6", "one pass, down through FP32 atomics", "warp_atomic.csv", ("atomic",), ("split",)),
+    ("v8", "one launch, down after every gate/up program", "ordered_launch.csv", ("one launch",), ("pair",)),
+    ("v13", "down's whole w2 tile in registers before the wait", "down_preload.csv", ("preload",), ("shipped",)),
+    ("v14", "down split over I, each chunk started when written", "chunk_flags.csv", ("chunked",), ("shipped",)),
+    ("v15", "down's whole w2 tile into shared memory (TMA, cp.async)", "down_tma.csv", ("tma", "{'kind': 'cp.async'"),
+     ("shipped",)),
+    ("v16", "one launch, down takes the experts as gate/up ends them", "expert_order.csv", ("one launch",),
+     ("shipped",)),
+]
+
+
+def one_launch_attempts(gpu: str, T: int = 1) -> list[dict]:
+    """Per preset and design: its best measured time against the shipped pair measured in the same
+    runs (the mean of the pair's rows in that CSV), and the 85 % bar as a time, from the same rows'
+    floor. Also v4 (the persistent kernel), from the tuned table's times of both schedules."""
+    out = []
+    for version, what, name, cand, pair in ONE_LAUNCH_ATTEMPTS:
+        rows = [r for r in data.read(data.gpu_dir(gpu) / name) if int(r["T"]) == T]
+        for preset in [p for p in MODEL_PRESETS if any(r["preset"] == p for r in rows)]:
+            here = [r for r in rows if r["preset"] == preset]
+            label = [r.get("variant") or r.get("kind", "") for r in here]
+            tried = [r for r, lb in zip(here, label, strict=True) if lb.startswith(cand)]
+            shipped = [r for r, lb in zip(here, label, strict=True) if lb.startswith(pair)]
+            if not tried or not shipped:
+                continue
+            best = min(tried, key=lambda r: float(r["us"]))
+            pair_us = sum(float(r["us"]) for r in shipped) / len(shipped)
+            floor_us = float(best["frac_ceiling"]) * float(best["us"])
+            out.append({"preset": preset, "T": T, "version": version, "design": what, "best_us": float(best["us"]),
+                        "pair_us": pair_us, "bar_us": floor_us / BAR, "tried": len(tried), "source": name})
+    tuned = tuned_file(gpu)
+    speed = data.speed_table(gpu)
+    for preset, buckets in _warp_buckets(tuned):
+        cfg = next((c for t_max, c in buckets if T <= t_max), None)
+        row = speed.get(preset, {}).get("warp", {}).get(T)
+        if cfg and "fused" in cfg.get("measured_us", {}) and row:
+            m = cfg["measured_us"]
+            out.append({"preset": preset, "T": T, "version": "v4", "design": "persistent kernel, grid barrier",
+                        "best_us": m["fused"], "pair_us": m["split"], "bar_us": row["floor_us"] / BAR, "tried": 1,
+                        "source": f"tuned/{tuned.name}"})
+    order = ["v4"] + [v for v, *_ in ONE_LAUNCH_ATTEMPTS]
+    return sorted(out, key=lambda r: (MODEL_PRESETS.index(r["preset"]), order.index(r["version"])))
+
+
+def _warp_buckets(path: Path):
+    """(preset, the warp table's buckets) for each preset the tuned table holds."""
+    table = json.loads(path.read_text()).get("warp", {}) if path.exists() else {}
+    for preset in MODEL_PRESETS:
+        s = get_preset(preset)
+        key = shape_key(s.H, s.I, s.E, s.K)
+        if key in table:
+            yield preset, table[key]
+
+
 def targets_table(gpu: str) -> str:
     rows = targets(gpu)
     lines = ["| target | measured (fraction of the read ceiling) | met |", "|---|---|---|"]
