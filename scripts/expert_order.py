@@ -54,6 +54,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 import warpdecode as wd
 from warpdecode import _alloc
 from warpdecode import warp as wp
+from warpdecode.kernels import warp as kw
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 SENTINEL = -1  # int32 bits 0xFFFFFFFF
@@ -107,6 +108,73 @@ def _w2_step(w2_ptr, e, offs_h, mask_h, i0, I, stride_we, stride_wr, BLOCK_I: tl
     return tl.load(ptrs, mask=mask_h[:, None] & (offs_i < I)[None, :], other=0.0, eviction_policy="evict_first")
 
 
+@triton.jit
+def _down_expert_order(
+    w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, flag_ptr, H, I, T,
+    stride_w2e, stride_w2r, stride_at, stride_yt,
+    unit,  # which (token, block of BLOCK_H hidden outputs): token fastest
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, CHUNKS: tl.constexpr,
+    MAX_SPINS: tl.constexpr,
+    WAIT: tl.constexpr,  # gdc_wait (for the fill) before the first read of the intermediate
+    LEAN: tl.constexpr,  # sum each step across the lanes at once (one FP32 number per row)
+):
+    """y[t, rows] = Σ_k w_k · w2[e_k, rows, :] · act[t·K + k, :], expert by expert in slot order,
+    each step's intermediate chunk polled only if it still holds the sentinel."""
+    t = unit % T
+    pid_h = unit // T
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < H
+    offs_k = tl.arange(0, K_PAD)
+    ids = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0).to(tl.int64)
+    rws = tl.load(topk_weights_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0.0)
+    offs_i = tl.arange(0, BLOCK_I)
+    a_row = act_bits_ptr + t.to(tl.int64) * K * stride_at + offs_i  # pair k, column i0: + k·stride + i0
+    if LEAN:
+        acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+    wv = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == 0, ids, 0)), offs_h, mask_h, 0, I, stride_w2e, stride_w2r,
+                  BLOCK_I)
+    if WAIT:
+        gdc_wait()  # the fill has finished: a value read from here on is this call's
+    # the intermediate read like any data, from L2 (.cg: no stale line in this SM's L1), one step
+    # ahead with the weights; polled (volatile loads) only where a step finds the sentinel
+    bits = tl.load(a_row, mask=offs_i < I, other=0, cache_modifier=".cg")
+    gave_up = 0
+    for s in tl.static_range(K * CHUNKS):  # expert by expert, in the order gate/up finishes them
+        k = s // CHUNKS
+        i0 = (s % CHUNKS) * BLOCK_I
+        if s + 1 < K * CHUNKS:  # the next step's weights and intermediate in flight first
+            k1 = (s + 1) // CHUNKS
+            i1 = ((s + 1) % CHUNKS) * BLOCK_I
+            wn = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == k1, ids, 0)), offs_h, mask_h, i1, I, stride_w2e,
+                          stride_w2r, BLOCK_I)
+            bn = tl.load(a_row + k1 * stride_at + i1, mask=(i1 + offs_i) < I, other=0, cache_modifier=".cg")
+        mask_i = (i0 + offs_i) < I
+        pending = tl.max((bits == -1).to(tl.int32), axis=0)
+        spins = 0
+        while (pending > 0) & (spins < MAX_SPINS):  # this expert's chunk is not all stored yet
+            bits = tl.load(a_row + k * stride_at + i0, mask=mask_i, other=0, volatile=True)
+            pending = tl.max((bits == -1).to(tl.int32), axis=0)
+            spins += 1
+        gave_up += pending
+        a = bits.to(tl.float32, bitcast=True) * tl.sum(tl.where(offs_k == k, rws, 0.0))
+        if LEAN:
+            acc += tl.sum(wv.to(tl.float32) * a[None, :], axis=1)
+        else:
+            acc += wv.to(tl.float32) * a[None, :]
+        if s + 1 < K * CHUNKS:
+            wv = wn
+            bits = bn
+    if gave_up > 0:
+        tl.atomic_xchg(flag_ptr, 1)  # the host raises
+    if LEAN:
+        y = acc
+    else:
+        y = tl.sum(acc, axis=1)
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=mask_h)
+
+
 @triton.jit(do_not_specialize=["T"])
 def expert_order_kernel(
     # pointers
@@ -142,60 +210,9 @@ def expert_order_kernel(
         _gate_up_lean(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
                       stride_at, pid // blocks_i, pid % blocks_i, GU_BLOCK_I, GU_BLOCK_H, USE_PDL)
     else:
-        unit = pid - n_gate_up
-        t = unit % T
-        pid_h = unit // T
-        offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_h = offs_h < H
-        offs_k = tl.arange(0, K_PAD)
-        ids = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0).to(tl.int64)
-        rws = tl.load(topk_weights_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0.0)
-        offs_i = tl.arange(0, BLOCK_I)
-        a_row = act_bits_ptr + t.to(tl.int64) * K * stride_at + offs_i  # pair k, column i0: + k·stride + i0
-        if LEAN:
-            acc = tl.zeros([BLOCK_H], dtype=tl.float32)
-        else:
-            acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
-        wv = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == 0, ids, 0)), offs_h, mask_h, 0, I, stride_w2e, stride_w2r,
-                      BLOCK_I)
-        if USE_PDL:
-            gdc_wait()  # the fill has finished: a value read from here on is this call's
-        # the intermediate read like any data, from L2 (.cg: no stale line in this SM's L1), one step
-        # ahead with the weights; polled (volatile loads) only where a step finds the sentinel
-        bits = tl.load(a_row, mask=offs_i < I, other=0, cache_modifier=".cg")
-        gave_up = 0
-        for s in tl.static_range(K * CHUNKS):  # expert by expert, in the order gate/up finishes them
-            k = s // CHUNKS
-            i0 = (s % CHUNKS) * BLOCK_I
-            if s + 1 < K * CHUNKS:  # the next step's weights and intermediate in flight first
-                k1 = (s + 1) // CHUNKS
-                i1 = ((s + 1) % CHUNKS) * BLOCK_I
-                wn = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == k1, ids, 0)), offs_h, mask_h, i1, I, stride_w2e,
-                              stride_w2r, BLOCK_I)
-                bn = tl.load(a_row + k1 * stride_at + i1, mask=(i1 + offs_i) < I, other=0, cache_modifier=".cg")
-            mask_i = (i0 + offs_i) < I
-            pending = tl.max((bits == -1).to(tl.int32), axis=0)
-            spins = 0
-            while (pending > 0) & (spins < MAX_SPINS):  # this expert's chunk is not all stored yet
-                bits = tl.load(a_row + k * stride_at + i0, mask=mask_i, other=0, volatile=True)
-                pending = tl.max((bits == -1).to(tl.int32), axis=0)
-                spins += 1
-            gave_up += pending
-            a = bits.to(tl.float32, bitcast=True) * tl.sum(tl.where(offs_k == k, rws, 0.0))
-            if LEAN:
-                acc += tl.sum(wv.to(tl.float32) * a[None, :], axis=1)
-            else:
-                acc += wv.to(tl.float32) * a[None, :]
-            if s + 1 < K * CHUNKS:
-                wv = wn
-                bits = bn
-        if gave_up > 0:
-            tl.atomic_xchg(flag_ptr, 1)  # the host raises
-        if LEAN:
-            y = acc
-        else:
-            y = tl.sum(acc, axis=1)
-        tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=mask_h)
+        _down_expert_order(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, flag_ptr, H, I, T, stride_w2e,
+                           stride_w2r, stride_at, stride_yt, pid - n_gate_up, K, K_PAD, BLOCK_H, BLOCK_I, CHUNKS,
+                           MAX_SPINS, USE_PDL, LEAN)
 
 
 _FLAG = {}  # device -> (1,) int32, zero unless a down program gave up
@@ -234,6 +251,98 @@ def check_flag():
         assert int(f[0]) == 0, f"{dev}: a down program gave up waiting"
 
 
+@triton.jit(do_not_specialize=["T", "NUM_PROGRAMS"])
+def down_expert_order_kernel(
+    # pointers
+    w2_ptr,  # (E, H, I) compute dtype
+    topk_ids_ptr,  # (T, K) int32
+    topk_weights_ptr,  # (T, K) fp32
+    act_bits_ptr,  # (T*K, I) int32 bits of the fp32 intermediate; the sentinel where not yet stored
+    y_ptr,  # (T, H) compute dtype
+    state_ptr,  # (2,) int32: [programs done (zero between calls), gave up]
+    # sizes
+    H, I, T, NUM_PROGRAMS,
+    # strides (elements)
+    stride_w2e, stride_w2r, stride_at, stride_yt,
+    # meta
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, CHUNKS: tl.constexpr,
+    MAX_SPINS: tl.constexpr, LEAN: tl.constexpr, FILL: tl.constexpr,
+):
+    """The second form's down phase as a kernel of its own, launched (PDL) while the shipped gate/up
+    kernel runs and never waiting for it to finish: the sentinel says what is stored. The last
+    program writes the sentinel back over the intermediate and zeroes the count, so the next call
+    (whose gate/up kernel is an ordinary launch, after all of this) finds the buffer as this one did."""
+    _down_expert_order(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, state_ptr + 1, H, I, T,
+                       stride_w2e, stride_w2r, stride_at, stride_yt, tl.program_id(0), K, K_PAD, BLOCK_H, BLOCK_I,
+                       CHUNKS, MAX_SPINS, False, LEAN)
+    tl.debug_barrier()  # every warp of this program has used its reads of the intermediate
+    done = tl.atomic_add(state_ptr, 1, sem="acq_rel")
+    if done == NUM_PROGRAMS - 1:
+        n = T * K * stride_at
+        for r0 in range(0, n, FILL):
+            offs = r0 + tl.arange(0, FILL)
+            tl.store(act_bits_ptr + offs, tl.full([FILL], -1, tl.int32), mask=offs < n)
+        tl.atomic_xchg(state_ptr, 0)
+
+
+_STATE = {}  # (device, T, K, I) -> the two-kernel form's intermediate (the sentinel at rest) and state
+
+
+def _two_kernel_state(device, T, K, I):  # noqa: E741
+    key = (str(device), T, K, I)
+    if key not in _STATE:
+        _STATE[key] = (torch.full((T * K, I), SENTINEL, dtype=torch.int32, device=device),
+                       torch.zeros(2, dtype=torch.int32, device=device))
+    return _STATE[key]
+
+
+def pair_expert_order(x, w13, w2, topk_weights, topk_ids, gu_cfg: dict, cfg: dict, out_dtype=torch.bfloat16):
+    """The shipped gate/up kernel (its tuned config, pair-major unless ``cfg["pair_fastest"]``), then
+    the down phase of the second form as its own kernel (``down_expert_order_kernel``)."""
+    T, H = x.shape
+    E, _, I = w2.shape  # noqa: E741
+    K = topk_ids.shape[1]
+    pdl = wp.USE_PDL and not INTERPRET
+    act_bits, state = _two_kernel_state(x.device, T, K, I)
+    act = act_bits.view(torch.float32)
+    kw.warp_gate_up_kernel[(T * K * triton.cdiv(I, gu_cfg["BLOCK_I"]),)](
+        x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_I=gu_cfg["BLOCK_I"], BLOCK_H=gu_cfg["BLOCK_H"], USE_PDL=pdl, EVICT=gu_cfg.get("evict", "evict_first"),
+        PAIR_FASTEST=cfg.get("pair_fastest", False), LEAN=gu_cfg.get("lean", False),
+        num_warps=gu_cfg["num_warps"], num_stages=gu_cfg["num_stages"],
+    )
+    y = _alloc.empty(T, H, dtype=out_dtype, device=x.device)
+    grid = T * triton.cdiv(H, cfg["BLOCK_H"])
+    LAST[0] = down_expert_order_kernel[(grid,)](
+        w2, topk_ids, topk_weights, act_bits, y, state, H, I, T, grid,
+        w2.stride(0), w2.stride(1), act_bits.stride(0), y.stride(0),
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
+        CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS, LEAN=cfg.get("lean", False), FILL=1024,
+        num_warps=cfg["num_warps"], num_stages=1, **({"launch_pdl": True} if pdl else {}),
+    )
+    return y
+
+
+def check_state():
+    """The two-kernel form's buffers as a call must leave them: the sentinel everywhere, the count at
+    zero, no program that gave up."""
+    for key, (bits, state) in _STATE.items():
+        assert bool((bits == SENTINEL).all()), f"{key}: the sentinel is not back"
+        assert int(state[0]) == 0 and int(state[1]) == 0, f"{key}: state {state.tolist()}"
+
+
+def candidates_two(shape):
+    """Down tiles for the two-kernel form (its own registers): 2-16 rows, 256 columns to a whole row
+    of I, 1-8 warps, 16-128 weights per thread per step; the gate/up grid pair-major (the form's
+    point) or pair-fastest (the shipped order)."""
+    out = []
+    for w, rows, cols, fastest in itertools.product([1, 2, 4, 8], [2, 4, 8, 16], [256, 512, 1024], [False, True]):
+        cols = min(cols, triton.next_power_of_2(shape.I))
+        if 16 <= rows * cols // (32 * w) <= 128 and rows >= w:
+            out.append({"BLOCK_H": rows, "BLOCK_I": cols, "num_warps": w, "pair_fastest": fastest})
+    return [c for i, c in enumerate(out) if c not in out[:i]]
+
+
 def candidates(shape, space: str = "first"):
     """One num_warps for both phases. Gate/up: the tuned one-warp tile (1 × 2048) and the tiles that
     did best in the first form's run (2-4 rows × 1024-2048 over 2-4 warps). Down: steps of 256 to
@@ -259,27 +368,30 @@ def candidates(shape, space: str = "first"):
 
 def _warm(job):
     """Compile one candidate at a preset's H and I (a few experts, T = 1), in a worker process,
-    into Triton's cache; returns its registers and spilled bytes."""
-    name, cfg = job
+    into Triton's cache; returns its (last kernel's) registers and spilled bytes."""
+    name, form, cfg = job
     s = wd.get_preset(name)
     g = torch.Generator(device="cuda").manual_seed(0)
     w13 = torch.randn(s.K, 2 * s.I, s.H, device="cuda", generator=g).bfloat16()
     w2 = torch.randn(s.K, s.H, s.I, device="cuda", generator=g).bfloat16()
     x = torch.randn(1, s.H, device="cuda", generator=g).bfloat16()
     ids = torch.arange(s.K, device="cuda", dtype=torch.int32)[None]
-    moe_expert_order(x, w13, w2, torch.rand(1, s.K, device="cuda"), ids, cfg)
+    tw = torch.rand(1, s.K, device="cuda")
+    if form == "one":
+        moe_expert_order(x, w13, w2, tw, ids, cfg)
+    else:
+        pair_expert_order(x, w13, w2, tw, ids, wd.configs.warp_config(s.H, s.I, s.E, s.K, 1)["gate_up"], cfg)
     torch.cuda.synchronize()
     return LAST[0].n_regs, LAST[0].n_spills
 
 
-def precompile(names, space, workers=16):
-    """{(preset, config as str): (registers, spills)} for every candidate, compiled in parallel."""
+def precompile(jobs, workers=16):
+    """{(preset, form, config as str): (registers, spills)} for every job, compiled in parallel."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    jobs = [(n, c) for n in names for c in candidates(wd.get_preset(n), space)]
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        return {(n, str(c)): r for (n, c), r in zip(jobs, pool.map(_warm, jobs), strict=True)}
+        return {(n, f, str(c)): r for (n, f, c), r in zip(jobs, pool.map(_warm, jobs), strict=True)}
 
 
 def check():
@@ -298,10 +410,19 @@ def check():
             if call == 1 and K >= 2:
                 ids[0, 1] = ids[0, 0]  # one expert in two slots
             tw = torch.rand(T, K, generator=gen)
+            ref = wd.reference_moe(x, w13, w2, tw, ids)
+            gu = wd.configs.warp_config(H, I, E, K, T)["gate_up"]
+            two = {"BLOCK_H": r, "BLOCK_I": c, "num_warps": 1, "pair_fastest": call == 1, "lean": gr == 2}
+            with _alloc.poisoned():  # an output element left unwritten is NaN
+                y2 = pair_expert_order(x, w13, w2, tw, ids, gu, two, torch.float32)
+            check_state()
+            err2 = wd.rel_error(y2, ref)
+            assert not y2.isnan().any() and err2 < 1e-5, (T, H, I, E, K, c, err2)
+            print(f"two kernels: error {err2:.1e}, state reset")
             with _alloc.poisoned():  # an output element left unwritten is NaN
                 y = moe_expert_order(x, w13, w2, tw, ids, cfg, torch.float32)
             check_flag()
-            err = wd.rel_error(y, wd.reference_moe(x, w13, w2, tw, ids))
+            err = wd.rel_error(y, ref)
             assert not y.isnan().any() and err < 1e-5, (T, H, I, E, K, c, err)
             print(f"T={T} H={H} I={I} E={E} K={K} BLOCK_I={c} BLOCK_H={r} call {call + 1}: error {err:.1e}, "
                   "no program gave up")
@@ -312,6 +433,8 @@ def main():
     p.add_argument("--presets", nargs="+", default=["qwen3-30b-a3b", "olmoe-1b-7b"])
     p.add_argument("--T", type=int, nargs="+", default=[1, 2])
     p.add_argument("--space", choices=["first", "wide"], default="first", help="which tiles (see candidates)")
+    p.add_argument("--form", choices=["one", "two"], default="one",
+                   help="one launch, or the shipped gate/up kernel and a down kernel of its own (two)")
     p.add_argument("--check", action="store_true")
     args = p.parse_args()
     if args.check:
@@ -320,20 +443,29 @@ def main():
     from warpdecode.bench import data
     from warpdecode.bench.experiment import cases, checked_us_or_none, down_runs, row
 
-    built = precompile(args.presets, args.space)
+    if args.form == "one":
+        jobs = [(n, "one", c) for n in args.presets for c in candidates(wd.get_preset(n), args.space)]
+    else:
+        jobs = [(n, "two", c) for n in args.presets for c in candidates_two(wd.get_preset(n))]
+    built = precompile(jobs)
     max_regs = MAX_REGS if args.space == "first" else 168
     rows = []
     for case in cases(args.presets, args.T):
         s, T = case.shape, case.T
         runs = down_runs(case, wp.warp_down, [])  # the tuned pair, before and after
+        gu = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)["gate_up"]
         keep = []
-        for c in candidates(s, args.space):
-            regs, spills = built[(s.name, str(c))]
-            if spills or regs > max_regs:  # spilled streams are slow; more registers, fewer programs per SM
+        for _, form, c in [j for j in jobs if j[0] == s.name]:
+            regs, spills = built[(s.name, form, str(c))]
+            if spills or (form == "one" and regs > max_regs):  # spilled streams are slow
                 print(f"{s.name} {c}: {regs} registers, {spills} bytes spilled: skipped")
                 continue
-            keep.append((f"one launch {c} ({regs} regs)",
-                         partial(lambda c, x, w13, w2, tw, ids: moe_expert_order(x, w13, w2, tw, ids, c), c), c))
+            if form == "one":
+                fn = partial(lambda c, x, w13, w2, tw, ids: moe_expert_order(x, w13, w2, tw, ids, c), c)
+                keep.append((f"one launch {c} ({regs} regs)", fn, c))
+            else:
+                fn = partial(lambda c, gu, x, w13, w2, tw, ids: pair_expert_order(x, w13, w2, tw, ids, gu, c), c, gu)
+                keep.append((f"two kernels {c} ({regs} regs)", fn, c))
         runs[1:1] = keep
         for label, step, _ in runs:
             res = checked_us_or_none(case, step, label, tol=1.5)
@@ -342,6 +474,7 @@ def main():
             us, err, _ = res
             torch.cuda.synchronize()
             check_flag()  # no program gave up, in the checked run or any timed replay
+            check_state()
             rows.append(row(case, variant=label, us=us, err=err))
             print(f"{s.name:14s} T={T} {label:90s} {us:8.2f} us {100 * case.floor_us / us:5.1f}% err/floor {err:.2f}",
                   flush=True)
