@@ -183,6 +183,8 @@ ONE_LAUNCH_ATTEMPTS = [
      ("shipped",)),
     ("v16", "one launch, down takes the experts as gate/up ends them", "expert_order.csv", ("one launch",),
      ("shipped",)),
+    ("v16b", "v16's down as its own kernel, never waiting for gate/up", "expert_order.csv", ("two kernels",),
+     ("shipped",)),
 ]
 
 
