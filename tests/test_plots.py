@@ -255,7 +255,7 @@ def test_one_launch_attempts_set_each_design_against_the_pair_of_its_own_runs(re
     got = {(r["preset"], r["version"]): r for r in report.one_launch_attempts(GPU)}
     assert set(got) == {("qwen3-30b-a3b", "v16"), ("olmoe-1b-7b", "v16"), ("qwen3-30b-a3b", "v4")}
     q = got[("qwen3-30b-a3b", "v16")]
-    assert (q["best_us"], q["pair_us"], q["tried"]) == (11.0, 11.0, 2)
+    assert (q["best_us"], q["pair_us"], q["rows"]) == (11.0, 11.0, 2)
     assert q["bar_us"] == pytest.approx(8.5 / 0.85)
     assert got[("olmoe-1b-7b", "v16")]["best_us"] / got[("olmoe-1b-7b", "v16")]["pair_us"] == pytest.approx(0.7)
     v4 = got[("qwen3-30b-a3b", "v4")]

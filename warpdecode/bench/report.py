@@ -191,7 +191,9 @@ ONE_LAUNCH_ATTEMPTS = [
 def one_launch_attempts(gpu: str, T: int = 1) -> list[dict]:
     """Per preset and design: its best measured time against the shipped pair measured in the same
     runs (the mean of the pair's rows in that CSV), and the 85 % bar as a time, from the same rows'
-    floor. Also v4 (the persistent kernel), from the tuned table's times of both schedules."""
+    floor. Also v4 (the persistent kernel), from the tuned table's times of both schedules. ``rows``:
+    the design's rows in its CSV (v8's CSV keeps only the best of the 74 configs it timed, the tuned
+    table only the tuner's best), not how many configs were tried."""
     out = []
     for version, what, name, cand, pair in ONE_LAUNCH_ATTEMPTS:
         rows = [r for r in data.read(data.gpu_dir(gpu) / name) if int(r["T"]) == T]
@@ -206,7 +208,7 @@ def one_launch_attempts(gpu: str, T: int = 1) -> list[dict]:
             pair_us = sum(float(r["us"]) for r in shipped) / len(shipped)
             floor_us = float(best["frac_ceiling"]) * float(best["us"])
             out.append({"preset": preset, "T": T, "version": version, "design": what, "best_us": float(best["us"]),
-                        "pair_us": pair_us, "bar_us": floor_us / BAR, "tried": len(tried), "source": name})
+                        "pair_us": pair_us, "bar_us": floor_us / BAR, "rows": len(tried), "source": name})
     tuned = tuned_file(gpu)
     speed = data.speed_table(gpu)
     for preset, buckets in _warp_buckets(tuned):
@@ -215,7 +217,7 @@ def one_launch_attempts(gpu: str, T: int = 1) -> list[dict]:
         if cfg and "fused" in cfg.get("measured_us", {}) and row:
             m = cfg["measured_us"]
             out.append({"preset": preset, "T": T, "version": "v4", "design": "persistent kernel, grid barrier",
-                        "best_us": m["fused"], "pair_us": m["split"], "bar_us": row["floor_us"] / BAR, "tried": 1,
+                        "best_us": m["fused"], "pair_us": m["split"], "bar_us": row["floor_us"] / BAR, "rows": 1,
                         "source": f"tuned/{tuned.name}"})
     order = ["v4"] + [v for v, *_ in ONE_LAUNCH_ATTEMPTS]
     return sorted(out, key=lambda r: (MODEL_PRESETS.index(r["preset"]), order.index(r["version"])))
