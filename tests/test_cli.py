@@ -131,23 +131,29 @@ def test_retuning_the_pair_keeps_the_schedules_that_still_win(monkeypatch, tmp_p
 
 
 def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatch):
-    """``tune --paths expert_swap``: each bucket's tuned tiles against SWAP_AB on either GEMM or both;
-    the fastest form replaces the tuned one only where it is ≥ 1 % faster, and a form that does not
-    launch (out of shared memory: ``_time`` gives None) is passed over."""
+    """``tune --paths expert_swap``: each bucket's tuned tiles against SWAP_AB on either GEMM or both,
+    timed in two alternated rounds; the fastest form replaces the tuned one only where it is ≥ 1 %
+    faster in both rounds (not where one round's noise says so), and a form that does not launch
+    (out of shared memory: ``_time`` gives None) is passed over."""
     from types import SimpleNamespace
 
     from warpdecode.bench import tune
 
     tile = {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3}
-    buckets = [[T, {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile, SWAP_AB=True)}] for T in (1, 8, 32)]
+    buckets = [[T, {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile, SWAP_AB=True)}] for T in (1, 8, 32, 128)]
     speeds = {1: {(): 100.0, ("gate_up",): 99.5, ("down",): 97.0, ("gate_up", "down"): 98.0},  # swap down
               8: {(): 100.0, ("gate_up",): 99.5, ("down",): None, ("gate_up", "down"): 101.0},  # under 1 %
-              32: {(): 100.0, ("gate_up",): 95.0, ("down",): None, ("gate_up", "down"): None}}  # swap gate/up
-    seen = {}
+              32: {(): 100.0, ("gate_up",): 95.0, ("down",): None, ("gate_up", "down"): None},  # swap gate/up
+              # round 1: swapping gate/up 2 % faster, round 2: plain faster (session 12's T=8): plain
+              128: {(): [100.0, 96.0], ("gate_up",): [98.0, 98.0], ("down",): 100.0, ("gate_up", "down"): 101.0}}
+    seen, calls = {}, {}
 
     def fake_time(step, reps):
         cfg, T = step()
-        return speeds[T][tuple(g for g in ("gate_up", "down") if cfg[g].get("SWAP_AB"))]
+        form = tuple(g for g in ("gate_up", "down") if cfg[g].get("SWAP_AB"))
+        calls[(T, form)] = calls.get((T, form), 0) + 1
+        t = speeds[T][form]
+        return t[calls[(T, form)] - 1] if isinstance(t, list) else t
 
     monkeypatch.setattr(tune, "num_copies", lambda shape: 1)
     monkeypatch.setattr(tune, "make_layers", lambda shape, L: [(None, None)])
@@ -160,4 +166,8 @@ def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatc
     assert out[1]["down"].get("SWAP_AB") and not out[1]["gate_up"].get("SWAP_AB")
     assert not out[8]["down"].get("SWAP_AB") and not out[8]["gate_up"].get("SWAP_AB")  # the old flag is gone too
     assert out[32]["gate_up"].get("SWAP_AB") and not out[32]["down"].get("SWAP_AB")
+    assert not out[128]["gate_up"].get("SWAP_AB") and not out[128]["down"].get("SWAP_AB")
     assert all(cfg["BLOCK_M"] == 16 and cfg["gate_up"]["BLOCK_N"] == 64 for cfg in out.values())
+    assert set(calls.values()) == {2}  # every form timed once per round
+    assert seen["log"][-1].endswith("plain 100.00/96.00 us; swap gate/up 98.00/98.00 us; swap down 100.00/100.00 us; "
+                                    "swap both 101.00/101.00 us -> plain")
