@@ -1,8 +1,9 @@
 """v16, an experiment: warp decode in one launch, each down program walking its token's experts in
 the order the gate/up programs finish them, so it waits for one expert at most.
 
-    python scripts/expert_order.py [--presets qwen3-30b-a3b olmoe-1b-7b] [--T 1 2]
-    TRITON_INTERPRET=1 python scripts/expert_order.py --check   # the contract only, on the CPU
+    python scripts/expert_order.py [--presets qwen3-30b-a3b olmoe-1b-7b] [--T 1 2] [--space wide]
+    python scripts/expert_order.py --form two ...   # v16b: the down phase as a kernel of its own
+    TRITON_INTERPRET=1 python scripts/expert_order.py --check   # both forms' contracts, on the CPU
 
 Why (results/NOTES.md): every earlier design that moved the down phase into the gate/up tail waited
 for *all* of the gate/up phase before using its w2 rows (v2's PDL, v4's grid barrier, v8's done
@@ -19,9 +20,10 @@ dispatched in order in practice, so a down program is dispatched only after ever
 has been. (Not guaranteed by CUDA: a program that waits too long gives up and raises a flag, which
 the host turns into an error; it never hangs the GPU.)
 - The intermediate buffer holds a sentinel bit pattern (0xFFFFFFFF, a NaN no arithmetic produces:
-  GPUs return the canonical 0x7FFFFFFF) until its value is stored. A down program polls the chunk it
-  needs (volatile loads) until no element is the sentinel: no fence or counter in the gate/up
-  programs, which only store.
+  GPUs return the canonical 0x7FFFFFFF) until its value is stored. A down program reads each step's
+  chunk from L2 one step ahead with the weights, and polls it (volatile loads) only where it still
+  finds the sentinel: no fence or counter in the gate/up programs, which only store. (The first form
+  polled every step: 24-48 dependent L2 round trips per program, 3.3 µs slower at Qwen3-30B T=1.)
 - The sentinel is written by a small fill kernel launched before the layer kernel, which starts with
   programmatic dependent launch while the fill runs (``gdc_wait`` before a gate/up program's store
   and before a down program's first poll), so the fill is not a kernel boundary on the weights'
@@ -34,6 +36,14 @@ Byte ledger (Qwen3-30B, T=1): the pair's 75.5 MB, plus the sentinel fill (T·K·
 every down program's reads of its token's intermediate from L2 (T·K·I·4 B each). Prediction: the
 one-launch tile read of the same bytes, 19.1 µs (``read_variants.csv``), plus the down tail after
 the last gate/up program (its last expert's step): ~20 µs against the pair's 22.4.
+
+v16b (``--form two``): the same down phase as a kernel of its own (its own warps and registers),
+after the shipped gate/up kernel with its tuned tile, launched with PDL and never calling
+``gdc_wait``: the sentinel alone says what is stored. Its last program (a count) writes the sentinel
+back; the next call's gate/up kernel is an ordinary launch, after it.
+
+Measured on the H200 (session 12, results/NOTES.md): both forms correct and slower than the pair,
+v16 by 4-10 % at T = 1, v16b by 1-6 %.
 
 Each candidate is checked against float64 (outputs poisoned), the sentinel state checked after every
 run, and timed against the tuned pair in the same process (the bench's routings, seed 1000 + T).
