@@ -229,7 +229,7 @@ def _warp_buckets(path: Path):
     for preset in MODEL_PRESETS:
         s = get_preset(preset)
         key = shape_key(s.H, s.I, s.E, s.K)
-        if key in table:
+        if table.get(key):
             yield preset, table[key]
 
 
@@ -248,13 +248,8 @@ def schedules_table(gpu: str) -> str:
     (µs per layer call, its own routing draw)."""
 
     path = tuned_file(gpu)
-    table = json.loads(path.read_text()).get("warp", {}) if path.exists() else {}
     rows, t_max = [], []
-    for name in MODEL_PRESETS:
-        s = get_preset(name)
-        buckets = table.get(shape_key(s.H, s.I, s.E, s.K))
-        if not buckets:
-            continue
+    for name, buckets in _warp_buckets(path):
         t_max = t_max or [t for t, _ in buckets]
         cells = []
         for _, cfg in buckets:
