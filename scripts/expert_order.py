@@ -277,6 +277,7 @@ def down_expert_order_kernel(
     # meta
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, CHUNKS: tl.constexpr,
     MAX_SPINS: tl.constexpr, LEAN: tl.constexpr, FILL: tl.constexpr,
+    RESET: tl.constexpr = True,  # False: leave the intermediate as found (the down kernel timed alone)
 ):
     """The second form's down phase as a kernel of its own, launched (PDL) while the shipped gate/up
     kernel runs and never waiting for it to finish: the sentinel says what is stored. The last
@@ -285,14 +286,15 @@ def down_expert_order_kernel(
     _down_expert_order(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, state_ptr + 1, H, I, T,
                        stride_w2e, stride_w2r, stride_at, stride_yt, tl.program_id(0), K, K_PAD, BLOCK_H, BLOCK_I,
                        CHUNKS, MAX_SPINS, False, LEAN)
-    tl.debug_barrier()  # every warp of this program has used its reads of the intermediate
-    done = tl.atomic_add(state_ptr, 1, sem="acq_rel")
-    if done == NUM_PROGRAMS - 1:
-        n = T * K * stride_at
-        for r0 in range(0, n, FILL):
-            offs = r0 + tl.arange(0, FILL)
-            tl.store(act_bits_ptr + offs, tl.full([FILL], -1, tl.int32), mask=offs < n)
-        tl.atomic_xchg(state_ptr, 0)
+    if RESET:
+        tl.debug_barrier()  # every warp of this program has used its reads of the intermediate
+        done = tl.atomic_add(state_ptr, 1, sem="acq_rel")
+        if done == NUM_PROGRAMS - 1:
+            n = T * K * stride_at
+            for r0 in range(0, n, FILL):
+                offs = r0 + tl.arange(0, FILL)
+                tl.store(act_bits_ptr + offs, tl.full([FILL], -1, tl.int32), mask=offs < n)
+            tl.atomic_xchg(state_ptr, 0)
 
 
 _STATE = {}  # (device, T, K, I) -> the two-kernel form's intermediate (the sentinel at rest) and state
@@ -329,6 +331,25 @@ def pair_expert_order(x, w13, w2, topk_weights, topk_ids, gu_cfg: dict, cfg: dic
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
         CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS, LEAN=cfg.get("lean", False), FILL=1024,
         num_warps=cfg["num_warps"], num_stages=1, **({"launch_pdl": True} if pdl else {}),
+    )
+    return y
+
+
+def down_alone(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype=torch.bfloat16):
+    """v16b's down kernel alone on an intermediate already stored (no sentinel anywhere, so no step
+    waits), leaving it as it found it: its speed per byte, for comparison with the shipped down
+    kernel timed the same way (``--down-alone``)."""
+    T, K = topk_ids.shape
+    _, H, I = w2.shape  # noqa: E741
+    bits = act.view(torch.int32)
+    state = _two_kernel_state(w2.device, T, K, I)[1]
+    y = _alloc.empty(T, H, dtype=out_dtype, device=w2.device)
+    grid = T * triton.cdiv(H, cfg["BLOCK_H"])
+    LAST[0] = down_expert_order_kernel[(grid,)](
+        w2, topk_ids, topk_weights, bits, y, state, H, I, T, grid, w2.stride(0), w2.stride(1), bits.stride(0),
+        y.stride(0), K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
+        CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS, LEAN=cfg.get("lean", False), FILL=1024,
+        RESET=False, num_warps=cfg["num_warps"], num_stages=1,
     )
     return y
 
@@ -445,6 +466,8 @@ def main():
     p.add_argument("--space", choices=["first", "wide"], default="first", help="which tiles (see candidates)")
     p.add_argument("--form", choices=["one", "two"], default="one",
                    help="one launch, or the shipped gate/up kernel and a down kernel of its own (two)")
+    p.add_argument("--down-alone", action="store_true",
+                   help="with --form two: each down kernel alone on a stored intermediate, and the shipped one")
     p.add_argument("--check", action="store_true")
     args = p.parse_args()
     if args.check:
@@ -477,6 +500,16 @@ def main():
                 fn = partial(lambda c, gu, x, w13, w2, tw, ids: pair_expert_order(x, w13, w2, tw, ids, gu, c), c, gu)
                 keep.append((f"two kernels {c} ({regs} regs)", fn, c))
         runs[1:1] = keep
+        if args.down_alone:  # the down kernels alone, on the intermediate each layer copy's step stores
+            acts = {id(i.topk_ids): wp.warp_gate_up(i.x, w13, i.topk_ids, gu) for (w13, _), i in
+                    zip(case.layers, case.inputs, strict=True)}
+            tuned_down = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)["down"]
+            runs = [(f"down alone: shipped {tuned_down}", partial(
+                lambda acts, d, x, w13, w2, tw, ids: wp.warp_down(acts[id(ids)], w2, ids, tw, d, torch.bfloat16),
+                acts, tuned_down), None)]
+            runs += [(f"down alone: {label[len('two kernels '):]}", partial(
+                lambda acts, c, x, w13, w2, tw, ids: down_alone(acts[id(ids)], w2, ids, tw, c), acts, c), c)
+                for label, _, c in keep]
         for label, step, _ in runs:
             res = checked_us_or_none(case, step, label, tol=1.5)
             if res is None:
