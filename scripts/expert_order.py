@@ -111,11 +111,21 @@ def _gate_up_lean(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, str
 
 
 @triton.jit
-def _w2_step(w2_ptr, e, offs_h, mask_h, i0, I, stride_we, stride_wr, BLOCK_I: tl.constexpr):
-    """Columns [i0, i0 + BLOCK_I) of expert e's rows offs_h: a [BLOCK_H, BLOCK_I] tile."""
+def _w2_group(w2_ptr, e, mask_g, offs_h, mask_h, i0, I, stride_we, stride_wr, BLOCK_I: tl.constexpr):
+    """Columns [i0, i0 + BLOCK_I) of the rows offs_h of the experts e (a group of the token's slots):
+    a [BLOCK_H, GROUP, BLOCK_I] tile."""
     offs_i = i0 + tl.arange(0, BLOCK_I)
-    ptrs = w2_ptr + e * stride_we + offs_h[:, None].to(tl.int64) * stride_wr + offs_i[None, :]
-    return tl.load(ptrs, mask=mask_h[:, None] & (offs_i < I)[None, :], other=0.0, eviction_policy="evict_first")
+    ptrs = (w2_ptr + e[None, :, None] * stride_we + offs_h[:, None, None].to(tl.int64) * stride_wr
+            + offs_i[None, None, :])
+    mask = mask_h[:, None, None] & mask_g[None, :, None] & (offs_i < I)[None, None, :]
+    return tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _slots(ptr, t, g, K: tl.constexpr, GROUP: tl.constexpr):
+    """The token's slots [g·GROUP, (g + 1)·GROUP): their offsets into a (T, K) array and mask."""
+    offs = g * GROUP + tl.arange(0, GROUP)
+    return ptr + t.to(tl.int64) * K + offs, offs < K
 
 
 @triton.jit
@@ -123,57 +133,62 @@ def _down_expert_order(
     w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, flag_ptr, H, I, T,
     stride_w2e, stride_w2r, stride_at, stride_yt,
     unit,  # which (token, block of BLOCK_H hidden outputs): token fastest
-    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, CHUNKS: tl.constexpr,
+    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, CHUNKS: tl.constexpr,
     MAX_SPINS: tl.constexpr,
     WAIT: tl.constexpr,  # gdc_wait (for the fill) before the first read of the intermediate
     LEAN: tl.constexpr,  # sum each step across the lanes at once (one FP32 number per row)
+    GROUP: tl.constexpr = 1,  # slots per step: 1 takes the experts one by one; K waits for all at once
 ):
-    """y[t, rows] = Σ_k w_k · w2[e_k, rows, :] · act[t·K + k, :], expert by expert in slot order,
-    each step's intermediate chunk polled only if it still holds the sentinel."""
+    """y[t, rows] = Σ_k w_k · w2[e_k, rows, :] · act[t·K + k, :], GROUP slots at a time in slot
+    order, each step's intermediate chunk polled only if it still holds the sentinel."""
     t = unit % T
     pid_h = unit // T
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
-    offs_k = tl.arange(0, K_PAD)
-    ids = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0).to(tl.int64)
-    rws = tl.load(topk_weights_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=0.0)
     offs_i = tl.arange(0, BLOCK_I)
-    a_row = act_bits_ptr + t.to(tl.int64) * K * stride_at + offs_i  # pair k, column i0: + k·stride + i0
+    offs_g = tl.arange(0, GROUP)
+    STEPS: tl.constexpr = ((K + GROUP - 1) // GROUP) * CHUNKS
     if LEAN:
         acc = tl.zeros([BLOCK_H], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
-    wv = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == 0, ids, 0)), offs_h, mask_h, 0, I, stride_w2e, stride_w2r,
-                  BLOCK_I)
+    id_ptrs, mask_g = _slots(topk_ids_ptr, t, 0, K, GROUP)
+    wv = _w2_group(w2_ptr, tl.load(id_ptrs, mask=mask_g, other=0).to(tl.int64), mask_g, offs_h, mask_h, 0, I,
+                   stride_w2e, stride_w2r, BLOCK_I)
     if WAIT:
         gdc_wait()  # the fill has finished: a value read from here on is this call's
     # the intermediate read like any data, from L2 (.cg: no stale line in this SM's L1), one step
     # ahead with the weights; polled (volatile loads) only where a step finds the sentinel
-    bits = tl.load(a_row, mask=offs_i < I, other=0, cache_modifier=".cg")
+    a_ptrs = act_bits_ptr + (t.to(tl.int64) * K + offs_g)[:, None] * stride_at + offs_i[None, :]
+    bits = tl.load(a_ptrs, mask=mask_g[:, None] & (offs_i < I)[None, :], other=0, cache_modifier=".cg")
     gave_up = 0
-    for s in tl.static_range(K * CHUNKS):  # expert by expert, in the order gate/up finishes them
-        k = s // CHUNKS
+    for s in tl.static_range(STEPS):  # slot group by slot group, in the order gate/up finishes them
+        g = s // CHUNKS
         i0 = (s % CHUNKS) * BLOCK_I
-        if s + 1 < K * CHUNKS:  # the next step's weights and intermediate in flight first
-            k1 = (s + 1) // CHUNKS
+        if s + 1 < STEPS:  # the next step's weights and intermediate in flight first
+            g1 = (s + 1) // CHUNKS
             i1 = ((s + 1) % CHUNKS) * BLOCK_I
-            wn = _w2_step(w2_ptr, tl.sum(tl.where(offs_k == k1, ids, 0)), offs_h, mask_h, i1, I, stride_w2e,
-                          stride_w2r, BLOCK_I)
-            bn = tl.load(a_row + k1 * stride_at + i1, mask=(i1 + offs_i) < I, other=0, cache_modifier=".cg")
-        mask_i = (i0 + offs_i) < I
-        pending = tl.max((bits == -1).to(tl.int32), axis=0)
+            id_ptrs1, mask_g1 = _slots(topk_ids_ptr, t, g1, K, GROUP)
+            wn = _w2_group(w2_ptr, tl.load(id_ptrs1, mask=mask_g1, other=0).to(tl.int64), mask_g1, offs_h, mask_h,
+                           i1, I, stride_w2e, stride_w2r, BLOCK_I)
+            bn = tl.load(a_ptrs + (g1 * GROUP) * stride_at + i1,
+                         mask=mask_g1[:, None] & ((i1 + offs_i) < I)[None, :], other=0, cache_modifier=".cg")
+        rw_ptrs, mask_s = _slots(topk_weights_ptr, t, g, K, GROUP)
+        mask_a = mask_s[:, None] & ((i0 + offs_i) < I)[None, :]
+        pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
         spins = 0
-        while (pending > 0) & (spins < MAX_SPINS):  # this expert's chunk is not all stored yet
-            bits = tl.load(a_row + k * stride_at + i0, mask=mask_i, other=0, volatile=True)
-            pending = tl.max((bits == -1).to(tl.int32), axis=0)
+        while (pending > 0) & (spins < MAX_SPINS):  # a chunk of this group is not all stored yet
+            bits = tl.load(a_ptrs + (g * GROUP) * stride_at + i0, mask=mask_a, other=0, volatile=True)
+            pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
             spins += 1
         gave_up += pending
-        a = bits.to(tl.float32, bitcast=True) * tl.sum(tl.where(offs_k == k, rws, 0.0))
+        a = bits.to(tl.float32, bitcast=True) * tl.load(rw_ptrs, mask=mask_s, other=0.0)[:, None]
+        prod = wv.to(tl.float32) * a[None, :, :]
         if LEAN:
-            acc += tl.sum(wv.to(tl.float32) * a[None, :], axis=1)
+            acc += tl.sum(tl.sum(prod, axis=2), axis=1)
         else:
-            acc += wv.to(tl.float32) * a[None, :]
-        if s + 1 < K * CHUNKS:
+            acc += tl.sum(prod, axis=1)  # the group's experts combined in registers
+        if s + 1 < STEPS:
             wv = wn
             bits = bn
     if gave_up > 0:
@@ -203,7 +218,6 @@ def expert_order_kernel(
     stride_xt, stride_w13e, stride_w13r, stride_w2e, stride_w2r, stride_at, stride_yt,
     # meta
     K: tl.constexpr,
-    K_PAD: tl.constexpr,
     GU_BLOCK_I: tl.constexpr,  # gate/up: neurons per program
     GU_BLOCK_H: tl.constexpr,  # gate/up: columns of H per step
     BLOCK_H: tl.constexpr,  # down: hidden outputs per program
@@ -221,7 +235,7 @@ def expert_order_kernel(
                       stride_at, pid // blocks_i, pid % blocks_i, GU_BLOCK_I, GU_BLOCK_H, USE_PDL)
     else:
         _down_expert_order(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, flag_ptr, H, I, T, stride_w2e,
-                           stride_w2r, stride_at, stride_yt, pid - n_gate_up, K, K_PAD, BLOCK_H, BLOCK_I, CHUNKS,
+                           stride_w2r, stride_at, stride_yt, pid - n_gate_up, K, BLOCK_H, BLOCK_I, CHUNKS,
                            MAX_SPINS, USE_PDL, LEAN)
 
 
@@ -248,7 +262,7 @@ def moe_expert_order(x, w13, w2, topk_weights, topk_ids, cfg: dict, out_dtype=to
     LAST[0] = expert_order_kernel[(grid,)](
         x, w13, w2, topk_ids, topk_weights, act, act.view(torch.int32), y, flag(x.device), H, I, T,
         x.stride(0), w13.stride(0), w13.stride(1), w2.stride(0), w2.stride(1), act.stride(0), y.stride(0),
-        K=K, K_PAD=triton.next_power_of_2(K), GU_BLOCK_I=cfg["GU_BLOCK_I"], GU_BLOCK_H=cfg["GU_BLOCK_H"],
+        K=K, GU_BLOCK_I=cfg["GU_BLOCK_I"], GU_BLOCK_H=cfg["GU_BLOCK_H"],
         BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS,
         USE_PDL=pdl, LEAN=cfg.get("lean", False), num_warps=cfg["num_warps"], num_stages=1,
         **({"launch_pdl": True} if pdl else {}),
@@ -275,8 +289,9 @@ def down_expert_order_kernel(
     # strides (elements)
     stride_w2e, stride_w2r, stride_at, stride_yt,
     # meta
-    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, CHUNKS: tl.constexpr,
+    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, CHUNKS: tl.constexpr,
     MAX_SPINS: tl.constexpr, LEAN: tl.constexpr, FILL: tl.constexpr,
+    GROUP: tl.constexpr = 1,  # slots per step (_down_expert_order)
     RESET: tl.constexpr = True,  # False: leave the intermediate as found (the down kernel timed alone)
 ):
     """The second form's down phase as a kernel of its own, launched (PDL) while the shipped gate/up
@@ -284,8 +299,8 @@ def down_expert_order_kernel(
     program writes the sentinel back over the intermediate and zeroes the count, so the next call
     (whose gate/up kernel is an ordinary launch, after all of this) finds the buffer as this one did."""
     _down_expert_order(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, state_ptr + 1, H, I, T,
-                       stride_w2e, stride_w2r, stride_at, stride_yt, tl.program_id(0), K, K_PAD, BLOCK_H, BLOCK_I,
-                       CHUNKS, MAX_SPINS, False, LEAN)
+                       stride_w2e, stride_w2r, stride_at, stride_yt, tl.program_id(0), K, BLOCK_H, BLOCK_I,
+                       CHUNKS, MAX_SPINS, False, LEAN, GROUP)
     if RESET:
         tl.debug_barrier()  # every warp of this program has used its reads of the intermediate
         done = tl.atomic_add(state_ptr, 1, sem="acq_rel")
@@ -328,8 +343,9 @@ def pair_expert_order(x, w13, w2, topk_weights, topk_ids, gu_cfg: dict, cfg: dic
     LAST[0] = down_expert_order_kernel[(grid,)](
         w2, topk_ids, topk_weights, act_bits, y, state, H, I, T, grid,
         w2.stride(0), w2.stride(1), act_bits.stride(0), y.stride(0),
-        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
+        K=K, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
         CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS, LEAN=cfg.get("lean", False), FILL=1024,
+        GROUP=cfg.get("group", 1),
         num_warps=cfg["num_warps"], num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )
     return y
@@ -347,8 +363,9 @@ def down_alone(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype=torch.bfloa
     grid = T * triton.cdiv(H, cfg["BLOCK_H"])
     LAST[0] = down_expert_order_kernel[(grid,)](
         w2, topk_ids, topk_weights, bits, y, state, H, I, T, grid, w2.stride(0), w2.stride(1), bits.stride(0),
-        y.stride(0), K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
+        y.stride(0), K=K, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
         CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS, LEAN=cfg.get("lean", False), FILL=1024,
+        GROUP=cfg.get("group", 1),
         RESET=False, num_warps=cfg["num_warps"], num_stages=1,
     )
     return y
@@ -362,15 +379,22 @@ def check_state():
         assert int(state[0]) == 0 and int(state[1]) == 0, f"{key}: state {state.tolist()}"
 
 
-def candidates_two(shape):
+def candidates_two(shape, space: str = "first"):
     """Down tiles for the two-kernel form (its own registers): 2-16 rows, 256 columns to a whole row
     of I, 1-8 warps, 16-128 weights per thread per step; the gate/up grid pair-major (the form's
-    point) or pair-fastest (the shipped order)."""
+    point) or pair-fastest (the shipped order). ``space="groups"``: pair-major, with 1, 2, 4 or K
+    slots per step (``group``; K waits for every expert at the first step, as the shipped kernel
+    does after its ``gdc_wait``), since v16b's down kernel alone, one slot per step, streams its
+    bytes 24-42 % slower than the shipped one (call 9)."""
     out = []
-    for w, rows, cols, fastest in itertools.product([1, 2, 4, 8], [2, 4, 8, 16], [256, 512, 1024], [False, True]):
+    k_pad = triton.next_power_of_2(shape.K)
+    groups, orders = ([1], [False, True]) if space == "first" else (sorted({1, 2, 4, k_pad}), [False])
+    for w, rows, cols, fastest, group in itertools.product([1, 2, 4, 8], [2, 4, 8, 16], [256, 512, 1024], orders,
+                                                           groups):
         cols = min(cols, triton.next_power_of_2(shape.I))
-        if 16 <= rows * cols // (32 * w) <= 128 and rows >= w:
-            out.append({"BLOCK_H": rows, "BLOCK_I": cols, "num_warps": w, "pair_fastest": fastest})
+        if 16 <= rows * group * cols // (32 * w) <= 128 and rows >= w:
+            out.append({"BLOCK_H": rows, "BLOCK_I": cols, "num_warps": w, "pair_fastest": fastest}
+                       | ({"group": group} if group > 1 else {}))
     return [c for i, c in enumerate(out) if c not in out[:i]]
 
 
@@ -443,7 +467,8 @@ def check():
             tw = torch.rand(T, K, generator=gen)
             ref = wd.reference_moe(x, w13, w2, tw, ids)
             gu = wd.configs.warp_config(H, I, E, K, T)["gate_up"]
-            two = {"BLOCK_H": r, "BLOCK_I": c, "num_warps": 1, "pair_fastest": call == 1, "lean": gr == 2}
+            two = {"BLOCK_H": r, "BLOCK_I": c, "num_warps": 1, "pair_fastest": call == 1, "lean": gr == 2,
+                   "group": triton.next_power_of_2(K) if call == 1 else 2}  # groups past K: masked slots
             with _alloc.poisoned():  # an output element left unwritten is NaN
                 y2 = pair_expert_order(x, w13, w2, tw, ids, gu, two, torch.float32)
             check_state()
@@ -463,7 +488,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--presets", nargs="+", default=["qwen3-30b-a3b", "olmoe-1b-7b"])
     p.add_argument("--T", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--space", choices=["first", "wide"], default="first", help="which tiles (see candidates)")
+    p.add_argument("--space", choices=["first", "wide", "groups"], default="first",
+                   help="which tiles (candidates: first, wide; candidates_two: first, groups)")
     p.add_argument("--form", choices=["one", "two"], default="one",
                    help="one launch, or the shipped gate/up kernel and a down kernel of its own (two)")
     p.add_argument("--down-alone", action="store_true",
@@ -479,7 +505,7 @@ def main():
     if args.form == "one":
         jobs = [(n, "one", c) for n in args.presets for c in candidates(wd.get_preset(n), args.space)]
     else:
-        jobs = [(n, "two", c) for n in args.presets for c in candidates_two(wd.get_preset(n))]
+        jobs = [(n, "two", c) for n in args.presets for c in candidates_two(wd.get_preset(n), args.space)]
     built = precompile(jobs)
     max_regs = MAX_REGS if args.space == "first" else 168
     rows = []
