@@ -43,7 +43,8 @@ after the shipped gate/up kernel with its tuned tile, launched with PDL and neve
 back; the next call's gate/up kernel is an ordinary launch, after it.
 
 Measured on the H200 (session 12, results/NOTES.md): both forms correct and slower than the pair,
-v16 by 4-10 % at T = 1, v16b by 1-6 %.
+v16 by 4-10 % at T = 1, v16b by 0-3 % (its down kernel alone streams 24-42 % slower than
+the shipped one, ``--down-alone``).
 
 Each candidate is checked against float64 (outputs poisoned), the sentinel state checked after every
 run, and timed against the tuned pair in the same process (the bench's routings, seed 1000 + T).
