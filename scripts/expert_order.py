@@ -42,6 +42,12 @@ after the shipped gate/up kernel with its tuned tile, launched with PDL and neve
 ``gdc_wait``: the sentinel alone says what is stored. Its last program (a count) writes the sentinel
 back; the next call's gate/up kernel is an ordinary launch, after it.
 
+v16c (``--form two --space seg``, prepared in session 12, not yet run on a GPU): v16b's down kernel
+with the token's slots in segments (2 or 4 of K = 8); it waits (polls) before each segment until the
+segment's intermediate is all stored, then streams the segment's experts in a loop the compiler
+pipelines (``cp.async``, 2-4 stages), which it does not do for a loop with a poll inside.
+Compiled for sm_90a here: ``cp.async`` in every candidate, 64-176 registers.
+
 Measured on the H200 (session 12, results/NOTES.md): both forms correct and slower than the pair,
 v16 by 4-10 % at T = 1, v16b by 0-3 % (its down kernel alone streams 24-42 % slower than
 the shipped one, ``--down-alone``).
@@ -276,6 +282,59 @@ def check_flag():
         assert int(f[0]) == 0, f"{dev}: a down program gave up waiting"
 
 
+@triton.jit
+def _down_segments(
+    w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, flag_ptr, H, I, T,
+    stride_w2e, stride_w2r, stride_at, stride_yt,
+    unit,  # which (token, block of BLOCK_H hidden outputs): token fastest
+    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, CHUNKS: tl.constexpr,
+    MAX_SPINS: tl.constexpr,
+    SEG: tl.constexpr,  # slots per segment (divides K)
+    STAGES: tl.constexpr,  # software-pipelining depth of each segment's loop over its slots
+):
+    """v16c: the token's slots in segments of SEG, in slot order. Before a segment, wait (poll) until
+    its whole intermediate is stored; then stream its experts' w2 rows in a loop the compiler
+    pipelines (``cp.async`` into shared memory, STAGES deep), which it does not do for a loop with a
+    poll inside (v16b's steps: one step ahead, in registers; its down kernel alone streamed 24-42 %
+    slower than the shipped one)."""
+    t = unit % T
+    pid_h = unit // T
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < H
+    offs_i = tl.arange(0, BLOCK_I)
+    offs_s = tl.arange(0, SEG)
+    pairs = t.to(tl.int64) * K
+    acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+    gave_up = 0
+    for g in tl.static_range(K // SEG):
+        for c in tl.static_range(CHUNKS):  # the segment's intermediate, chunk by chunk, until stored
+            mask_a = (offs_s < SEG)[:, None] & ((c * BLOCK_I + offs_i) < I)[None, :]
+            a_ptrs = act_bits_ptr + (pairs + g * SEG + offs_s)[:, None] * stride_at + c * BLOCK_I + offs_i[None, :]
+            bits = tl.load(a_ptrs, mask=mask_a, other=0, volatile=True)
+            pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
+            spins = 0
+            while (pending > 0) & (spins < MAX_SPINS):
+                bits = tl.load(a_ptrs, mask=mask_a, other=0, volatile=True)
+                pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
+                spins += 1
+            gave_up += pending
+        tl.debug_barrier()  # no read below is issued before the polls above have seen every value
+        for k in tl.range(g * SEG, (g + 1) * SEG, num_stages=STAGES):  # every value stored: pipelined
+            e = tl.load(topk_ids_ptr + pairs + k).to(tl.int64)
+            rw = tl.load(topk_weights_ptr + pairs + k)
+            for c in tl.static_range(CHUNKS):
+                offs_c = c * BLOCK_I + offs_i
+                w = tl.load(w2_ptr + e * stride_w2e + offs_h[:, None].to(tl.int64) * stride_w2r + offs_c[None, :],
+                            mask=mask_h[:, None] & (offs_c < I)[None, :], other=0.0, eviction_policy="evict_first")
+                a = tl.load(act_bits_ptr + (pairs + k) * stride_at + offs_c, mask=offs_c < I, other=0,
+                            cache_modifier=".cg")
+                acc += w.to(tl.float32) * (a.to(tl.float32, bitcast=True) * rw)[None, :]
+    if gave_up > 0:
+        tl.atomic_xchg(flag_ptr, 1)  # the host raises
+    y = tl.sum(acc, axis=1)
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=mask_h)
+
+
 @triton.jit(do_not_specialize=["T", "NUM_PROGRAMS"])
 def down_expert_order_kernel(
     # pointers
@@ -294,14 +353,21 @@ def down_expert_order_kernel(
     MAX_SPINS: tl.constexpr, LEAN: tl.constexpr, FILL: tl.constexpr,
     GROUP: tl.constexpr = 1,  # slots per step (_down_expert_order)
     RESET: tl.constexpr = True,  # False: leave the intermediate as found (the down kernel timed alone)
+    SEG: tl.constexpr = 0,  # > 0: v16c, segments of SEG slots (_down_segments)
+    STAGES: tl.constexpr = 1,  # v16c: pipelining depth
 ):
     """The second form's down phase as a kernel of its own, launched (PDL) while the shipped gate/up
     kernel runs and never waiting for it to finish: the sentinel says what is stored. The last
     program writes the sentinel back over the intermediate and zeroes the count, so the next call
     (whose gate/up kernel is an ordinary launch, after all of this) finds the buffer as this one did."""
-    _down_expert_order(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, state_ptr + 1, H, I, T,
-                       stride_w2e, stride_w2r, stride_at, stride_yt, tl.program_id(0), K, BLOCK_H, BLOCK_I,
-                       CHUNKS, MAX_SPINS, False, LEAN, GROUP)
+    if SEG > 0:
+        _down_segments(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, state_ptr + 1, H, I, T,
+                       stride_w2e, stride_w2r, stride_at, stride_yt, tl.program_id(0), K, BLOCK_H, BLOCK_I, CHUNKS,
+                       MAX_SPINS, SEG, STAGES)
+    else:
+        _down_expert_order(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, state_ptr + 1, H, I, T,
+                           stride_w2e, stride_w2r, stride_at, stride_yt, tl.program_id(0), K, BLOCK_H, BLOCK_I,
+                           CHUNKS, MAX_SPINS, False, LEAN, GROUP)
     if RESET:
         tl.debug_barrier()  # every warp of this program has used its reads of the intermediate
         done = tl.atomic_add(state_ptr, 1, sem="acq_rel")
@@ -346,8 +412,8 @@ def pair_expert_order(x, w13, w2, topk_weights, topk_ids, gu_cfg: dict, cfg: dic
         w2.stride(0), w2.stride(1), act_bits.stride(0), y.stride(0),
         K=K, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
         CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS, LEAN=cfg.get("lean", False), FILL=1024,
-        GROUP=cfg.get("group", 1),
-        num_warps=cfg["num_warps"], num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        GROUP=cfg.get("group", 1), SEG=_seg(cfg, K), STAGES=cfg.get("stages", 1),
+        num_warps=cfg["num_warps"], num_stages=cfg.get("stages", 1), **({"launch_pdl": True} if pdl else {}),
     )
     return y
 
@@ -366,10 +432,18 @@ def down_alone(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype=torch.bfloa
         w2, topk_ids, topk_weights, bits, y, state, H, I, T, grid, w2.stride(0), w2.stride(1), bits.stride(0),
         y.stride(0), K=K, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
         CHUNKS=triton.cdiv(I, cfg["BLOCK_I"]), MAX_SPINS=MAX_SPINS, LEAN=cfg.get("lean", False), FILL=1024,
-        GROUP=cfg.get("group", 1),
-        RESET=False, num_warps=cfg["num_warps"], num_stages=1,
+        GROUP=cfg.get("group", 1), SEG=_seg(cfg, K), STAGES=cfg.get("stages", 1),
+        RESET=False, num_warps=cfg["num_warps"], num_stages=cfg.get("stages", 1),
     )
     return y
+
+
+def _seg(cfg: dict, K: int) -> int:
+    """v16c's segment size: ``cfg["seg"]`` (0 or absent: v16b's steps), which must divide K."""
+    seg = cfg.get("seg", 0)
+    if seg and (K % seg or seg & (seg - 1)):
+        raise ValueError(f"cfg['seg'] = {seg} must be a power of two dividing K = {K}")
+    return seg
 
 
 def check_state():
@@ -389,6 +463,11 @@ def candidates_two(shape, space: str = "first"):
     bytes 24-42 % slower than the shipped one (call 9)."""
     out = []
     k_pad = triton.next_power_of_2(shape.K)
+    if space == "seg":  # v16c: segments of 2 or 4 slots (K = 8), each a pipelined loop
+        return [{"BLOCK_H": rows, "BLOCK_I": min(cols, triton.next_power_of_2(shape.I)), "num_warps": w,
+                 "pair_fastest": False, "seg": seg, "stages": st}
+                for rows, cols, w, seg, st in itertools.product([2, 4, 8], [256, 1024], [2, 4], [2, 4], [2, 3, 4])
+                if shape.K % seg == 0 and 8 <= rows * min(cols, triton.next_power_of_2(shape.I)) // (32 * w) <= 64]
     groups, orders = ([1], [False, True]) if space == "first" else (sorted({1, 2, 4, k_pad}), [False])
     for w, rows, cols, fastest, group in itertools.product([1, 2, 4, 8], [2, 4, 8, 16], [256, 512, 1024], orders,
                                                            groups):
@@ -476,6 +555,13 @@ def check():
             err2 = wd.rel_error(y2, ref)
             assert not y2.isnan().any() and err2 < 1e-5, (T, H, I, E, K, c, err2)
             print(f"two kernels: error {err2:.1e}, state reset")
+            seg = {"BLOCK_H": r, "BLOCK_I": c, "num_warps": 1, "seg": 1 if K % 2 else 2, "stages": 2}
+            with _alloc.poisoned():
+                y3 = pair_expert_order(x, w13, w2, tw, ids, gu, seg, torch.float32)
+            check_state()
+            err3 = wd.rel_error(y3, ref)
+            assert not y3.isnan().any() and err3 < 1e-5, (T, H, I, E, K, c, err3)
+            print(f"two kernels, segments of {seg['seg']}: error {err3:.1e}, state reset")
             with _alloc.poisoned():  # an output element left unwritten is NaN
                 y = moe_expert_order(x, w13, w2, tw, ids, cfg, torch.float32)
             check_flag()
@@ -489,8 +575,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--presets", nargs="+", default=["qwen3-30b-a3b", "olmoe-1b-7b"])
     p.add_argument("--T", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--space", choices=["first", "wide", "groups"], default="first",
-                   help="which tiles (candidates: first, wide; candidates_two: first, groups)")
+    p.add_argument("--space", choices=["first", "wide", "groups", "seg"], default="first",
+                   help="which tiles (candidates: first, wide; candidates_two: first, groups, seg)")
     p.add_argument("--form", choices=["one", "two"], default="one",
                    help="one launch, or the shipped gate/up kernel and a down kernel of its own (two)")
     p.add_argument("--down-alone", action="store_true",
