@@ -137,10 +137,12 @@ def accuracy(gpu: str):
 def one_launch_attempts(gpu: str, presets=("qwen3-30b-a3b", "olmoe-1b-7b"), T: int = 1):
     """Each design that put warp decode's phases into one launch or overlapped them more, its best
     time over the shipped pair's in the same runs (``report.one_launch_attempts``), with the time
-    the 85 % bar asks for on the same scale."""
+    the 85 % bar asks for on the same scale. None (nothing drawn) where a preset has no such rows."""
     from .report import one_launch_attempts as rows_of
 
     rows = rows_of(gpu, T)
+    if not all(any(r["preset"] == p for r in rows) for p in presets):
+        return None
     versions = list(dict.fromkeys(r["version"] for r in rows if r["preset"] in presets))[::-1]
     names = {r["version"]: f"{r['version']}: {r['design']}" for r in rows}
     fig, axes = plt.subplots(1, len(presets), figsize=(12, 4.4), sharex=True, sharey=True)
@@ -270,13 +272,6 @@ def e2e_errors(gpu: str, model: str | None = None):
     return _save(fig, "e2e_errors.png")
 
 
-def _has_attempts(gpu: str, presets=("qwen3-30b-a3b", "olmoe-1b-7b")) -> bool:
-    from .report import one_launch_attempts as rows_of
-
-    have = {r["preset"] for r in rows_of(gpu)}
-    return all(p in have for p in presets)
-
-
 def _save(fig, name):
     data.FIGURES.mkdir(exist_ok=True)
     path = data.FIGURES / name
@@ -288,8 +283,8 @@ def _save(fig, name):
 def all_figures(gpu: str):
     """Every figure whose CSV is there (the end-to-end ones only once ``python -m warpdecode e2e`` ran)."""
     figs = [headline(gpu), fraction_of_ceiling(gpu), stage_breakdown(gpu), accuracy(gpu)]
-    if _has_attempts(gpu):
-        figs.append(one_launch_attempts(gpu))
+    if (attempts := one_launch_attempts(gpu)) is not None:
+        figs.append(attempts)
     if data.e2e_speed_table(gpu):
         figs.append(e2e_speed(gpu))
     if data.e2e_errors_run(gpu):
