@@ -454,6 +454,42 @@ print(ladder.table([{"preset": r["preset"], "design": f"{r['version']}: {r['desi
 assert all(r["best_us"] > 0.99 * r["pair_us"] for r in attempts)  # none beat the pair beyond noise
 
 # %% [markdown]
+# ### The floor under any one-launch design
+#
+# Every output of the layer depends on every gate/up weight of its token (through the
+# intermediate, summed over I), so in one launch some program must learn that all the others are
+# done before it can write `y`. `scripts/one_launch_bound.py` measures what that alone costs: a
+# read of exactly a T = 1 call's bytes in one launch (a flat buffer: no routing, no math, the best
+# case for any design), and the same read followed by the cheapest ways known to let one program
+# see that all the others are done: a count (each program adds its share, then one acq_rel atomic;
+# the last to count writes the result), a count in two levels, a signal without a reply with the
+# last program waiting, and v16's protocol (each program stores its sum, the last polls until no
+# sum is NaN); also [H] partial sums added with atomics (what v6 did), and the pair's own shape
+# at its best: two launches chained with PDL, the second loading all its rows before it waits.
+# Each the fastest of 16 program shapes, all in one run:
+
+# %%
+bound = report.one_launch_bound(ladder.RESULTS_GPU)
+print(ladder.table([{"preset": r["preset"], "kind": r["kind"], "µs": f"{r['us']:.2f}",
+                     "of the ceiling": f"{r['frac']:.1%}", "85 % bar µs": f"{r['bar_us']:.2f}",
+                     "rows × warps": f"{r['rows']} × {r['num_warps']}", "programs": r["programs"]}
+                    for r in bound]))
+print(f"run {bound[0]['run']}, read ceiling {bound[0]['ceiling_TBps']:.2f} TB/s")
+for preset in dict.fromkeys(r["preset"] for r in bound):
+    read = next(r for r in bound if r["preset"] == preset and r["kind"] == "read")
+    tails = [r for r in bound if r["preset"] == preset and r["kind"] != "read"]
+    best = min(tails, key=lambda r: r["us"])
+    print(f"{preset}: the read alone {read['us']:.2f} µs, the bar {read['bar_us']:.2f} µs; the cheapest way to "
+          f"wait ({best['kind']}) {best['us']:.2f} µs, {best['us'] - read['us']:+.2f} µs, {best['frac']:.1%}")
+    assert all(r["us"] > read["us"] for r in tails)  # knowing that the others are done costs time
+
+# %% [markdown]
+# Where the cheapest tail costs more than the room between the read and the bar, no design whose
+# output waits for all its gate/up weights can meet the bar on this GPU, before any of the work a
+# real layer adds to the skeleton: its down weights held on chip or read after the wait, the
+# intermediate, the sum over I.
+
+# %% [markdown]
 # ## Correctness
 #
 # Warp decode against the float64 reference on this device's layer, poisoned: its error should be

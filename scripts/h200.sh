@@ -19,6 +19,7 @@
 #   swapab    scripts/swap_ab.py: the expert GEMMs with SWAP_AB (the tile transposed on the tensor cores) against the tuned tiles
 #   draws     scripts/schedule_draws.py: the tuned schedule choice (pair, grouped, expert) on several routing draws
 #   order     scripts/expert_order.py: one launch, each down program taking its token's experts as gate/up finishes them (v16)
+#   bound     scripts/one_launch_bound.py: one launch's read of a T = 1 call's bytes, with the least dependency tail after it (BOUND_ARGS)
 #   profile   scripts/profile_pair.py under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
@@ -84,6 +85,7 @@ for stage in "$@"; do
     swapab) experiment swapab swap_ab "${TIMEOUT_SWAPAB:-300}" ${SWAPAB_ARGS:-} ;;
     draws) experiment draws schedule_draws "${TIMEOUT_DRAWS:-300}" ${DRAWS_ARGS:-} ;;
     order) experiment order expert_order "${TIMEOUT_ORDER:-420}" ${ORDER_ARGS:-} ;;
+    bound) experiment bound one_launch_bound "${TIMEOUT_BOUND:-400}" ${BOUND_ARGS:-} ;;
     profile)  # --clock-control none: leave the clocks alone (the device tool's METHOD.md)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       run profile "${TIMEOUT_PROFILE:-300}" "$NCU" --profile-from-start off --clock-control none --nvtx \

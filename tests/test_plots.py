@@ -244,7 +244,9 @@ def test_one_launch_attempts_set_each_design_against_the_pair_of_its_own_runs(re
 
     data.merge_write(results / "expert_order.csv", rows("qwen3-30b-a3b", [
         (1, "shipped {'BLOCK_H': 8}", 10.0), (1, "one launch {'a': 1} (96 regs)", 12.0),
-        (1, "one launch {'a': 2} (128 regs)", 11.0), (1, "shipped again", 12.0), (2, "one launch {'a': 2}", 9.0)])
+        (1, "one launch {'a': 2} (128 regs)", 11.0), (1, "shipped again", 12.0), (2, "one launch {'a': 2}", 9.0),
+        (1, "two kernels {'a': 1}", 13.0), (1, "two kernels {'seg': 2}", 9.0),  # v16b, then v16c
+        (1, "down alone: shipped {}", 5.0), (1, "down alone: {'seg': 2}", 6.0)])  # neither design nor pair
         + rows("olmoe-1b-7b", [(1, "one launch {'a': 1}", 14.0), (1, "shipped {}", 20.0)]))
     data.merge_write(results / "chunk_flags.csv", rows("qwen3-30b-a3b", [(1, "chunked {}", 30.0)]))  # no pair row
     s = get_preset("qwen3-30b-a3b")
@@ -253,7 +255,9 @@ def test_one_launch_attempts_set_each_design_against_the_pair_of_its_own_runs(re
         [1, {"gate_up": {}, "down": {}, "measured_us": {"split": 5.0, "fused": 6.0}}]]}}))
     monkeypatch.setattr(report, "tuned_file", lambda gpu: path)
     got = {(r["preset"], r["version"]): r for r in report.one_launch_attempts(GPU)}
-    assert set(got) == {("qwen3-30b-a3b", "v16"), ("olmoe-1b-7b", "v16"), ("qwen3-30b-a3b", "v4")}
+    assert set(got) == {("qwen3-30b-a3b", "v16"), ("qwen3-30b-a3b", "v16b"), ("qwen3-30b-a3b", "v16c"),
+                        ("olmoe-1b-7b", "v16"), ("qwen3-30b-a3b", "v4")}
+    assert (got[("qwen3-30b-a3b", "v16b")]["best_us"], got[("qwen3-30b-a3b", "v16c")]["best_us"]) == (13.0, 9.0)
     q = got[("qwen3-30b-a3b", "v16")]
     assert (q["best_us"], q["pair_us"], q["rows"]) == (11.0, 11.0, 2)
     assert q["bar_us"] == pytest.approx(8.5 / 0.85)
@@ -264,4 +268,29 @@ def test_one_launch_attempts_set_each_design_against_the_pair_of_its_own_runs(re
     (fig, name), = drawn
     assert name == "one_launch_attempts.png"
     widths = sorted(round(p.get_width(), 6) for ax in fig.axes for p in ax.patches)
-    assert widths == [-0.3, 0.0, 0.2]  # olmoe v16, qwen3 v16, qwen3 v4: time over the pair, minus 1
+    # olmoe v16; qwen3 v16c, v16, v16b, v4: time over the pair, minus 1
+    assert widths == [-0.3, round(9 / 11 - 1, 6), 0.0, round(13 / 11 - 1, 6), 0.2]
+
+
+def test_one_launch_bound_reads_the_latest_run(results):
+    """The bound's table: the latest run only (rows of earlier runs, and rows without a run, left
+    out), per preset and kind the fastest program shape and how many were timed; rows of another T
+    left out; [] without the CSV."""
+    assert report.one_launch_bound(GPU) == []
+
+    def row(kind, us, run, r=4, T=1):
+        return {"run": run, "preset": "qwen3-30b-a3b", "T": T, "kind": kind, "rows": r, "num_warps": 8,
+                "programs": 10, "us": us, "floor_us": 17.0, "frac_ceiling": 17.0 / us, "bar_us": 20.0,
+                "rel_error": 0, "ceiling_TBps": 4.5, **META}
+
+    old = [{k: v for k, v in row("read", 5.0, "").items() if k != "run"}]  # before the run column
+    data.merge_write(results / "one_launch_bound.csv", old)
+    assert [r["us"] for r in report.one_launch_bound(GPU)] == [5.0]
+    data.merge_write(results / "one_launch_bound.csv", [
+        row("read", 18.0, "2026-11-30T10:00:00Z"), row("read", 19.5, "2026-11-30T18:00:00Z", r=2),
+        row("read", 19.0, "2026-11-30T18:00:00Z"), row("read", 10.0, "2026-11-30T18:00:00Z", T=2),
+        row("read + count", 20.5, "2026-11-30T18:00:00Z", r=24)])
+    got = {r["kind"]: r for r in report.one_launch_bound(GPU)}
+    assert set(got) == {"read", "read + count"}
+    assert (got["read"]["us"], got["read"]["rows"], got["read"]["timed"]) == (19.0, 4, 2)
+    assert got["read + count"]["frac"] == pytest.approx(17.0 / 20.5)

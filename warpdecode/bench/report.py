@@ -171,20 +171,29 @@ def targets(gpu: str) -> list[dict]:
     return out
 
 
+def _label(*starts: str, having: str = "", without: str | None = None):
+    """A test of a row's label: it starts with one of ``starts``, holds ``having``, not ``without``."""
+    return lambda lb: lb.startswith(starts) and having in lb and not (without and without in lb)
+
+
 # The designs that put warp decode's two phases into one launch, or moved the down phase into the
-# gate/up phase's time (results/NOTES.md): (version, what it does, CSV, how a candidate's label
-# starts, how the shipped pair's starts). Each CSV holds the shipped pair measured in the same runs.
+# gate/up phase's time (results/NOTES.md): (version, what it does, CSV, which labels are the
+# design's rows, which the shipped pair's). Each CSV holds the shipped pair measured in the same runs.
 ONE_LAUNCH_ATTEMPTS = [
-    ("v6", "one pass, down through FP32 atomics", "warp_atomic.csv", ("atomic",), ("split",)),
-    ("v8", "one launch, down after every gate/up program", "ordered_launch.csv", ("one launch",), ("pair",)),
-    ("v13", "down's whole w2 tile in registers before the wait", "down_preload.csv", ("preload",), ("shipped",)),
-    ("v14", "down split over I, each chunk started when written", "chunk_flags.csv", ("chunked",), ("shipped",)),
-    ("v15", "down's whole w2 tile into shared memory (TMA, cp.async)", "down_tma.csv", ("tma", "{'kind': 'cp.async'"),
-     ("shipped",)),
-    ("v16", "one launch, down takes the experts as gate/up ends them", "expert_order.csv", ("one launch",),
-     ("shipped",)),
-    ("v16b", "v16's down as its own kernel, never waiting for gate/up", "expert_order.csv", ("two kernels",),
-     ("shipped",)),
+    ("v6", "one pass, down through FP32 atomics", "warp_atomic.csv", _label("atomic"), _label("split")),
+    ("v8", "one launch, down after every gate/up program", "ordered_launch.csv", _label("one launch"), _label("pair")),
+    ("v13", "down's whole w2 tile in registers before the wait", "down_preload.csv", _label("preload"),
+     _label("shipped")),
+    ("v14", "down split over I, each chunk started when written", "chunk_flags.csv", _label("chunked"),
+     _label("shipped")),
+    ("v15", "down's whole w2 tile into shared memory (TMA, cp.async)", "down_tma.csv",
+     _label("tma", "{'kind': 'cp.async'"), _label("shipped")),
+    ("v16", "one launch, down takes the experts as gate/up ends them", "expert_order.csv", _label("one launch"),
+     _label("shipped")),
+    ("v16b", "v16's down as its own kernel, never waiting for gate/up", "expert_order.csv",
+     _label("two kernels", without="'seg'"), _label("shipped")),
+    ("v16c", "v16b's down by segments of experts, pipelined loads", "expert_order.csv",
+     _label("two kernels", having="'seg'"), _label("shipped")),
 ]
 
 
@@ -200,8 +209,8 @@ def one_launch_attempts(gpu: str, T: int = 1) -> list[dict]:
         for preset in [p for p in MODEL_PRESETS if any(r["preset"] == p for r in rows)]:
             here = [r for r in rows if r["preset"] == preset]
             label = [r.get("variant") or r.get("kind", "") for r in here]
-            tried = [r for r, lb in zip(here, label, strict=True) if lb.startswith(cand)]
-            shipped = [r for r, lb in zip(here, label, strict=True) if lb.startswith(pair)]
+            tried = [r for r, lb in zip(here, label, strict=True) if cand(lb)]
+            shipped = [r for r, lb in zip(here, label, strict=True) if pair(lb)]
             if not tried or not shipped:
                 continue
             best = min(tried, key=lambda r: float(r["us"]))
@@ -221,6 +230,27 @@ def one_launch_attempts(gpu: str, T: int = 1) -> list[dict]:
                         "source": f"tuned/{tuned.name}"})
     order = ["v4"] + [v for v, *_ in ONE_LAUNCH_ATTEMPTS]
     return sorted(out, key=lambda r: (MODEL_PRESETS.index(r["preset"]), order.index(r["version"])))
+
+
+def one_launch_bound(gpu: str) -> list[dict]:
+    """``scripts/one_launch_bound.py``'s latest run (its ``run`` column; rows of earlier runs, and
+    of runs before the column, are history): per preset and kind (a read of a T = 1 call's bytes
+    in one launch, alone or with a dependency tail after it), the fastest of the program shapes
+    timed, and how many were. [] without the CSV."""
+    rows = [r for r in data.read(data.gpu_dir(gpu) / "one_launch_bound.csv") if int(r["T"]) == 1]
+    latest = max((r.get("run") or "" for r in rows), default="")
+    rows = [r for r in rows if (r.get("run") or "") == latest]
+    out = []
+    for preset in [p for p in MODEL_PRESETS if any(r["preset"] == p for r in rows)]:
+        here = [r for r in rows if r["preset"] == preset]
+        for kind in dict.fromkeys(r["kind"] for r in here):
+            mine = [r for r in here if r["kind"] == kind]
+            best = min(mine, key=lambda r: float(r["us"]))
+            out.append({"preset": preset, "kind": kind, "us": float(best["us"]), "frac": float(best["frac_ceiling"]),
+                        "bar_us": float(best["bar_us"]), "rows": int(best["rows"]), "num_warps": int(best["num_warps"]),
+                        "programs": int(best["programs"]), "timed": len(mine), "run": latest,
+                        "ceiling_TBps": float(best["ceiling_TBps"])})
+    return out
 
 
 def _warp_buckets(path: Path):

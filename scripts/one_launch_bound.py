@@ -1,0 +1,304 @@
+"""The floor under any one-launch design at T = 1: a read of the layer's bytes in one launch, then
+the least a kernel must do after its last byte arrives when every output depends on every byte.
+
+Warp decode's output y[h] depends on all of its token's gate/up weights (through the intermediate,
+summed over I), so some program must learn that every other program is done before y exists. The
+cheapest known way is a count: each program adds its share, then counts itself done (one acq_rel
+atomic); the program that counts last reads the sum and writes y. This script times three
+kernels of one program per ROWS rows of H elements (warp decode's own row length), on a flat
+buffer of exactly the bytes of a T = 1 call (no routing, no math: the best case for any design):
+
+- ``read``: the rows summed into one number per program, stored (a plain read, as in
+  ``read_variants.py``);
+- ``read + count``: the sums added into one FP32 number with an atomic, the count, and the last
+  program storing the number and resetting the scratch: the minimal dependency;
+- ``read + H atomics + count``: each program adds its [H] row sums into an FP32 [H] accumulator
+  (what a one-pass design adds when it splits the down projection over I, as v6 did), the count,
+  and the last program rounding the [H] accumulator to bf16 y.
+
+If even ``read + count`` is over the 85 % bar, no design with that dependency meets the bar on this
+GPU; the gap between the rows is what the dependency and the atomics cost.
+
+    python scripts/one_launch_bound.py [--presets ...] [--check]
+
+``--check`` runs each kernel once at a small size (the interpreter on a CPU) against its sums.
+Rows go to results/<GPU>/one_launch_bound.csv (µs per launch, fraction of the read ceiling, bar),
+each with the time its process started (``run``): compare kinds within one run.
+"""
+
+import argparse
+import datetime
+import itertools
+import os
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+import warpdecode as wd
+
+BAR = 0.85
+KINDS = {0: "read", 1: "read + count", 2: "read + H atomics + count", 3: "read + count in two levels",
+         4: "read + signal, last program waits", 5: "read + store, last program polls the sums",
+         6: "two launches, PDL, the second's loads before its wait"}
+GROUP = 32  # programs per first-level counter (kind 3)
+PAD = 32  # int32 elements between counters: one 128-byte line each
+
+
+@triton.jit
+def _signal(count_ptr, ASM: tl.constexpr):
+    """One thread adds 1 to the count with release semantics and does not wait for an answer
+    (``red``, where ``tl.atomic_add`` is an ``atom`` that returns the old value). The interpreter,
+    which runs no PTX, takes the atomic."""
+    if not ASM:
+        tl.atomic_add(count_ptr, 1, sem="release", scope="gpu")
+        return
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;"
+        " @p red.release.gpu.global.add.s32 [$1], 1; mov.u32 $0, 0; }",
+        "=r,l", [count_ptr], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _rows_then(
+    src_ptr,  # (R, H) bf16, R = nprog * ROWS (masked past N elements)
+    part_ptr,  # (nprog,) fp32: each program's sum (TAIL 0)
+    acc_ptr,  # (H,) fp32 scratch, zero between launches (TAIL 1: element 0 only)
+    count_ptr,  # (1 + cdiv(nprog, GROUP)) * PAD int32 scratch, zero between launches
+    y_ptr,  # (H,) bf16 for TAIL 2, (1,) fp32 for TAIL 1
+    N,  # elements in src
+    H: tl.constexpr,
+    ROWS: tl.constexpr,
+    TAIL: tl.constexpr,
+    GROUP: tl.constexpr,  # programs per first-level counter (TAIL 3)
+    PAD: tl.constexpr,  # int32 elements between counters
+    ASM: tl.constexpr,  # PTX available (not the interpreter)
+):
+    if TAIL == 6 and ASM:  # the first of two launches: the second may start once all of ours have
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    offs_h = tl.arange(0, H)
+    base = pid.to(tl.int64) * ROWS * H
+    acc = tl.zeros([H], dtype=tl.float32)
+    for j in tl.static_range(ROWS):  # ROWS independent loads of one row each
+        offs = base + j * H + offs_h
+        acc += tl.load(src_ptr + offs, mask=offs < N, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    if TAIL == 0 or TAIL == 6:
+        tl.store(part_ptr + pid, tl.sum(acc, axis=0))
+    elif TAIL == 4:  # store the sum, signal without waiting for an answer; the last program waits
+        tl.store(part_ptr + pid, tl.sum(acc, axis=0))
+        tl.debug_barrier()
+        nprog = tl.num_programs(0)
+        if pid < nprog - 1:
+            _signal(count_ptr, ASM)
+        else:
+            seen = tl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
+            while seen < nprog - 1:
+                seen = tl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
+            total = tl.zeros([1024], dtype=tl.float32)
+            for p0 in range(0, nprog, 1024):
+                offs_p = p0 + tl.arange(0, 1024)
+                total += tl.load(part_ptr + offs_p, mask=offs_p < nprog, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptr, tl.sum(total, axis=0))
+            tl.atomic_xchg(count_ptr, 0, sem="relaxed", scope="gpu")
+    elif TAIL == 5:  # v16's protocol: no fence, no atomic; a sum is ready when it is no longer NaN
+        nprog = tl.num_programs(0)
+        if pid < nprog - 1:
+            tl.store(part_ptr + pid, tl.sum(acc, axis=0))
+        else:
+            total = tl.zeros([1024], dtype=tl.float32)
+            for p0 in range(0, nprog - 1, 1024):
+                offs_p = p0 + tl.arange(0, 1024)
+                mask_p = offs_p < nprog - 1
+                v = tl.load(part_ptr + offs_p, mask=mask_p, other=0.0, volatile=True)
+                while tl.sum((v != v).to(tl.int32), axis=0) > 0:
+                    v = tl.load(part_ptr + offs_p, mask=mask_p, other=0.0, volatile=True)
+                total += v
+                tl.store(part_ptr + offs_p, tl.full([1024], float("nan"), tl.float32), mask=mask_p)
+            tl.store(y_ptr, tl.sum(total, axis=0) + tl.sum(acc, axis=0))
+    else:
+        if TAIL == 2:
+            tl.atomic_add(acc_ptr + offs_h, acc, sem="relaxed", scope="gpu")
+        else:
+            tl.atomic_add(acc_ptr, tl.sum(acc, axis=0), sem="relaxed", scope="gpu")
+        tl.debug_barrier()  # every thread's adds issued before the count says this program is done
+        nprog = tl.num_programs(0)
+        if TAIL == 3:  # the group's last program counts the group done at the top
+            group = pid // GROUP
+            in_group = tl.minimum(GROUP, nprog - group * GROUP)
+            mine = tl.atomic_add(count_ptr + (1 + group) * PAD, 1, sem="acq_rel", scope="gpu")
+            done = -1
+            if mine == in_group - 1:
+                tl.atomic_xchg(count_ptr + (1 + group) * PAD, 0, sem="relaxed", scope="gpu")
+                done = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
+            last = tl.cdiv(nprog, GROUP) - 1
+        else:
+            done = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
+            last = nprog - 1
+        if done == last:
+            if TAIL != 2:
+                tl.store(y_ptr, tl.load(acc_ptr, cache_modifier=".cg"))
+                tl.store(acc_ptr, 0.0)
+            else:
+                v = tl.load(acc_ptr + offs_h, cache_modifier=".cg")
+                tl.store(y_ptr + offs_h, v.to(y_ptr.dtype.element_ty))
+                tl.store(acc_ptr + offs_h, tl.zeros([H], dtype=tl.float32))
+            tl.atomic_xchg(count_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _rows_after_wait(
+    src_ptr,  # (R, H) bf16: the second launch's rows
+    part_a_ptr,  # (NPROG_A,) fp32: the first launch's sums
+    out_ptr,  # (nprog,) fp32: each program's sum plus one of the first launch's
+    N,  # elements in src
+    NPROG_A,
+    H: tl.constexpr,
+    ROWS: tl.constexpr,
+    ASM: tl.constexpr,
+):
+    """The pair's shape with every weight load before the wait: read ROWS rows, wait for the
+    first launch (PDL), then add one of its sums and store."""
+    pid = tl.program_id(0)
+    offs_h = tl.arange(0, H)
+    base = pid.to(tl.int64) * ROWS * H
+    acc = tl.zeros([H], dtype=tl.float32)
+    for j in tl.static_range(ROWS):
+        offs = base + j * H + offs_h
+        acc += tl.load(src_ptr + offs, mask=offs < N, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    total = tl.sum(acc, axis=0)
+    if ASM:
+        gdc_wait()  # the first launch has finished and its sums are visible
+    tl.store(out_ptr + pid, total + tl.load(part_a_ptr + pid % NPROG_A))
+
+
+def _program_sums(rows2d, per):
+    """Each program's sum of ``per`` consecutive rows (the last program's rows padded with zeros)."""
+    pad = (-rows2d.shape[0]) % per
+    padded = torch.cat([rows2d.double(), rows2d.new_zeros(pad, rows2d.shape[1], dtype=torch.float64)])
+    return padded.view(-1, per, rows2d.shape[1]).sum((1, 2))
+
+
+class Launch:
+    """One kernel over one buffer, with its own scratch and outputs."""
+
+    def __init__(self, src, H, rows, tail, warps):
+        self.src, self.H, self.rows, self.tail, self.warps = src, H, rows, tail, warps
+        dev = src.device
+        self.grid = triton.cdiv(src.numel(), rows * H)
+        self.part = torch.full((self.grid,), float("nan") if tail == 5 else 0.0, dtype=torch.float32, device=dev)
+        self.acc = torch.zeros(H, dtype=torch.float32, device=dev)
+        self.count = torch.zeros((1 + triton.cdiv(self.grid, GROUP)) * PAD, dtype=torch.int32, device=dev)
+        self.y = torch.zeros(H if tail == 2 else 1, dtype=torch.bfloat16 if tail == 2 else torch.float32, device=dev)
+        self.asm = os.environ.get("TRITON_INTERPRET") != "1"
+        if tail == 6:  # the gate/up share of the rows (2/3), then the down share
+            self.rows_a = src.numel() // H * 2 // 3
+            self.src_a, self.src_b = src[: self.rows_a * H], src[self.rows_a * H:]
+            self.grid_a, self.grid_b = triton.cdiv(self.rows_a, rows), triton.cdiv(self.src_b.numel() // H, rows)
+            self.part = torch.zeros(self.grid_a, dtype=torch.float32, device=dev)
+            self.y = torch.zeros(self.grid_b, dtype=torch.float32, device=dev)
+
+    def __call__(self):
+        if self.tail == 6:
+            _rows_then[(self.grid_a,)](self.src_a, self.part, self.acc, self.count, self.y, self.src_a.numel(),
+                                       H=self.H, ROWS=self.rows, TAIL=6, GROUP=GROUP, PAD=PAD, ASM=self.asm,
+                                       num_warps=self.warps)
+            _rows_after_wait[(self.grid_b,)](self.src_b, self.part, self.y, self.src_b.numel(), self.grid_a,
+                                             H=self.H, ROWS=self.rows, ASM=self.asm, num_warps=self.warps,
+                                             **({"launch_pdl": True} if self.asm else {}))
+            return self.y
+        _rows_then[(self.grid,)](self.src, self.part, self.acc, self.count, self.y, self.src.numel(),
+                                 H=self.H, ROWS=self.rows, TAIL=self.tail, GROUP=GROUP, PAD=PAD,
+                                 ASM=self.asm, num_warps=self.warps)
+        return self.y
+
+    def check(self):
+        """The kernel's result against torch's sums of the same rows, and the scratch at rest."""
+        rows = self.src.float().view(-1, self.H) if self.src.numel() % self.H == 0 else None
+        assert rows is not None, "the buffer holds whole rows"
+        if self.tail == 5:
+            assert self.part[:-1].isnan().all(), "the sums not back at NaN"
+        if self.tail == 6:
+            part_a = _program_sums(rows[: self.rows_a], self.rows)
+            pids = torch.arange(self.grid_b, device=part_a.device)
+            got = torch.cat([self.part.double(), self.y.double()])
+            want = torch.cat([part_a, _program_sums(rows[self.rows_a:], self.rows) + part_a[pids % self.grid_a]])
+        elif self.tail == 0:
+            got, want = self.part.double().sum(), rows.double().sum()
+        elif self.tail != 2:
+            got, want = self.y.double()[0], rows.double().sum()  # kind 4 stores the sums too
+        else:
+            got, want = self.y.double(), rows.double().sum(0)
+        err = wd.rel_error(got.reshape(-1), want.reshape(-1))
+        assert err < 1e-2, (KINDS[self.tail], err)  # bf16 y: 2**-9 relative; fp32 sums otherwise
+        assert (self.acc == 0).all() and (self.count == 0).all(), "scratch not back at rest"
+        return err
+
+
+def check(device):
+    """Every kernel once at a small size, on random rows (the interpreter on a CPU)."""
+    H = 64
+    for tail, rows in itertools.product(KINDS, [1, 3]):
+        src = torch.randn((2 * GROUP + 7) * rows * H, device=device).to(torch.bfloat16)
+        run = Launch(src, H, rows, tail, warps=1)
+        for _ in range(2):  # twice: the scratch must be at rest for the second call
+            run.y.fill_(float("nan"))
+            run()
+            err = run.check()
+        print(f"check {KINDS[tail]:26s} rows {rows}: rel. error {err:.1e}, scratch at rest", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=["qwen3-30b-a3b", "olmoe-1b-7b"])
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 24, 32, 48])
+    p.add_argument("--warps", type=int, nargs="+", default=[4, 8])
+    p.add_argument("--kinds", type=int, nargs="+", default=list(KINDS), choices=list(KINDS))
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args()
+    if args.check or os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        check("cuda" if torch.cuda.is_available() else "cpu")
+        return
+    from warpdecode.bench import data
+    from warpdecode.bench.sweep import meta
+    from warpdecode.bench.timing import capture, read_ceiling, time_replays
+
+    gpu = torch.cuda.get_device_name()
+    run = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # the rows of one process
+    ceiling = read_ceiling()
+    out, rows = Path(f"results/{gpu.replace(' ', '_')}/one_launch_bound.csv"), []
+    for name in args.presets:
+        s = wd.get_preset(name)
+        nbytes = s.K * 3 * s.I * s.H * 2  # T = 1: K distinct experts' gate, up and down rows
+        n = nbytes // 2
+        copies = max(2, int(3 * 60e6 / nbytes) + 1)
+        srcs = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        floor_us = nbytes / (ceiling * 1e12) * 1e6
+        print(f"{name}: {nbytes / 1e6:.1f} MB, floor {floor_us:.2f} us, bar {floor_us / BAR:.2f} us "
+              f"(ceiling {ceiling:.2f} TB/s)", flush=True)
+        for tail, r, w in itertools.product(args.kinds, args.rows, args.warps):
+            runs = [Launch(src, s.H, r, tail, w) for src in srcs]
+            g, _ = capture(lambda runs=runs: [f() for f in runs])
+            us = time_replays(g, reps=100).median_us / copies
+            del g
+            torch.cuda.synchronize()
+            err = runs[0].check()  # after every replay: still right, scratch at rest
+            rows.append({"run": run, "preset": name, "T": 1, "kind": KINDS[tail], "rows": r, "num_warps": w,
+                         "programs": runs[0].grid, "us": round(us, 3), "floor_us": round(floor_us, 3),
+                         "frac_ceiling": round(floor_us / us, 4), "bar_us": round(floor_us / BAR, 3),
+                         "rel_error": float(f"{err:.2e}"), "ceiling_TBps": round(ceiling, 4), **meta()})
+            print(f"{name:14s} {KINDS[tail]:26s} rows {r:2d} warps {w} ({runs[0].grid:5d} programs) "
+                  f"{us:7.2f} us {100 * floor_us / us:5.1f}%", flush=True)
+        for tail in args.kinds:
+            best = min((x for x in rows if x["preset"] == name and x["kind"] == KINDS[tail]), key=lambda x: x["us"])
+            print(f"{name:14s} best {KINDS[tail]:26s} {best['us']:7.2f} us {100 * best['frac_ceiling']:5.1f}% "
+                  f"(bar {best['bar_us']:.2f} us; rows {best['rows']}, warps {best['num_warps']})", flush=True)
+        srcs = None
+        torch.cuda.empty_cache()
+    data.merge_write(out, rows)
+
+
+if __name__ == "__main__":
+    main()
