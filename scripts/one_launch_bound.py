@@ -42,7 +42,8 @@ import warpdecode as wd
 BAR = 0.85
 KINDS = {0: "read", 1: "read + count", 2: "read + H atomics + count", 3: "read + count in two levels",
          4: "read + signal, last program waits", 5: "read + store, last program polls the sums",
-         6: "two launches, PDL, the second's loads before its wait"}
+         6: "two launches, PDL, the second's loads before its wait",
+         7: "two launches, PDL, the second holding its rows through the wait"}
 GROUP = 32  # programs per first-level counter (kind 3)
 PAD = 32  # int32 elements between counters: one 128-byte line each
 
@@ -158,12 +159,24 @@ def _rows_after_wait(
     H: tl.constexpr,
     ROWS: tl.constexpr,
     ASM: tl.constexpr,
+    HOLD: tl.constexpr,  # keep the rows in registers through the wait (ROWS a power of two)
 ):
-    """The pair's shape with every weight load before the wait: read ROWS rows, wait for the
-    first launch (PDL), then add one of its sums and store."""
+    """The pair's shape with every weight load before the wait. Without HOLD: read ROWS rows
+    and sum them, wait for the first launch (PDL), then add one of its sums and store. With HOLD,
+    as a down kernel must: the rows stay in registers through the wait, then meet an [H] vector
+    of the first launch's sums (from L2), as w2's rows meet the intermediate."""
     pid = tl.program_id(0)
     offs_h = tl.arange(0, H)
     base = pid.to(tl.int64) * ROWS * H
+    if HOLD:
+        offs_r = tl.arange(0, ROWS)
+        offs = base + offs_r[:, None] * H + offs_h[None, :]
+        tile = tl.load(src_ptr + offs, mask=offs < N, other=0.0, eviction_policy="evict_first")
+        if ASM:
+            gdc_wait()
+        vec = tl.load(part_a_ptr + (pid * H + offs_h) % NPROG_A)
+        tl.store(out_ptr + pid, tl.sum(tl.sum(tile.to(tl.float32) * vec[None, :], axis=1), axis=0))
+        return
     acc = tl.zeros([H], dtype=tl.float32)
     for j in tl.static_range(ROWS):
         offs = base + j * H + offs_h
@@ -193,7 +206,7 @@ class Launch:
         self.count = torch.zeros((1 + triton.cdiv(self.grid, GROUP)) * PAD, dtype=torch.int32, device=dev)
         self.y = torch.zeros(H if tail == 2 else 1, dtype=torch.bfloat16 if tail == 2 else torch.float32, device=dev)
         self.asm = os.environ.get("TRITON_INTERPRET") != "1"
-        if tail == 6:  # the gate/up share of the rows (2/3), then the down share
+        if tail in (6, 7):  # the gate/up share of the rows (2/3), then the down share
             self.rows_a = src.numel() // H * 2 // 3
             self.src_a, self.src_b = src[: self.rows_a * H], src[self.rows_a * H:]
             self.grid_a, self.grid_b = triton.cdiv(self.rows_a, rows), triton.cdiv(self.src_b.numel() // H, rows)
@@ -201,12 +214,13 @@ class Launch:
             self.y = torch.zeros(self.grid_b, dtype=torch.float32, device=dev)
 
     def __call__(self):
-        if self.tail == 6:
+        if self.tail in (6, 7):
             _rows_then[(self.grid_a,)](self.src_a, self.part, self.acc, self.count, self.y, self.src_a.numel(),
                                        H=self.H, ROWS=self.rows, TAIL=6, GROUP=GROUP, PAD=PAD, ASM=self.asm,
                                        num_warps=self.warps)
             _rows_after_wait[(self.grid_b,)](self.src_b, self.part, self.y, self.src_b.numel(), self.grid_a,
-                                             H=self.H, ROWS=self.rows, ASM=self.asm, num_warps=self.warps,
+                                             H=self.H, ROWS=self.rows, ASM=self.asm, HOLD=self.tail == 7,
+                                             num_warps=self.warps,
                                              **({"launch_pdl": True} if self.asm else {}))
             return self.y
         _rows_then[(self.grid,)](self.src, self.part, self.acc, self.count, self.y, self.src.numel(),
@@ -220,11 +234,18 @@ class Launch:
         assert rows is not None, "the buffer holds whole rows"
         if self.tail == 5:
             assert self.part[:-1].isnan().all(), "the sums not back at NaN"
-        if self.tail == 6:
+        if self.tail in (6, 7):
             part_a = _program_sums(rows[: self.rows_a], self.rows)
             pids = torch.arange(self.grid_b, device=part_a.device)
             got = torch.cat([self.part.double(), self.y.double()])
-            want = torch.cat([part_a, _program_sums(rows[self.rows_a:], self.rows) + part_a[pids % self.grid_a]])
+            if self.tail == 6:
+                second = _program_sums(rows[self.rows_a:], self.rows) + part_a[pids % self.grid_a]
+            else:  # each program's rows against the [H] vector of first-launch sums it read
+                vec = part_a[(pids[:, None] * self.H + torch.arange(self.H, device=pids.device)) % self.grid_a]
+                b = rows[self.rows_a:].double()
+                b = torch.cat([b, b.new_zeros((-b.shape[0]) % self.rows, self.H)]).view(self.grid_b, self.rows, self.H)
+                second = (b * vec[:, None, :]).sum((1, 2))
+            want = torch.cat([part_a, second])
         elif self.tail == 0:
             got, want = self.part.double().sum(), rows.double().sum()
         elif self.tail != 2:
@@ -240,8 +261,8 @@ class Launch:
 def check(device):
     """Every kernel once at a small size, on random rows (the interpreter on a CPU)."""
     H = 64
-    for tail, rows in itertools.product(KINDS, [1, 3]):
-        src = torch.randn((2 * GROUP + 7) * rows * H, device=device).to(torch.bfloat16)
+    for tail, rows in itertools.product(KINDS, [1, 2]):
+        src = torch.randn(((2 * GROUP + 7) * rows + 1) * H, device=device).to(torch.bfloat16)  # a last program short
         run = Launch(src, H, rows, tail, warps=1)
         for _ in range(2):  # twice: the scratch must be at rest for the second call
             run.y.fill_(float("nan"))
@@ -279,6 +300,8 @@ def main():
         print(f"{name}: {nbytes / 1e6:.1f} MB, floor {floor_us:.2f} us, bar {floor_us / BAR:.2f} us "
               f"(ceiling {ceiling:.2f} TB/s)", flush=True)
         for tail, r, w in itertools.product(args.kinds, args.rows, args.warps):
+            if tail == 7 and r & (r - 1):
+                continue  # a [ROWS, H] tile: a power of two
             runs = [Launch(src, s.H, r, tail, w) for src in srcs]
             g, _ = capture(lambda runs=runs: [f() for f in runs])
             us = time_replays(g, reps=100).median_us / copies
