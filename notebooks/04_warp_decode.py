@@ -466,9 +466,9 @@ assert all(r["best_us"] > 0.99 * r["pair_us"] for r in attempts)  # none beat th
 # last program waiting, and v16's protocol (each program stores its sum, the last polls until no
 # sum is NaN); also [H] partial sums added with atomics (what v6 did), and the pair's own shape:
 # two launches chained with PDL, the second loading all its rows before it waits, summing them
-# as they arrive, or holding them in registers through the wait and then meeting an [H] vector
-# of the first launch's results, as w2's rows meet the intermediate. Each the fastest of up to 16
-# program shapes, all in one run:
+# as they arrive, holding them in registers through the wait and then meeting an [H] vector of
+# the first launch's results (as w2's rows meet the intermediate), or reading them only after the
+# wait. Each the fastest of up to 16 program shapes, all in one run:
 
 # %%
 bound = report.one_launch_bound(ladder.RESULTS_GPU)
@@ -481,14 +481,16 @@ print(ladder.table([{"preset": r["preset"], "kind": r["kind"], "µs": f"{r['us']
 for preset in dict.fromkeys(r["preset"] for r in bound):
     read = next(r for r in bound if r["preset"] == preset and r["kind"] == "read")
     assert all(r["us"] > read["us"] for r in bound if r["preset"] == preset and r is not read)  # waiting costs time
+    room = [r["kind"] for r in bound if r["preset"] == preset and r is not read and r["us"] <= r["bar_us"]]
+    print(f"{preset}: ways to wait that leave room under the bar: {'; '.join(room) or 'none'}")
 
 # %% [markdown]
-# The one-launch skeletons do no work after they wait, and use each weight the moment it arrives.
-# A layer cannot: a down weight is of use only once the intermediate exists, so it is either held
-# on chip through the wait (v13 in registers, v15 in shared memory) or read after it (the shipped
-# pair reads two thirds of w2 after kernel 1), and then come the intermediate's loads, the sum
-# over I and the store of `y`. The room is all the time a design of that shape has for the rest of
-# its work; where it is negative, no design of that shape meets the bar on this GPU.
+# The skeletons do far less than a layer: no routing, one buffer, no sum over I, and all but the
+# holding kind use each weight the moment it arrives. A layer cannot: a down weight is of use only
+# once the intermediate exists, so it is either held on chip through the wait (v13 in registers,
+# v15 in shared memory) or read after it (the shipped pair reads two thirds of w2 after kernel 1).
+# The room is all the time a design of that shape has for the rest of its work; where it is
+# negative, no design of that shape meets the bar on this GPU.
 
 # %% [markdown]
 # ## Correctness

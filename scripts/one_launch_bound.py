@@ -43,7 +43,8 @@ BAR = 0.85
 KINDS = {0: "read", 1: "read + count", 2: "read + H atomics + count", 3: "read + count in two levels",
          4: "read + signal, last program waits", 5: "read + store, last program polls the sums",
          6: "two launches, PDL, the second's loads before its wait",
-         7: "two launches, PDL, the second holding its rows through the wait"}
+         7: "two launches, PDL, the second holding its rows through the wait",
+         8: "two launches, PDL, the second reading its rows after the wait"}
 GROUP = 32  # programs per first-level counter (kind 3)
 PAD = 32  # int32 elements between counters: one 128-byte line each
 
@@ -159,16 +160,19 @@ def _rows_after_wait(
     H: tl.constexpr,
     ROWS: tl.constexpr,
     ASM: tl.constexpr,
-    HOLD: tl.constexpr,  # keep the rows in registers through the wait (ROWS a power of two)
+    MODE: tl.constexpr,  # 0: loads before the wait; 1: held through it (ROWS a power of two); 2: after it
 ):
-    """The pair's shape with every weight load before the wait. Without HOLD: read ROWS rows
-    and sum them, wait for the first launch (PDL), then add one of its sums and store. With HOLD,
-    as a down kernel must: the rows stay in registers through the wait, then meet an [H] vector
-    of the first launch's sums (from L2), as w2's rows meet the intermediate."""
+    """The second launch of the pair's shape, three ways. MODE 0: read ROWS rows and sum them,
+    wait for the first launch (PDL), then add one of its sums and store. MODE 1, as a down kernel
+    that loads its weights early must: the rows stay in registers through the wait, then meet an
+    [H] vector of the first launch's sums (from L2), as w2's rows meet the intermediate. MODE 2:
+    wait first, then as MODE 0 (every load after the wait)."""
+    if MODE == 2 and ASM:
+        gdc_wait()
     pid = tl.program_id(0)
     offs_h = tl.arange(0, H)
     base = pid.to(tl.int64) * ROWS * H
-    if HOLD:
+    if MODE == 1:
         offs_r = tl.arange(0, ROWS)
         offs = base + offs_r[:, None] * H + offs_h[None, :]
         tile = tl.load(src_ptr + offs, mask=offs < N, other=0.0, eviction_policy="evict_first")
@@ -182,7 +186,7 @@ def _rows_after_wait(
         offs = base + j * H + offs_h
         acc += tl.load(src_ptr + offs, mask=offs < N, other=0.0, eviction_policy="evict_first").to(tl.float32)
     total = tl.sum(acc, axis=0)
-    if ASM:
+    if MODE == 0 and ASM:
         gdc_wait()  # the first launch has finished and its sums are visible
     tl.store(out_ptr + pid, total + tl.load(part_a_ptr + pid % NPROG_A))
 
@@ -206,7 +210,7 @@ class Launch:
         self.count = torch.zeros((1 + triton.cdiv(self.grid, GROUP)) * PAD, dtype=torch.int32, device=dev)
         self.y = torch.zeros(H if tail == 2 else 1, dtype=torch.bfloat16 if tail == 2 else torch.float32, device=dev)
         self.asm = os.environ.get("TRITON_INTERPRET") != "1"
-        if tail in (6, 7):  # the gate/up share of the rows (2/3), then the down share
+        if tail in (6, 7, 8):  # the gate/up share of the rows (2/3), then the down share
             self.rows_a = src.numel() // H * 2 // 3
             self.src_a, self.src_b = src[: self.rows_a * H], src[self.rows_a * H:]
             self.grid_a, self.grid_b = triton.cdiv(self.rows_a, rows), triton.cdiv(self.src_b.numel() // H, rows)
@@ -214,12 +218,12 @@ class Launch:
             self.y = torch.zeros(self.grid_b, dtype=torch.float32, device=dev)
 
     def __call__(self):
-        if self.tail in (6, 7):
+        if self.tail in (6, 7, 8):
             _rows_then[(self.grid_a,)](self.src_a, self.part, self.acc, self.count, self.y, self.src_a.numel(),
                                        H=self.H, ROWS=self.rows, TAIL=6, GROUP=GROUP, PAD=PAD, ASM=self.asm,
                                        num_warps=self.warps)
             _rows_after_wait[(self.grid_b,)](self.src_b, self.part, self.y, self.src_b.numel(), self.grid_a,
-                                             H=self.H, ROWS=self.rows, ASM=self.asm, HOLD=self.tail == 7,
+                                             H=self.H, ROWS=self.rows, ASM=self.asm, MODE=self.tail - 6,
                                              num_warps=self.warps,
                                              **({"launch_pdl": True} if self.asm else {}))
             return self.y
@@ -234,11 +238,11 @@ class Launch:
         assert rows is not None, "the buffer holds whole rows"
         if self.tail == 5:
             assert self.part[:-1].isnan().all(), "the sums not back at NaN"
-        if self.tail in (6, 7):
+        if self.tail in (6, 7, 8):
             part_a = _program_sums(rows[: self.rows_a], self.rows)
             pids = torch.arange(self.grid_b, device=part_a.device)
             got = torch.cat([self.part.double(), self.y.double()])
-            if self.tail == 6:
+            if self.tail != 7:
                 second = _program_sums(rows[self.rows_a:], self.rows) + part_a[pids % self.grid_a]
             else:  # each program's rows against the [H] vector of first-launch sums it read
                 vec = part_a[(pids[:, None] * self.H + torch.arange(self.H, device=pids.device)) % self.grid_a]
