@@ -1,23 +1,29 @@
-"""The floor under any one-launch design at T = 1: a read of the layer's bytes in one launch, then
-the least a kernel must do after its last byte arrives when every output depends on every byte.
+"""The floor under every design with warp decode's dependency at T = 1: a read of a call's bytes,
+then the least a kernel must do after its last byte arrives when every output depends on every
+gate/up byte.
 
 Warp decode's output y[h] depends on all of its token's gate/up weights (through the intermediate,
-summed over I), so some program must learn that every other program is done before y exists. The
-cheapest known way is a count: each program adds its share, then counts itself done (one acq_rel
-atomic); the program that counts last reads the sum and writes y. This script times three
-kernels of one program per ROWS rows of H elements (warp decode's own row length), on a flat
-buffer of exactly the bytes of a T = 1 call (no routing, no math: the best case for any design):
+summed over I), so some program must learn that every other program is done before y exists.
+This script times kernels of one program per ROWS rows of H elements (warp decode's own row
+length) on a flat buffer of exactly the bytes of a T = 1 call (no routing, no math: less than
+any layer does), in nine kinds (``KINDS``):
 
 - ``read``: the rows summed into one number per program, stored (a plain read, as in
   ``read_variants.py``);
-- ``read + count``: the sums added into one FP32 number with an atomic, the count, and the last
-  program storing the number and resetting the scratch: the minimal dependency;
-- ``read + H atomics + count``: each program adds its [H] row sums into an FP32 [H] accumulator
-  (what a one-pass design adds when it splits the down projection over I, as v6 did), the count,
-  and the last program rounding the [H] accumulator to bf16 y.
+- one launch, then a way to let one program see that all the others are done: a count (each
+  program adds its sum into one FP32 number, then one acq_rel atomic; the last to count stores
+  the number and resets the scratch); a count in two levels (groups of ``GROUP`` programs); a
+  signal without a reply (``red.release``) with the last program waiting for the count; v16's
+  protocol (plain stores of the sums, the last program polls until none is NaN); and [H] partial
+  sums added with atomics before the count (what a one-pass design adds when it splits the down
+  projection over I, as v6 did), the last program rounding them to bf16 y;
+- two launches chained with PDL, the first over two thirds of the rows (gate/up's share), the
+  second over the rest three ways: its loads before ``gdc_wait``, summed as they arrive; held in
+  registers through the wait, then meeting an [H] vector of the first launch's sums (as w2's rows
+  meet the intermediate); or read after the wait.
 
-If even ``read + count`` is over the 85 % bar, no design with that dependency meets the bar on this
-GPU; the gap between the rows is what the dependency and the atomics cost.
+Where every kind a layer can use is over the 85 % bar, no design of those shapes meets it on this
+GPU; the gap between a kind and ``read`` is what its way of waiting costs.
 
     python scripts/one_launch_bound.py [--presets ...] [--check]
 
