@@ -19,7 +19,7 @@
 #   swapab    scripts/swap_ab.py: the expert GEMMs with SWAP_AB (the tile transposed on the tensor cores) against the tuned tiles
 #   draws     scripts/schedule_draws.py: the tuned schedule choice (pair, grouped, expert) on several routing draws
 #   order     scripts/expert_order.py: one launch, each down program taking its token's experts as gate/up finishes them (v16)
-#   bound     scripts/one_launch_bound.py: one launch's read of a T = 1 call's bytes, with the least dependency tail after it (BOUND_ARGS)
+#   bound     scripts/one_launch_bound.py: a read of a T = 1 call's bytes with each way to wait after it, in one launch or two (BOUND_ARGS)
 #   profile   scripts/profile_pair.py under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
