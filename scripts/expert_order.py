@@ -72,6 +72,7 @@ import warpdecode as wd
 from warpdecode import _alloc
 from warpdecode import warp as wp
 from warpdecode.kernels import warp as kw
+from warpdecode.kernels.warp import _gate_up_tile
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 SENTINEL = -1  # int32 bits 0xFFFFFFFF
@@ -89,35 +90,6 @@ def fill_kernel(bits_ptr, n, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
 
 
 @triton.jit
-def _gate_up_lean(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pair, pid_i, BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, USE_PDL: tl.constexpr):
-    """The shipped gate/up tile (``kernels/warp.py`` ``_gate_up_tile`` with ``LEAN``), waiting for the
-    fill before its store."""
-    t = pair // K
-    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
-    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
-    mask_i = offs_i < I
-    offs_h = tl.arange(0, BLOCK_H)
-    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
-    up_ptrs = gate_ptrs + I * stride_wr
-    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
-    acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
-    for h0 in range(0, H, BLOCK_H):
-        mask_h = (h0 + offs_h) < H
-        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
-        mask = mask_i[:, None] & mask_h[None, :]
-        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        acc_g += tl.sum(g.to(tl.float32) * xv[None, :], axis=1)
-        acc_u += tl.sum(u.to(tl.float32) * xv[None, :], axis=1)
-    a = acc_g * tl.sigmoid(acc_g) * acc_u
-    if USE_PDL:
-        gdc_wait()  # the fill has finished: this store is not overwritten by the sentinel
-    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a, mask=mask_i)
-
-
-@triton.jit
 def _w2_group(w2_ptr, e, mask_g, offs_h, mask_h, i0, I, stride_we, stride_wr, BLOCK_I: tl.constexpr):
     """Columns [i0, i0 + BLOCK_I) of the rows offs_h of the experts e (a group of the token's slots):
     a [BLOCK_H, GROUP, BLOCK_I] tile."""
@@ -126,6 +98,19 @@ def _w2_group(w2_ptr, e, mask_g, offs_h, mask_h, i0, I, stride_we, stride_wr, BL
             + offs_i[None, None, :])
     mask = mask_h[:, None, None] & mask_g[None, :, None] & (offs_i < I)[None, None, :]
     return tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _poll(ptrs, mask, bits, MAX_SPINS: tl.constexpr):
+    """Reload ``bits`` (volatile) while any of them is the sentinel, at most MAX_SPINS times:
+    (the values, 1 if a sentinel is still there)."""
+    pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
+    spins = 0
+    while (pending > 0) & (spins < MAX_SPINS):
+        bits = tl.load(ptrs, mask=mask, other=0, volatile=True)
+        pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
+        spins += 1
+    return bits, pending
 
 
 @triton.jit
@@ -182,12 +167,8 @@ def _down_expert_order(
                          mask=mask_g1[:, None] & ((i1 + offs_i) < I)[None, :], other=0, cache_modifier=".cg")
         rw_ptrs, mask_s = _slots(topk_weights_ptr, t, g, K, GROUP)
         mask_a = mask_s[:, None] & ((i0 + offs_i) < I)[None, :]
-        pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
-        spins = 0
-        while (pending > 0) & (spins < MAX_SPINS):  # a chunk of this group is not all stored yet
-            bits = tl.load(a_ptrs + (g * GROUP) * stride_at + i0, mask=mask_a, other=0, volatile=True)
-            pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
-            spins += 1
+        # a chunk of this group not all stored yet: poll it
+        bits, pending = _poll(a_ptrs + (g * GROUP) * stride_at + i0, mask_a, bits, MAX_SPINS)
         gave_up += pending
         a = bits.to(tl.float32, bitcast=True) * tl.load(rw_ptrs, mask=mask_s, other=0.0)[:, None]
         prod = wv.to(tl.float32) * a[None, :, :]
@@ -238,8 +219,9 @@ def expert_order_kernel(
     blocks_i = tl.cdiv(I, GU_BLOCK_I)
     n_gate_up = T * K * blocks_i
     if pid < n_gate_up:  # pair-major: pair 0's neurons first, the token's last expert last
-        _gate_up_lean(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
-                      stride_at, pid // blocks_i, pid % blocks_i, GU_BLOCK_I, GU_BLOCK_H, USE_PDL)
+        # the shipped tile, lean; with PDL its store waits for the sentinel fill launched before it
+        _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
+                      stride_at, pid // blocks_i, pid % blocks_i, GU_BLOCK_I, GU_BLOCK_H, "evict_first", True, USE_PDL)
     else:
         _down_expert_order(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, flag_ptr, H, I, T, stride_w2e,
                            stride_w2r, stride_at, stride_yt, pid - n_gate_up, K, BLOCK_H, BLOCK_I, CHUNKS,
@@ -310,13 +292,7 @@ def _down_segments(
         for c in tl.static_range(CHUNKS):  # the segment's intermediate, chunk by chunk, until stored
             mask_a = (offs_s < SEG)[:, None] & ((c * BLOCK_I + offs_i) < I)[None, :]
             a_ptrs = act_bits_ptr + (pairs + g * SEG + offs_s)[:, None] * stride_at + c * BLOCK_I + offs_i[None, :]
-            bits = tl.load(a_ptrs, mask=mask_a, other=0, volatile=True)
-            pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
-            spins = 0
-            while (pending > 0) & (spins < MAX_SPINS):
-                bits = tl.load(a_ptrs, mask=mask_a, other=0, volatile=True)
-                pending = tl.max(tl.max((bits == -1).to(tl.int32), axis=1), axis=0)
-                spins += 1
+            _, pending = _poll(a_ptrs, mask_a, tl.load(a_ptrs, mask=mask_a, other=0, volatile=True), MAX_SPINS)
             gave_up += pending
         tl.debug_barrier()  # no read below is issued before the polls above have seen every value
         for k in tl.range(g * SEG, (g + 1) * SEG, num_stages=STAGES):  # every value stored: pipelined

@@ -73,6 +73,7 @@ def _gate_up_tile(
     BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
     EVICT: tl.constexpr,  # the weight loads' cache policy: "evict_first" streams past L2
     LEAN: tl.constexpr,  # reduce each step's products to one FP32 number per row (see below)
+    WAIT: tl.constexpr = False,  # gdc_wait before the store: a launch before this one writes there too
 ):
     """silu(gate)·up of neurons [pid_i·BLOCK_I, +BLOCK_I) of one (token, slot) pair.
 
@@ -116,6 +117,8 @@ def _gate_up_tile(
         g = tl.sum(acc_g, axis=1)  # warp-shuffle reduction: one warp holds one row
         u = tl.sum(acc_u, axis=1)
     a = g * tl.sigmoid(g) * u  # SiLU(g)·u in registers
+    if WAIT:
+        gdc_wait()
     tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
 
 
