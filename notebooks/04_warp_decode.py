@@ -454,7 +454,7 @@ print(ladder.table([{"preset": r["preset"], "design": f"{r['version']}: {r['desi
 assert all(r["best_us"] > 0.99 * r["pair_us"] for r in attempts)  # none beat the pair beyond noise
 
 # %% [markdown]
-# ### The floor under any one-launch design
+# ### The floor under any design that waits for gate/up
 #
 # Every output of the layer depends on every gate/up weight of its token (through the
 # intermediate, summed over I), so in one launch some program must learn that all the others are

@@ -35,7 +35,6 @@ each with the time its process started (``run``): compare kinds within one run.
 import argparse
 import datetime
 import itertools
-import os
 from pathlib import Path
 
 import torch
@@ -51,6 +50,7 @@ KINDS = {0: "read", 1: "read + count", 2: "read + H atomics + count", 3: "read +
          6: "two launches, PDL, the second's loads before its wait",
          7: "two launches, PDL, the second holding its rows through the wait",
          8: "two launches, PDL, the second reading its rows after the wait"}
+TWO_LAUNCHES = (6, 7, 8)  # the kinds whose second launch waits for the first (PDL)
 GROUP = 32  # programs per first-level counter (kind 3)
 PAD = 32  # int32 elements between counters: one 128-byte line each
 
@@ -197,11 +197,13 @@ def _rows_after_wait(
     tl.store(out_ptr + pid, total + tl.load(part_a_ptr + pid % NPROG_A))
 
 
-def _program_sums(rows2d, per):
-    """Each program's sum of ``per`` consecutive rows (the last program's rows padded with zeros)."""
+def _program_sums(rows2d, per, vec=None):
+    """Each program's sum of ``per`` consecutive rows (the last program's rows padded with zeros),
+    each program's rows first multiplied by its row of ``vec`` (programs × H) where given."""
     pad = (-rows2d.shape[0]) % per
     padded = torch.cat([rows2d.double(), rows2d.new_zeros(pad, rows2d.shape[1], dtype=torch.float64)])
-    return padded.view(-1, per, rows2d.shape[1]).sum((1, 2))
+    tiles = padded.view(-1, per, rows2d.shape[1])
+    return (tiles if vec is None else tiles * vec[:, None, :]).sum((1, 2))
 
 
 class Launch:
@@ -209,22 +211,25 @@ class Launch:
 
     def __init__(self, src, H, rows, tail, warps):
         self.src, self.H, self.rows, self.tail, self.warps = src, H, rows, tail, warps
+        assert src.numel() % H == 0, "the buffer holds whole rows"
         dev = src.device
         self.grid = triton.cdiv(src.numel(), rows * H)
-        self.part = torch.full((self.grid,), float("nan") if tail == 5 else 0.0, dtype=torch.float32, device=dev)
         self.acc = torch.zeros(H, dtype=torch.float32, device=dev)
         self.count = torch.zeros((1 + triton.cdiv(self.grid, GROUP)) * PAD, dtype=torch.int32, device=dev)
-        self.y = torch.zeros(H if tail == 2 else 1, dtype=torch.bfloat16 if tail == 2 else torch.float32, device=dev)
-        self.asm = os.environ.get("TRITON_INTERPRET") != "1"
-        if tail in (6, 7, 8):  # the gate/up share of the rows (2/3), then the down share
+        self.asm = not wd.INTERPRET
+        if tail in TWO_LAUNCHES:  # the gate/up share of the rows (2/3), then the down share
             self.rows_a = src.numel() // H * 2 // 3
             self.src_a, self.src_b = src[: self.rows_a * H], src[self.rows_a * H:]
             self.grid_a, self.grid_b = triton.cdiv(self.rows_a, rows), triton.cdiv(self.src_b.numel() // H, rows)
             self.part = torch.zeros(self.grid_a, dtype=torch.float32, device=dev)
             self.y = torch.zeros(self.grid_b, dtype=torch.float32, device=dev)
+        else:
+            self.part = torch.full((self.grid,), float("nan") if tail == 5 else 0.0, dtype=torch.float32, device=dev)
+            self.y = torch.zeros(H if tail == 2 else 1, dtype=torch.bfloat16 if tail == 2 else torch.float32,
+                                 device=dev)
 
     def __call__(self):
-        if self.tail in (6, 7, 8):
+        if self.tail in TWO_LAUNCHES:
             _rows_then[(self.grid_a,)](self.src_a, self.part, self.acc, self.count, self.y, self.src_a.numel(),
                                        H=self.H, ROWS=self.rows, TAIL=6, GROUP=GROUP, PAD=PAD, ASM=self.asm,
                                        num_warps=self.warps)
@@ -240,11 +245,10 @@ class Launch:
 
     def check(self):
         """The kernel's result against torch's sums of the same rows, and the scratch at rest."""
-        rows = self.src.float().view(-1, self.H) if self.src.numel() % self.H == 0 else None
-        assert rows is not None, "the buffer holds whole rows"
+        rows = self.src.float().view(-1, self.H)
         if self.tail == 5:
             assert self.part[:-1].isnan().all(), "the sums not back at NaN"
-        if self.tail in (6, 7, 8):
+        if self.tail in TWO_LAUNCHES:
             part_a = _program_sums(rows[: self.rows_a], self.rows)
             pids = torch.arange(self.grid_b, device=part_a.device)
             got = torch.cat([self.part.double(), self.y.double()])
@@ -252,9 +256,7 @@ class Launch:
                 second = _program_sums(rows[self.rows_a:], self.rows) + part_a[pids % self.grid_a]
             else:  # each program's rows against the [H] vector of first-launch sums it read
                 vec = part_a[(pids[:, None] * self.H + torch.arange(self.H, device=pids.device)) % self.grid_a]
-                b = rows[self.rows_a:].double()
-                b = torch.cat([b, b.new_zeros((-b.shape[0]) % self.rows, self.H)]).view(self.grid_b, self.rows, self.H)
-                second = (b * vec[:, None, :]).sum((1, 2))
+                second = _program_sums(rows[self.rows_a:], self.rows, vec)
             want = torch.cat([part_a, second])
         elif self.tail == 0:
             got, want = self.part.double().sum(), rows.double().sum()
@@ -289,7 +291,7 @@ def main():
     p.add_argument("--kinds", type=int, nargs="+", default=list(KINDS), choices=list(KINDS))
     p.add_argument("--check", action="store_true")
     args = p.parse_args()
-    if args.check or os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+    if args.check or wd.INTERPRET or not torch.cuda.is_available():
         check("cuda" if torch.cuda.is_available() else "cpu")
         return
     from warpdecode.bench import data

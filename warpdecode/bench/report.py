@@ -234,9 +234,9 @@ def one_launch_attempts(gpu: str, T: int = 1) -> list[dict]:
 
 def one_launch_bound(gpu: str) -> list[dict]:
     """``scripts/one_launch_bound.py``'s latest run (its ``run`` column; rows of earlier runs, and
-    of runs before the column, are history): per preset and kind (a read of a T = 1 call's bytes
-    in one launch, alone or with a dependency tail after it), the fastest of the program shapes
-    timed, and how many were. [] without the CSV."""
+    of runs before the column, are history): per preset and kind (a read of a T = 1 call's bytes,
+    alone or with a way to wait for the other programs, in one launch or two), the fastest of the
+    program shapes timed, and how many were. [] without the CSV."""
     rows = [r for r in data.read(data.gpu_dir(gpu) / "one_launch_bound.csv") if int(r["T"]) == 1]
     latest = max((r.get("run") or "" for r in rows), default="")
     rows = [r for r in rows if (r.get("run") or "") == latest]
