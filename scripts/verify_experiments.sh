@@ -19,7 +19,7 @@ runs=(
   "schedule_draws $P --T 8 --seeds 1000 3000"
   "swap_ab $P --T 1"
   "expert_order $P --T 1"
-  "one_launch_bound $P --rows 24 --warps 8"
+  "one_launch_bound $P --rows 16 24 --warps 8"
 )
 ONLY="$*"
 KEEP=$(mktemp -d) && cp -a results "$KEEP/"  # restored as it was, uncommitted files included
