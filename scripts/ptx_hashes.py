@@ -8,9 +8,9 @@ a change leaves the shipped GPU code as it was:
     (cd /tmp/before && TRITON_INTERPRET=0 PYTHONPATH=. python /path/to/scripts/ptx_hashes.py) > before.txt
     TRITON_INTERPRET=0 PYTHONPATH=. python scripts/ptx_hashes.py > after.txt && diff before.txt after.txt
 
-The table and the kernels are those of the checkout on PYTHONPATH. A checkout whose kernels all
-live in ``kernels/warp.py`` is read too; a knob a checkout's kernel has that the launchers no longer
-pass (``EVICT``, ``LEAN``, ``PAIR_FASTEST``) takes the value its launcher gave it for that config.
+The table and the kernels are those of the checkout on PYTHONPATH. A checkout whose warp kernels
+all live in ``kernels/warp.py`` is read too, and where its kernels take ``EVICT``, ``LEAN`` or
+``PAIR_FASTEST``, those take the value that checkout's launcher passes for the config.
 """
 
 import hashlib
