@@ -1,7 +1,7 @@
 """What one read of a decode call's bytes can reach on this GPU, and the floor under every design
 with warp decode's dependency. No MoE logic: the bound any kernel of that size faces.
 
-    python experiments/reads.py --version stream   # v-stream: the grid-stride read at 6 MB … 604 MB
+    python experiments/reads.py --version stream   # the grid-stride read at 6 MB … 604 MB
     python experiments/reads.py --version tiles    # grid-stride, one program per tile, TMA boxes
     python experiments/reads.py --version bound [--kinds 1 2 …] [--rows …] [--warps 4 8]
     TRITON_INTERPRET=1 python experiments/reads.py --version bound --check
@@ -397,7 +397,7 @@ class Launch:
                                  ASM=self.asm, num_warps=self.warps)
         return self.y
 
-    def check_bound(self):
+    def check(self):
         """The kernel's result against torch's sums of the same rows, and the scratch at rest."""
         rows = self.src.float().view(-1, self.H)
         if self.tail == 5:

@@ -867,7 +867,7 @@ def check_v15():
         import subprocess
         import sys
         env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": os.pathsep.join(sys.path)}
-        subprocess.run([sys.executable, __file__, "--check"], env=env, check=True)
+        subprocess.run([sys.executable, __file__, "--version", "15", "--check"], env=env, check=True)
         return
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
