@@ -44,8 +44,8 @@ from triton.language.extra.cuda import gdc_wait
 import warpdecode as wd
 from warpdecode import _alloc, configs
 from warpdecode import warp as wp
-from warpdecode.kernels import warp as kw
-from warpdecode.kernels.warp import _down_chunk
+from warpdecode.kernels import warp_pair as kp
+from warpdecode.kernels.warp_pair import _down_chunk
 
 # ==================================================================================================
 # version ladder: Experiment: where does warp decode's down kernel lose to a plain read of its bytes?
@@ -297,7 +297,7 @@ def rungs(shape, w2s, inputs, cfg, n, capture, time_replays, tile_read):
 #     python experiments/warp_down.py --version 13 [--presets qwen3-30b-a3b olmoe-1b-7b] [--T 1 2]
 #     TRITON_INTERPRET=1 python experiments/warp_down.py --version 13 --check   # the contract only, on the CPU
 #
-# The shipped down kernel (kernels/warp.py) loads the first BLOCK_I columns of its [BLOCK_H, K,
+# The shipped down kernel (kernels/warp_pair.py) loads the first BLOCK_I columns of its [BLOCK_H, K,
 # BLOCK_I] tile before it waits for the gate/up kernel (programmatic dependent launch), and the rest
 # after: at Qwen3-30B T=1, two thirds of w2's 25 MB follow kernel 1 (v2's diagnosis).
 # Here a program loads its whole tile, in CHUNKS (≤ 4) chunks of BLOCK_I columns held in registers
@@ -336,24 +336,24 @@ def down_preload_kernel(
     H, I, T, stride_at, stride_we, stride_wr, stride_yt,
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
     CHUNKS: tl.constexpr,  # cdiv(I, BLOCK_I), 1 … 4: the whole tile is loaded before the wait
-    USE_PDL: tl.constexpr, EVICT: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     t = pid % T
     pid_h = pid // T
-    w0 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+    w0 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I)
     w1 = w0
     w2 = w0
     w3 = w0
     if CHUNKS > 1:
         w1 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, BLOCK_I,
-                         K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+                         K, K_PAD, BLOCK_H, BLOCK_I)
     if CHUNKS > 2:
         w2 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 2 * BLOCK_I,
-                         K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+                         K, K_PAD, BLOCK_H, BLOCK_I)
     if CHUNKS > 3:
         w3 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 3 * BLOCK_I,
-                         K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+                         K, K_PAD, BLOCK_H, BLOCK_I)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
 
@@ -384,7 +384,7 @@ def down_preload(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch
     down_preload_kernel[(T * triton.cdiv(H, cfg["BLOCK_H"]),)](
         act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], CHUNKS=chunks,
-        USE_PDL=wp.USE_PDL, EVICT=cfg.get("evict", "evict_first"), num_warps=cfg["num_warps"], num_stages=1,
+        USE_PDL=wp.USE_PDL, num_warps=cfg["num_warps"], num_stages=1,
         **({"launch_pdl": True} if wp.USE_PDL else {}),
     )
     return y
@@ -518,7 +518,7 @@ def down_chunked_kernel(
     state_ptr,  # (2,) int32: [programs done (zero between calls), timed out]
     H, I, T, NUM_PROGRAMS, stride_at, stride_we, stride_wr, stride_yt,
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
-    CHUNKS: tl.constexpr, EVICT: tl.constexpr, MAX_SPINS: tl.constexpr, FILL: tl.constexpr,
+    CHUNKS: tl.constexpr, MAX_SPINS: tl.constexpr, FILL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_h = tl.cdiv(H, BLOCK_H)
@@ -527,8 +527,7 @@ def down_chunked_kernel(
     t = rest % T
     pid_h = rest // T
     i0 = c * BLOCK_I
-    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H, BLOCK_I,
-                     EVICT)
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H, BLOCK_I)
 
     offs_k = tl.arange(0, K_PAD)
     mask_k = offs_k < K
@@ -597,10 +596,9 @@ def pair_chunked(x, w13, w2, topk_ids, topk_weights, gu_cfg: dict, cfg: dict, ou
     chunks = triton.cdiv(I, cfg["BLOCK_I"])
     b = _buffers(x.device, T, K, H, I, cfg["BLOCK_H"], chunks)
     act = b["act"]
-    kw.warp_gate_up_kernel[(T * K * triton.cdiv(I, gu_cfg["BLOCK_I"]),)](
+    kp.warp_gate_up_kernel[(T * K * triton.cdiv(I, gu_cfg["BLOCK_I"]),)](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_I=gu_cfg["BLOCK_I"], BLOCK_H=gu_cfg["BLOCK_H"], USE_PDL=wp.USE_PDL,
-        EVICT=gu_cfg.get("evict", "evict_first"), LEAN=gu_cfg.get("lean", False),
         num_warps=gu_cfg["num_warps"], num_stages=gu_cfg["num_stages"],
     )
     y = _alloc.empty(T, H, dtype=out_dtype, device=x.device)
@@ -609,7 +607,7 @@ def pair_chunked(x, w13, w2, topk_ids, topk_weights, gu_cfg: dict, cfg: dict, ou
         act.view(torch.int32), w2, topk_ids, topk_weights, y, b["part"], b["count"], b["state"],
         H, I, T, grid, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], CHUNKS=chunks,
-        EVICT=cfg.get("evict", "evict_first"), MAX_SPINS=MAX_SPINS, FILL=1024,
+        MAX_SPINS=MAX_SPINS, FILL=1024,
         num_warps=cfg["num_warps"], num_stages=1, **({"launch_pdl": True} if wp.USE_PDL else {}),
     )
     return y

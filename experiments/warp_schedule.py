@@ -5,8 +5,8 @@
     python experiments/warp_schedule.py --version heat [--seconds 10] [--pause 20]
     python experiments/warp_schedule.py --version draws [--seeds 1000 3000 6000]
 
-- 5: the weight loads' L2 policy (``evict``), A/B against the tuned configs. No consistent gain:
-  stays a config knob. (v5's other knobs are at commit 5a0a4eb, v7's pipelined loop at 4db7704.)
+- 5: the weight loads' L2 policy, A/B against the tuned pair through this file's copy of the
+  gate/up kernel with the policy as a knob. No consistent gain: the package loads evict_first. (v5's other knobs are at commit 5a0a4eb, v7's pipelined loop at 4db7704.)
 - order: gate/up's grid with the pair index fastest (shipped) against one pair after another:
   equal at T = 1, the shipped order 4–11 % faster at T = 2, at every weight placement.
 - heat: Mixtral T = 1 rested and after 10 s of matmuls: the same time. The spread between runs is
@@ -28,16 +28,21 @@ from pathlib import Path
 
 import harness
 import torch
+import triton
+import triton.language as tl
 from harness import cases, checked_us, row
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import warpdecode as wd
-from warpdecode import configs
+from warpdecode import _alloc, configs
+from warpdecode import warp as wp
 from warpdecode.bench.sweep import meta
 from warpdecode.bench.timing import read_ceiling
-from warpdecode.bench.tune import _over_layers, _time, _warp_pair
+from warpdecode.bench.tune import _over_layers, _time
 from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
 from warpdecode.configs import warp_config
 from warpdecode.expert import moe_expert
+from warpdecode.kernels.warp_pair import _gate_up_tile
 from warpdecode.presets import get_preset
 from warpdecode.warp import moe_warp
 
@@ -47,14 +52,119 @@ from warpdecode.warp import moe_warp
 #
 #     python experiments/warp_schedule.py --version 5 [--presets ...] [--T 1 2 4 8 16]
 #
-# Variants: the weight loads' L2 policy (``evict_first`` streams past L2, ``""`` the default,
-# ``evict_last``). The CSV also holds rows of two variants measured at commit 5a0a4eb and then
-# removed, being slower nearly everywhere: ``group=1`` (the gate/up program of the first pair
+# Variants: the weight loads' L2 policy (``evict_first`` streams past L2, as the shipped kernels
+# do; ``""`` the default, ``evict_last``), through this file's copy of the pair with the policy as a
+# knob (``EVICT``); ``tuned`` is the shipped pair. The CSV also holds rows of two variants measured
+# at commit 5a0a4eb and then removed, being slower nearly everywhere: ``group=1`` (the gate/up program of the first pair
 # routed to an expert walks every pair of that expert, so its rows come from HBM once) and
 # ``down_tokens=N`` (a down program walking N tokens); and rows ``down num_stages=2/3`` (the down
 # kernel's loop over I pipelined, measured at commit 4db7704, within 1 %). Rows go to
 # experiments/results/<GPU>/warp_variants.csv: time per layer call, and the fraction of the read ceiling.
 # ==================================================================================================
+
+@triton.jit
+def _gate_up_tile_evict(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+                  pair, pid_i, BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, EVICT: tl.constexpr):
+    """kernels/warp_pair.py ``_gate_up_tile`` with the weight loads' cache policy as a knob."""
+    t = pair // K
+    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = offs_i < I
+    offs_h = tl.arange(0, BLOCK_H)
+    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
+    up_ptrs = gate_ptrs + I * stride_wr
+    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
+    acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        mask_h = (h0 + offs_h) < H
+        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
+        mask = mask_i[:, None] & mask_h[None, :]
+        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
+        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
+        acc_g += tl.sum(g.to(tl.float32) * xv[None, :], axis=1)
+        acc_u += tl.sum(u.to(tl.float32) * xv[None, :], axis=1)
+    a = acc_g * tl.sigmoid(acc_g) * acc_u
+    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
+
+
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
+def gate_up_kernel_evict(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, NUM_PAIRS, K, stride_xt, stride_we, stride_wr,
+                   stride_at, BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, USE_PDL: tl.constexpr,
+                   EVICT: tl.constexpr):
+    """kernels/warp_pair.py ``warp_gate_up_kernel`` with ``EVICT``."""
+    if USE_PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    _gate_up_tile_evict(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+                  pid % NUM_PAIRS, pid // NUM_PAIRS, BLOCK_I, BLOCK_H, EVICT)
+
+
+@triton.jit
+def _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K: tl.constexpr,
+                K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, EVICT: tl.constexpr):
+    """kernels/warp_pair.py ``_down_chunk`` with ``EVICT``."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+    w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
+              + offs_i[None, None, :])
+    mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
+    return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
+
+
+@triton.jit(do_not_specialize=["T"])
+def down_kernel(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, T, stride_at, stride_we, stride_wr,
+                stride_yt, K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+                USE_PDL: tl.constexpr, EVICT: tl.constexpr):
+    """kernels/warp_pair.py ``warp_down_kernel`` (its ``_down_tile`` inlined) with ``EVICT``."""
+    pid = tl.program_id(0)
+    t = pid % T
+    pid_h = pid // T
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+    if USE_PDL:
+        gdc_wait()
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    pairs = t.to(tl.int64) * K + offs_k
+    offs_i = tl.arange(0, BLOCK_I)
+    rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)
+    a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
+    acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+    for i0 in range(0, I, BLOCK_I):
+        if i0 > 0:
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
+                             BLOCK_I, EVICT)
+        mask_i = (i0 + offs_i) < I
+        a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0).to(tl.float32) * rw[:, None]
+        acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)
+    y = tl.sum(acc, axis=1)
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
+
+
+def pair_with_evict(x, w13, w2, topk_weights, topk_ids, *, config: dict):
+    """The pair as warpdecode.warp launches it, with ``config[...]["evict"]`` as the weight loads' policy."""
+    T, H = x.shape
+    E, two_i, _ = w13.shape
+    I = two_i // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    gu, dn = config["gate_up"], config["down"]
+    act = _alloc.empty(T * K, I, dtype=torch.float32, device=x.device)
+    gate_up_kernel_evict[(T * K * triton.cdiv(I, gu["BLOCK_I"]),)](
+        x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], USE_PDL=wp.USE_PDL, EVICT=gu["evict"],
+        num_warps=gu["num_warps"], num_stages=gu["num_stages"])
+    y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
+    down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
+        act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], USE_PDL=wp.USE_PDL,
+        EVICT=dn["evict"], num_warps=dn["num_warps"], num_stages=dn["num_stages"],
+        **({"launch_pdl": True} if wp.USE_PDL else {}))
+    return y
+
 
 def variants(base: dict, T: int):
     out = {"tuned": base}
@@ -77,7 +187,8 @@ def main_v5():
         base = warp_config(s.H, s.I, s.E, s.K, case.T)
         base = {"gate_up": base["gate_up"], "down": base["down"]}
         for vname, cfg in variants(base, case.T).items():
-            us, err, _ = checked_us(case, partial(moe_warp, config=cfg), vname, tol=1.5)
+            run = moe_warp if vname == "tuned" else pair_with_evict
+            us, err, _ = checked_us(case, partial(run, config=cfg), vname, tol=1.5)
             rows.append(row(case, variant=vname, us=us, err=err))
             print(f"{s.name:16s} T={case.T:3d} {vname:34s} {us:9.2f} us  {100 * case.floor_us / us:5.1f}%  "
                   f"err/floor {err:.2f}", flush=True)
@@ -93,12 +204,45 @@ def main_v5():
 # For each preset and placement, a spacer of random size is allocated first, so the layer copies
 # land at other addresses; then the tuned pair runs with the gate/up grid in both orders:
 # ``pair`` (the pair index fastest, shipped) and ``neuron`` (one pair's neuron blocks after
-# another: programs side by side read consecutive rows of one expert).
+# another: programs side by side read consecutive rows of one expert). Both orders run this file's
+# copy of the gate/up kernel (``gate_up_kernel``, the shipped tile), then the shipped down kernel.
 #
 #     python experiments/warp_schedule.py --version order [--presets mixtral-8x7b ...] [--placements 4]
 #
 # Writes experiments/results/<GPU>/grid_order.csv: µs per layer, fraction of the read ceiling, by placement.
 # ==================================================================================================
+
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
+def gate_up_kernel_order(
+    x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, NUM_PAIRS, K, stride_xt, stride_we, stride_wr, stride_at,
+    BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, USE_PDL: tl.constexpr,
+    PAIR_FASTEST: tl.constexpr,  # the shipped grid order; False: neuron blocks fastest, one pair after another
+):
+    """The shipped gate/up kernel (kernels/warp_pair.py ``warp_gate_up_kernel``) in either grid order."""
+    if USE_PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    if PAIR_FASTEST:  # programs side by side read the same neuron rows of every pair (shared experts: L2)
+        pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
+    else:  # programs side by side read consecutive rows of one expert, which streams expert by expert
+        blocks_i = tl.cdiv(I, BLOCK_I)
+        pair, pid_i = pid // blocks_i, pid % blocks_i
+    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+                  pair, pid_i, BLOCK_I, BLOCK_H)
+
+
+def pair_in_order(x, w13, w2, topk_ids, topk_weights, c_gu: dict, c_dn: dict, pair_fastest: bool):
+    """gate_up_kernel in the given grid order, then the shipped down kernel (with PDL where the GPU has it)."""
+    T, H = x.shape
+    I = w13.shape[1] // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    act = _alloc.empty(T * K, I, dtype=torch.float32, device=x.device)
+    gate_up_kernel_order[(T * K * triton.cdiv(I, c_gu["BLOCK_I"]),)](
+        x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_I=c_gu["BLOCK_I"], BLOCK_H=c_gu["BLOCK_H"], USE_PDL=wp.USE_PDL, PAIR_FASTEST=pair_fastest,
+        num_warps=c_gu["num_warps"], num_stages=c_gu["num_stages"])
+    return wp.warp_down(act, w2, topk_ids, topk_weights, c_dn, x.dtype)
+
 
 def main_order():
     p = argparse.ArgumentParser()
@@ -125,9 +269,8 @@ def main_order():
                 cfg = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T)
                 floor = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
                 for order in ("pair", "neuron"):
-                    c_gu = dict(cfg["gate_up"], pair_fastest=order == "pair")
-                    us = _time(_over_layers(partial(_warp_pair, c_gu=c_gu, c_dn=cfg["down"]), xs, w13s, w2s, ids, tws),
-                               50) / L
+                    step = partial(pair_in_order, c_gu=cfg["gate_up"], c_dn=cfg["down"], pair_fastest=order == "pair")
+                    us = _time(_over_layers(step, xs, w13s, w2s, ids, tws), 50) / L
                     rows.append({"preset": name, "T": T, "seed": args.seed + T, "placement": placement,
                                  "spacer_MB": spacer_mb,
                                  "order": order, "us": round(us, 2), "floor_us": round(floor, 2),
