@@ -6,7 +6,8 @@
     python experiments/warp_schedule.py --version draws [--seeds 1000 3000 6000]
 
 - 5: the weight loads' L2 policy, A/B against the tuned pair through this file's copy of the
-  gate/up kernel with the policy as a knob. No consistent gain: the package loads evict_first. (v5's other knobs are at commit 5a0a4eb, v7's pipelined loop at 4db7704.)
+  gate/up kernel with the policy as a knob. No consistent gain: the package loads evict_first.
+  (v5's other knobs are at commit 5a0a4eb, v7's pipelined loop at 4db7704.)
 - order: gate/up's grid with the pair index fastest (shipped) against one pair after another:
   equal at T = 1, the shipped order 4–11 % faster at T = 2, at every weight placement.
 - heat: Mixtral T = 1 rested and after 10 s of matmuls: the same time. The spread between runs is
