@@ -1,6 +1,6 @@
-"""Experiment scripts whose kernels are not in the package yet stay correct between the sessions
-that time them: each one's own correctness check, run in Triton's CPU interpreter (small and odd
-shapes, against float64)."""
+"""The experiments' kernels that are not in the package stay correct between the runs that time
+them: each version's own correctness check, run in Triton's CPU interpreter (small and odd shapes,
+against float64)."""
 
 from __future__ import annotations
 
@@ -17,23 +17,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(not warpdecode.INTERPRET, reason="the checks run in Triton's CPU interpreter")
-@pytest.mark.parametrize(("script", "marker", "checks"), [
-    ("ordered_launch.py", "× the bf16 floor", 3),  # v8: one launch, poisoned output, three shapes
-    ("gate_up_ladder.py", "against float64", 3),  # the gate/up ladder's three probe rungs
-    ("down_ladder.py", "against float64", 10),  # the down ladder's four probe kernels, two shapes
-    ("align_variants.py", "the contract holds", 40),  # align five ways (variants), five routings each
-    ("down_preload.py", ": error ", 6),  # v13: the whole w2 tile before the wait, 1-4 chunks, odd shapes
-    ("expert_pdl.py", "same bits", 3),  # the expert path's launches chained with PDL: no bit changes
-    ("down_tma.py", "compiled for sm_90a", 26),  # v15: the whole w2 tile into shared memory (TMA, cp.async)
-    ("half_m.py", "same bits", 3),  # HALF_M tiles: no bit changes, blocks of both kinds
-    ("chunk_flags.py", "state reset", 12),  # v14: the down kernel by chunks of I, two calls per shape
-    ("swap_ab.py", "from the plain tile", 20),  # SWAP_AB GEMM tiles against float64 and the plain tiles
-    ("expert_order.py", "no program gave up", 10),  # v16: one launch, down walks experts as gate/up ends them
-    ("one_launch_bound.py", "scratch at rest", 18),  # a read with each way to wait: nine kinds, two sizes
+@pytest.mark.parametrize(("script", "version", "marker", "checks"), [
+    ("one_launch.py", "8", "× the bf16 floor", 3),  # v8: one launch, poisoned output, three shapes
+    ("gate_up.py", "ladder", "against float64", 3),  # the gate/up ladder's three probe rungs
+    ("warp_down.py", "ladder", "against float64", 10),  # the down ladder's four probe kernels, two shapes
+    ("expert_path.py", "align", "the contract holds", 40),  # align five ways (variants), five routings each
+    ("warp_down.py", "13", ": error ", 6),  # v13: the whole w2 tile before the wait, 1-4 chunks, odd shapes
+    ("expert_path.py", "pdl", "same bits", 3),  # the expert path's launches chained with PDL: no bit changes
+    ("warp_down.py", "15", "compiled for sm_90a", 26),  # v15: the whole w2 tile into shared memory (TMA, cp.async)
+    ("expert_path.py", "half_m", "same bits", 3),  # HALF_M tiles: no bit changes, blocks of both kinds
+    ("warp_down.py", "14", "state reset", 12),  # v14: the down kernel by chunks of I, two calls per shape
+    ("expert_path.py", "swap_ab", "from the plain tile", 20),  # SWAP_AB GEMM tiles against float64 and the plain tiles
+    ("one_launch.py", "16", "no program gave up", 10),  # v16: one launch, down walks experts as gate/up ends them
+    ("reads.py", "bound", "scratch at rest", 18),  # a read with each way to wait: nine kinds, two sizes
 ])
-def test_experiment_checks_pass_in_the_interpreter(script, marker, checks):
+def test_experiment_checks_pass_in_the_interpreter(script, version, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, f"scripts/{script}", "--check"], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, f"experiments/{script}", "--version", version, "--check"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stdout.count(marker) == checks, out.stdout
@@ -42,9 +42,11 @@ def test_experiment_checks_pass_in_the_interpreter(script, marker, checks):
 def test_down_runs_time_the_shipped_pair_around_the_candidates(monkeypatch):
     """``down_runs``: the first and last runs are the shipped pair (kernel 1, then the shipped down
     kernel with its tuned config), every other run kernel 1 then the candidate down function with
-    one of the configs. (Session 11: the shipped runs once called the candidate's function.)"""
+    one of the configs (never the candidate's function under the shipped label)."""
     from warpdecode import warp as wp
-    from warpdecode.bench import experiment
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import harness as experiment
 
     shape = warpdecode.get_preset("olmoe-1b-7b")
     case = experiment.Case(shape, 1, 1001, [], [], 1.0, 1.0, None)

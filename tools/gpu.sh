@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The GPU work, as stages run in order, logs under $OUT:
+#   bash tools/gpu.sh check tune bench
+#   env       GPU, driver, versions
+#   check     poisoned correctness on every preset + compute-sanitizer memcheck + GPU tests
+#   pytest    the GPU tests alone (tests marked gpu), then the expert stage tests compiled for the GPU
+#   lab       experiments/reads.py --version stream: the read ceiling of one decode-sized kernel (6 MB … 600 MB)
+#   variants  experiments/warp_schedule.py --version 5: warp decode's cache knobs against the tuned configs
+#   ordered   experiments/one_launch.py --version 8: the one-launch experiment (v8) against the tuned pair
+#   gateup    experiments/gate_up.py --version ladder: a read, then the gate/up kernel's ingredients one by one
+#   preload   experiments/warp_down.py --version 13: the down kernel with its whole w2 tile loaded before the wait (v13)
+#   tiles     experiments/expert_path.py --version tiles: the expert path's GEMMs at large T over a wider set of tiles
+#   expdl     experiments/expert_path.py --version pdl: the expert path's four launches chained with PDL, against without
+#   chunks    experiments/warp_down.py --version 14: the warp down kernel by chunks of I, each started when its part of the intermediate exists (v14)
+#   halfm     experiments/expert_path.py --version half_m: the expert GEMMs with HALF_M (half-height tiles on padding), against without
+#   tma       experiments/warp_down.py --version 15: the warp down kernel with its whole w2 tile in flight into shared memory before the wait (v15, Gluon)
+#   dladder   experiments/warp_down.py --version ladder: a read, then the down kernel's ingredients one by one
+#   align     experiments/expert_path.py --version align: align's kernel four ways (ALIGN_ARGS)
+#   swapab    experiments/expert_path.py --version swap_ab: the expert GEMMs with SWAP_AB (the tile transposed on the tensor cores) against the tuned tiles
+#   draws     experiments/warp_schedule.py --version draws: the tuned schedule choice (pair, grouped, expert) on several routing draws
+#   order     experiments/one_launch.py --version 16: one launch, each down program taking its token's experts as gate/up finishes them (v16)
+#   bound     experiments/reads.py --version bound: a read of a T = 1 call's bytes with each way to wait after it, in one launch or two (BOUND_ARGS)
+#   profile   experiments/profile.py --version pair under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
+#   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
+#   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
+#   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
+#   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
+#   e2e       whole decode steps (E2E_ARGS): tokens/s, per-layer error vs float64, HF generate
+#   notebooks execute notebooks/*.ipynb in place (carry .whl with the Jupyter wheels)
+#   crossover derive the auto crossover from results/<GPU>/speed.csv into the tuned table
+#   pack      everything written (logs, CSV, tuned table) into $OUT/run.tar.gz: one file back
+# Each stage runs under its own time limit (seconds, env TIMEOUT_<STAGE>) so a slow one cannot
+# eat the call; what finished is still copied back.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-/tmp/warpdecode-out}
+mkdir -p "$OUT"
+GPU_DIR=results/$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
+
+run() {  # run NAME LIMIT CMD...: time-limited, logged to $OUT/NAME.log
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s): $*"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > >(tee "$OUT/$name.log") 2>&1
+  local rc=$?
+  echo "=== $name rc=$rc in $((SECONDS - t0))s"
+}
+
+experiment() {  # experiment STAGE FILE VERSION CSV LIMIT [ARGS...]: experiments/FILE.py --version VERSION, then its CSV to $OUT
+  local name=$1 file=$2 version=$3 csv=$4 limit=$5; shift 5
+  run "$name" "$limit" python3 "experiments/$file.py" --version "$version" "$@"
+  cp "experiments/$GPU_DIR/$csv.csv" "$OUT/" 2>/dev/null
+}
+
+for stage in "$@"; do
+  case $stage in
+    env)
+      { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+        python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, 'cuda', torch.version.cuda)"
+        python3 -c "import transformers; print('transformers', transformers.__version__)" || true
+      } 2>&1 | tee "$OUT/env.log" ;;
+    check)
+      run smoke "${TIMEOUT_SMOKE:-240}" python3 tools/gpu_smoke.py ${SMOKE_ARGS:-}
+      [ -n "${SMOKE_ONLY:-}" ] && continue
+      run memcheck "${TIMEOUT_MEMCHECK:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+          python3 tools/gpu_smoke.py --presets tiny gpt-oss-20b --T 3 40
+      if [ -z "${SKIP_PYTEST:-}" ] && ls tests/test_*.py >/dev/null 2>&1; then
+        run pytest_gpu "${TIMEOUT_PYTEST:-300}" python3 -m pytest -m gpu -q -x tests -p no:cacheprovider
+      fi ;;
+    pytest)  # the GPU tests alone, then the stage tests (unmarked: they run on the CPU too, compiled here)
+      run pytest_gpu "${TIMEOUT_PYTEST:-420}" python3 -m pytest -m gpu -q -rfEx tests -p no:cacheprovider
+      run pytest_stages "${TIMEOUT_STAGES:-200}" python3 -m pytest -q -rfE tests/test_expert_stages.py -p no:cacheprovider ;;
+    lab) experiment lab reads stream small_reads "${TIMEOUT_LAB:-90}" ;;
+    variants) experiment variants warp_schedule 5 warp_variants "${TIMEOUT_VARIANTS:-300}" ${VARIANT_ARGS:-} ;;
+    ordered) experiment ordered one_launch 8 ordered_launch "${TIMEOUT_ORDERED:-400}" ${ORDERED_ARGS:-} ;;
+    gateup) experiment gateup gate_up ladder gate_up_ladder "${TIMEOUT_GATEUP:-200}" ${GATEUP_ARGS:-} ;;
+    preload) experiment preload warp_down 13 down_preload "${TIMEOUT_PRELOAD:-300}" ${PRELOAD_ARGS:-} ;;
+    tiles) experiment tiles expert_path tiles expert_tiles "${TIMEOUT_TILES:-360}" ${TILES_ARGS:-} ;;
+    expdl) experiment expdl expert_path pdl expert_pdl "${TIMEOUT_EXPDL:-300}" ${EXPDL_ARGS:-} ;;
+    chunks) experiment chunks warp_down 14 chunk_flags "${TIMEOUT_CHUNKS:-240}" ${CHUNKS_ARGS:-} ;;
+    halfm) experiment halfm expert_path half_m half_m "${TIMEOUT_HALFM:-300}" ${HALFM_ARGS:-} ;;
+    tma) experiment tma warp_down 15 down_tma "${TIMEOUT_TMA:-300}" ${TMA_ARGS:-} ;;
+    dladder) experiment dladder warp_down ladder down_ladder "${TIMEOUT_DLADDER:-200}" ${DLADDER_ARGS:-} ;;
+    align) experiment align expert_path align align_variants "${TIMEOUT_ALIGN:-200}" ${ALIGN_ARGS:-} ;;
+    swapab) experiment swapab expert_path swap_ab swap_ab "${TIMEOUT_SWAPAB:-300}" ${SWAPAB_ARGS:-} ;;
+    draws) experiment draws warp_schedule draws schedule_draws "${TIMEOUT_DRAWS:-300}" ${DRAWS_ARGS:-} ;;
+    order) experiment order one_launch 16 expert_order "${TIMEOUT_ORDER:-420}" ${ORDER_ARGS:-} ;;
+    bound) experiment bound reads bound one_launch_bound "${TIMEOUT_BOUND:-400}" ${BOUND_ARGS:-} ;;
+    profile)  # --clock-control none: leave the clocks alone
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      run profile "${TIMEOUT_PROFILE:-300}" "$NCU" --profile-from-start off --clock-control none --nvtx \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section SchedulerStats --export "$OUT/profile" python3 experiments/profile.py --version pair ${PROFILE_ARGS:-}
+      "$NCU" --import "$OUT/profile.ncu-rep" --page details > "$OUT/profile_details.log" 2>&1 ;;
+    memtest)  # -v: every finished test is in the log even if the stage runs out of time
+      run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+          python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py \
+          -k "${MEMTEST_K:-edge or T0 or barriers}" ;;
+    quick)
+      run quick "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 64 ;;
+    nopdl)
+      run nopdl "${TIMEOUT_QUICK:-200}" env WARPDECODE_PDL=0 python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 ;;
+    tune)
+      run tune "${TIMEOUT_TUNE:-420}" python3 -m warpdecode tune ${TUNE_ARGS:-}
+      cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
+    bench)
+      run bench "${TIMEOUT_BENCH:-480}" python3 -m warpdecode bench ${BENCH_ARGS:-}
+      cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+    autobench)  # the auto rows again, after the crossover moved
+      run autobench "${TIMEOUT_BENCH:-200}" python3 -m warpdecode bench --methods auto --what speed ${AUTO_ARGS:-}
+      cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+    e2e)
+      run "${E2E_NAME:-e2e}" "${TIMEOUT_E2E:-300}" python3 -m warpdecode e2e ${E2E_ARGS:-}
+      cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+    notebooks)  # needs the Jupyter wheels in .whl (carry it)
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+      run notebooks "${TIMEOUT_NB:-300}" env PYTHONPATH=/tmp/site:$PYTHONPATH python3 tools/run_notebooks.py
+      mkdir -p "$OUT/nb" && cp notebooks/*.ipynb "$OUT/nb/" && cp figures/*.png "$OUT/nb/" 2>/dev/null ;;
+    crossover)
+      run crossover 60 python3 -m warpdecode report --only crossover
+      cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
+    pack)
+      tar czf /tmp/run.tar.gz -C "$OUT" . && mv /tmp/run.tar.gz "$OUT/run.tar.gz"
+      find "$OUT" -maxdepth 1 -type f ! -name run.tar.gz ! -name '*.log' -delete
+      ls "$OUT" | grep -c . ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
