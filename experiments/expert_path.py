@@ -566,9 +566,13 @@ def check_half_m():
             a = ex.moe_expert(x, w13, w2, tw, ids, config=cfg)
             b = ex.moe_expert(x, w13, w2, tw, ids, config=halved(cfg))
         err = wd.rel_error(b, wd.reference_moe(x, w13, w2, tw, ids))
-        assert torch.equal(a, b) and err < 1e-5, (T, H, I, E, K, err)
-        print(f"T={T} H={H} I={I} E={E} K={K}: same bits, error {err:.1e}, "
-              f"{100 * half_share(ids, E, 32):.0f}% of blocks half-height")
+        # On a GPU each output's products and sums do not depend on the tile's height: the same bits.
+        # The interpreter's dot is NumPy's matmul, whose blocking (and so its FP32 summation order)
+        # can follow the operand's height: there the two agree to FP32 rounding, not bit for bit.
+        same = torch.equal(a, b) if not wd.INTERPRET else wd.rel_error(a, b) < 1e-6
+        assert same and err < 1e-5, (T, H, I, E, K, wd.rel_error(a, b), err)
+        print(f"T={T} H={H} I={I} E={E} K={K}: {'same bits' if not wd.INTERPRET else 'same values'} as the full tile, "
+              f"error {err:.1e}, {100 * half_share(ids, E, 32):.0f}% of blocks half-height")
 
 
 def main_half_m():
