@@ -88,7 +88,7 @@ def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
 def default_grouped(wide: bool = False) -> dict:
     """The grouped gate/up kernel's launch configuration where no tuned one exists: 64 neurons ×
     128 columns, four warps, three stages of loads in flight (the H200 tuner's most frequent pick
-    with the grouped down kernel, ``results/NVIDIA_H200/logs/tune_grouped_v12.log``). ``wide``
+    with the grouped down kernel, ``experiments/results/NVIDIA_H200/logs/tune_grouped_v12.log``). ``wide``
     (FP32 weights, multiplied on FMAs, not tensor cores): 32 neurons × 32 columns, two stages.
     Smaller tiles in the interpreter, so that the edges span several blocks."""
     if _runtime.INTERPRET:
@@ -101,7 +101,7 @@ def default_grouped(wide: bool = False) -> dict:
 def default_grouped_down(wide: bool = False) -> dict:
     """The grouped down kernel's launch configuration where no tuned one exists: 128 hidden
     outputs × 64 columns, four warps, four stages (its best tile at Mixtral T=8 and OLMoE T=4 on
-    the H200, ``results/NVIDIA_H200/grouped_down.csv``, and close to the tuner's picks,
+    the H200, ``experiments/results/NVIDIA_H200/grouped_down.csv``, and close to the tuner's picks,
     ``logs/tune_grouped_v12.log``). ``wide``: 32 × 32, two stages."""
     if _runtime.INTERPRET:
         return {"BLOCK_H": 16, "BLOCK_I": 16, "num_warps": 4, "num_stages": 1}

@@ -70,7 +70,7 @@ def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False,
     """Stage 2: group (token, slot) pairs by expert and pad each expert's run to ``block_m`` rows.
 
     One program per 16 pairs up to 1024 pairs, per 32 at 2048 (the fastest on the H200 in
-    ``scripts/align_variants.py``), and at most 64 programs up to 8192 pairs past that, since every
+    ``experiments/expert_path.py --version align``), and at most 64 programs up to 8192 pairs past that, since every
     program counts all the pairs (128 pairs a program beyond; not measured past 2048). ``block_c``,
     a power of two ≥ 16, sets the pairs per program instead (the experiment's knob)."""
     num_pairs = topk_ids.numel()
@@ -216,7 +216,7 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     in-kernel, before its predecessor ends, so the gaps between the four launches close, as
     TensorRT-LLM launches its MoE kernels. None (the default): on where the GPU has it, unless
     ``WARPDECODE_PDL=0`` (``_runtime.USE_PDL``); False: one launch after another, as vLLM's ``fused_moe`` does, 0.1-7 %
-    slower on the H200 (``scripts/expert_pdl.py``). The result is the same to the bit.
+    slower on the H200 (``experiments/expert_path.py --version pdl``). The result is the same to the bit.
     """
     T, H = x.shape
     E, two_i, _ = w13.shape

@@ -94,7 +94,7 @@ def grouped_candidates():
 
 def grouped_down_candidates():
     """The grouped down kernel (kernels/warp_grouped.py): 32–128 hidden outputs × 64–256
-    columns, the tiles that won somewhere in ``results/NVIDIA_H200/grouped_down.csv`` and their
+    columns, the tiles that won somewhere in ``experiments/results/NVIDIA_H200/grouped_down.csv`` and their
     neighbours, 3 or 4 stages."""
     return [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": st}
             for (r, c, w), st in itertools.product(
