@@ -5,8 +5,8 @@ kernel's default config per tuned shape. Run it in two checkouts and diff the ou
 a change leaves the shipped GPU code as it was:
 
     git worktree add /tmp/before <commit>
-    (cd /tmp/before && TRITON_INTERPRET=0 PYTHONPATH=. python /path/to/scripts/ptx_hashes.py) > before.txt
-    TRITON_INTERPRET=0 PYTHONPATH=. python scripts/ptx_hashes.py > after.txt && diff before.txt after.txt
+    (cd /tmp/before && TRITON_INTERPRET=0 PYTHONPATH=. python /path/to/tools/ptx_hashes.py) > before.txt
+    TRITON_INTERPRET=0 PYTHONPATH=. python tools/ptx_hashes.py > after.txt && diff before.txt after.txt
 
 The table and the kernels are those of the checkout on PYTHONPATH. A checkout whose warp kernels
 all live in ``kernels/warp.py`` is read too, and where its kernels take ``EVICT``, ``LEAN`` or
