@@ -427,3 +427,63 @@ def test_help_lists_every_command_and_explains_every_option(capsys):
         assert sub.description, name
         for action in sub._actions:
             assert action.help, f"{name} {action.option_strings}: no help"
+
+
+# ---------------------------------------------------------------------------------------------
+# tools/run_notebooks.py: a CPU run never overwrites the committed GPU outputs
+
+
+def _runner(monkeypatch, gpu: bool):
+    """tools/run_notebooks.py as a module, with execution mocked: each run appends one cell's output."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "run_notebooks.py"
+    spec = importlib.util.spec_from_file_location("run_notebooks", path)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    monkeypatch.setattr(runner, "on_gpu", lambda: gpu)
+
+    def execute(nb, path, timeout, kernel):
+        import nbformat
+
+        nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="gpu\n" if gpu else "cpu\n")]
+
+    monkeypatch.setattr(runner, "execute", execute)
+    return runner
+
+
+def _notebook(path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="committed\n")]
+    nbformat.write(nb, path)
+    return path.read_bytes()
+
+
+def test_notebook_runner_on_the_cpu_writes_elsewhere(tmp_path, monkeypatch):
+    import pytest
+
+    nb = tmp_path / "01_x.ipynb"
+    committed = _notebook(nb)
+    runner = _runner(monkeypatch, gpu=False)
+    monkeypatch.setattr(runner, "CPU_OUT", tmp_path / "build" / "notebooks")
+    assert runner.main([str(nb)]) == 0  # the default without a GPU: build/notebooks/
+    assert nb.read_bytes() == committed and "cpu" in (tmp_path / "build" / "notebooks" / nb.name).read_text()
+    assert runner.main([str(nb), "--out", str(tmp_path / "mine")]) == 0
+    assert nb.read_bytes() == committed and "cpu" in (tmp_path / "mine" / nb.name).read_text()
+    with pytest.raises(SystemExit, match="refusing --in-place without a CUDA GPU"):
+        runner.main([str(nb), "--in-place"])
+    assert nb.read_bytes() == committed
+
+
+def test_notebook_runner_on_a_gpu_writes_in_place(tmp_path, monkeypatch):
+    nb = tmp_path / "01_x.ipynb"
+    committed = _notebook(nb)
+    runner = _runner(monkeypatch, gpu=True)
+    assert runner.main([str(nb)]) == 0
+    assert nb.read_bytes() != committed and "gpu" in nb.read_text()
+    committed = _notebook(nb)
+    assert runner.main([str(nb), "--out", str(tmp_path / "copy")]) == 0  # --out: the original stays
+    assert nb.read_bytes() == committed and "gpu" in (tmp_path / "copy" / nb.name).read_text()
