@@ -68,6 +68,7 @@ def figures_dir(root: str | Path | None = None) -> Path:
 
 
 def readme(root: str | Path | None = None) -> Path:
+    """``<root>/README.md``, whose generated blocks ``python -m warpdecode report`` rewrites."""
     return checkout(root) / "README.md"
 
 
