@@ -1,6 +1,8 @@
-"""The command line's plumbing that no CPU run exercises otherwise: on a GPU, ``bench`` and
-``tune`` run each preset in a process of its own (what one preset allocated changed another's
-timings on the H200, results/NOTES.md), forwarding every option they were given."""
+"""The command line (``python -m warpdecode``): on a GPU, ``bench`` and ``tune`` run each preset
+in a process of its own (what one preset allocated changes another's timings), forwarding every
+option they were given; without one, the options the CPU cannot honour say so; ``report`` names
+what it writes and writes nothing without data; the checkout is found from the current directory
+or ``--root``, never from the package's location; ``--help`` explains every option."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def test_bench_on_a_gpu_runs_each_preset_in_its_own_process(monkeypatch):
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
     monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
     given = ["bench", "--presets", "qwen3-30b-a3b", "mixtral-8x7b", "--T", "1", "8", "--methods", "warp", "expert",
-             "--what", "speed", "--reps", "7", "--out", "/tmp/somewhere"]
+             "--what", "speed", "--reps", "7", "--out", "/tmp/somewhere", "--root", "."]
     cli.main(given)
     assert [c[c.index("--presets") + 1] for c in calls] == ["qwen3-30b-a3b", "mixtral-8x7b"]
     for argv in calls:
@@ -44,7 +46,7 @@ def test_bench_on_a_gpu_runs_each_preset_in_its_own_process(monkeypatch):
         child, parent = _parse(argv[3:]), _parse(given)
         assert child.in_process and not parent.in_process
         assert len(child.presets) == 1
-        for opt in ("T", "stage_T", "methods", "what", "reps", "out"):  # everything else is forwarded as given
+        for opt in ("T", "stage_T", "methods", "what", "reps", "out", "root"):  # everything else is forwarded
             assert getattr(child, opt) == getattr(parent, opt), opt
 
 
@@ -93,10 +95,10 @@ def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
 
 
 def test_retuning_the_pair_keeps_the_schedules_that_still_win(monkeypatch, tmp_path):
-    """``tune --paths warp`` alone once dropped every bucket's ``grouped`` and ``fused`` entries
-    (session 11: OLMoE's grouped schedule at T = 8 and 16 would have gone with them). A schedule is
-    kept where it measured at least 1 % below the new pair, dropped where the new pair beats it,
-    and left to its own tuner when that path runs too."""
+    """``tune --paths warp`` alone must not drop the buckets' ``grouped`` and ``fused`` entries
+    (OLMoE's grouped schedule at T = 8 and 16 would go with them): a schedule is kept where it
+    measured at least 1 % below the new pair, dropped where the new pair beats it, and left to its
+    own tuner when that path runs too."""
     from warpdecode.bench import tune
     from warpdecode.configs import shape_key
     from warpdecode.presets import get_preset
@@ -144,7 +146,7 @@ def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatc
     speeds = {1: {(): 100.0, ("gate_up",): 99.5, ("down",): 97.0, ("gate_up", "down"): 98.0},  # swap down
               8: {(): 100.0, ("gate_up",): 99.5, ("down",): None, ("gate_up", "down"): 101.0},  # under 1 %
               32: {(): 100.0, ("gate_up",): 95.0, ("down",): None, ("gate_up", "down"): None},  # swap gate/up
-              # round 1: swapping gate/up 2 % faster, round 2: plain faster (session 12's T=8): plain
+              # round 1: swapping gate/up 2 % faster, round 2: plain faster: plain
               128: {(): [100.0, 96.0], ("gate_up",): [98.0, 98.0], ("down",): 100.0, ("gate_up", "down"): 101.0}}
     seen, calls = {}, {}
 
@@ -171,3 +173,317 @@ def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatc
     assert set(calls.values()) == {2}  # every form timed once per round
     assert seen["log"][-1].endswith("plain 100.00/96.00 us; swap gate/up 98.00/98.00 us; swap down 100.00/100.00 us; "
                                     "swap both 101.00/101.00 us -> plain")
+
+
+# ---------------------------------------------------------------------------------------------
+# the checkout: found from the current directory, or named with --root; never the package's own
+
+
+def _checkout(path):
+    (path / "results").mkdir(parents=True)
+    (path / "README.md").write_text("a checkout\n")
+    return path
+
+
+def test_the_checkout_is_found_from_the_current_directory(tmp_path, monkeypatch):
+    import pytest
+
+    from warpdecode.bench import data
+
+    root = _checkout(tmp_path / "clone")
+    (root / "notebooks").mkdir()
+    monkeypatch.chdir(root / "notebooks")  # where the notebooks run
+    assert data.checkout() == root.resolve()
+    assert data.gpu_dir("NVIDIA H200") == root.resolve() / "results" / "NVIDIA_H200"
+    assert data.checkout(root) == root.resolve()
+    monkeypatch.chdir(tmp_path)  # above the checkout: nothing here holds README.md and results/
+    with pytest.raises(data.NoCheckout, match="README.md and results/.*--root"):
+        data.checkout()
+    with pytest.raises(data.NoCheckout, match="not a warpdecode checkout"):
+        data.checkout(tmp_path)
+    # an installed package has no checkout around it: the readers do not look there
+    assert not any(hasattr(data, name) for name in ("REPO", "RESULTS", "FIGURES"))
+
+
+def test_bench_out_of_a_checkout_fails_before_measuring(tmp_path, monkeypatch, capsys):
+    import pytest
+
+    from warpdecode.bench import timing
+
+    monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
+    monkeypatch.setattr(timing, "read_ceiling", lambda *a: (_ for _ in ()).throw(AssertionError("measured")))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="run this from a warpdecode checkout or pass --root"):
+        cli.main(["bench", "--presets", "tiny"])
+
+
+# ---------------------------------------------------------------------------------------------
+# report: says what it writes, and writes nothing without data
+
+README = """# scratch
+<!-- results:start -->
+old results
+<!-- results:end -->
+text between
+<!-- accuracy:start -->
+old accuracy
+<!-- accuracy:end -->
+<!-- targets:start -->
+old targets
+<!-- targets:end -->
+<!-- schedules:start -->
+old schedules
+<!-- schedules:end -->
+"""
+H200 = "NVIDIA H200"
+
+
+def _report_checkout(tmp_path, with_data=True):
+    """A scratch checkout with the README's blocks and, if asked, the H200's shipped CSV."""
+    import shutil
+    from pathlib import Path
+
+    root = _checkout(tmp_path / "clone")
+    (root / "README.md").write_text(README)
+    if with_data:
+        here = Path(__file__).resolve().parents[1] / "results" / "NVIDIA_H200"
+        (root / "results" / "NVIDIA_H200").mkdir()
+        for name in ("speed.csv", "accuracy.csv", "ceiling.csv", "stages.csv"):
+            shutil.copy(here / name, root / "results" / "NVIDIA_H200" / name)
+    return root
+
+
+def _snapshot(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _stub_figures(monkeypatch, fail=False):
+    """plots.all_figures, cheap: one small file per call in the folder it is given."""
+    from warpdecode.bench import plots
+
+    def draw(gpu, *, root=None, out=None):
+        if fail:
+            raise RuntimeError("a figure failed")
+        path = out / "headline.png"
+        path.write_bytes(b"\x89PNG fake")
+        return [path]
+
+    monkeypatch.setattr(plots, "all_figures", draw)
+
+
+def test_report_without_data_changes_nothing(tmp_path, monkeypatch):
+    import pytest
+
+    root = _report_checkout(tmp_path, with_data=False)
+    before = _snapshot(root)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["report", "--root", str(root), "--gpu", H200])
+    assert e.value.code not in (0, None)
+    assert "no benchmark data for 'NVIDIA H200'" in str(e.value.code) and "Nothing was written" in str(e.value.code)
+    with pytest.raises(SystemExit, match="speed.csv"):
+        cli.main(["report", "--root", str(root), "--gpu", H200, "--only", "crossover"])
+    # data for one GPU, asked for another: names the one it has
+    _report_checkout(tmp_path / "other")
+    with pytest.raises(SystemExit, match="results for: 'NVIDIA H200'"):
+        cli.main(["report", "--root", str(tmp_path / "other" / "clone"), "--gpu", "NVIDIA B200"])
+    assert _snapshot(root) == before
+
+
+def test_report_writes_nothing_when_a_part_fails(tmp_path, monkeypatch):
+    import pytest
+
+    root = _report_checkout(tmp_path)
+    before = _snapshot(root)
+    _stub_figures(monkeypatch, fail=True)
+    with pytest.raises(RuntimeError, match="a figure failed"):
+        cli.main(["report", "--root", str(root), "--gpu", H200])
+    assert _snapshot(root) == before  # the README's blocks were computed, not written
+
+
+def test_report_names_each_file_and_block_it_writes(tmp_path, monkeypatch, capsys):
+    import json
+
+    root = _report_checkout(tmp_path)
+    _stub_figures(monkeypatch)
+    monkeypatch.chdir(tmp_path)  # --root, not the current directory, says where
+    cli.main(["report", "--root", str(root), "--gpu", H200, "--dry-run"])
+    said = capsys.readouterr().out
+    assert "would write README.md" in said and (root / "README.md").read_text() == README
+    assert not (root / "figures").exists() and not (root / "warpdecode").exists()
+
+    cli.main(["report", "--root", str(root), "--gpu", H200])
+    said = capsys.readouterr().out
+    text = (root / "README.md").read_text()
+    for block in ("results", "accuracy", "targets"):
+        assert f"old {block}" not in text and f"block {block}: from results/NVIDIA_H200/" in said
+    assert "| qwen3-30b-a3b | 1 |" in text and "text between" in text
+    assert "old schedules" in text and "block schedules: nothing to fill it with" in said  # no tuned table here
+    tuned = root / "warpdecode" / "tuned" / "NVIDIA_H200.json"
+    assert "wrote warpdecode/tuned/NVIDIA_H200.json: the auto crossover" in said
+    assert json.loads(tuned.read_text())["crossover"]["H=2048,I=768,E=128,K=8"] >= 1
+    assert "wrote figures/headline.png" in said and (root / "figures" / "headline.png").exists()
+    assert "wrote README.md: README.md's generated blocks" in said
+    # a second run finds nothing to change and says so
+    cli.main(["report", "--root", str(root), "--gpu", H200])
+    said = capsys.readouterr().out
+    assert "wrote" not in said and said.count("unchanged") == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# options the CPU cannot honour say so
+
+
+def _cpu(monkeypatch):
+    """This process as one without a GPU; the sweeps stubbed (they are tested elsewhere)."""
+    from warpdecode.bench import e2e, sweep
+
+    monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cpu"))
+    ran = {}
+
+    def accuracy(shapes, Ts, methods, **kw):
+        ran["accuracy"] = ([s.name for s in shapes], Ts)
+        return [{"T": T, "method": "warp", "error": 1e-3, "error_over_floor": 1.0} for T in Ts]
+
+    def layer_errors(name, **kw):
+        ran["errors"] = (name, kw)
+        return [{"method": "warp", "layer": "logits", "error": 1e-3}]
+
+    monkeypatch.setattr(sweep, "accuracy", accuracy)
+    monkeypatch.setattr(e2e, "layer_errors", layer_errors)
+    return ran
+
+
+def test_bench_on_the_cpu_names_what_it_ignores(monkeypatch, capsys):
+    import pytest
+
+    ran = _cpu(monkeypatch)
+    cli.main(["bench", "--what", "speed", "accuracy", "--presets", "mixtral-8x7b", "--reps", "5", "--T", "2"])
+    said = capsys.readouterr().out
+    assert "--what speed ignored: timings need a CUDA GPU" in said
+    assert "--presets ignored: the CPU interpreter runs the 'tiny' preset (mixtral-8x7b need a GPU)" in said
+    assert "--reps ignored" in said and "--methods" not in said  # only what was given
+    assert ran["accuracy"] == (["tiny"], [2]) and "nothing written" in said
+    with pytest.raises(SystemExit, match="nothing to run without a CUDA GPU"):
+        cli.main(["bench", "--what", "speed", "stages"])
+    assert "--what speed stages ignored" in capsys.readouterr().out
+    cli.main(["bench"])  # the defaults ask for nothing the CPU cannot do: nothing to say
+    assert "ignored" not in capsys.readouterr().out
+
+
+def test_compare_on_the_cpu_names_the_preset_it_replaced(monkeypatch, capsys):
+    ran = _cpu(monkeypatch)
+    cli.main(["compare", "--preset", "mixtral-8x7b", "--reps", "3"])
+    said = capsys.readouterr().out
+    assert "the 'tiny' preset instead of 'mixtral-8x7b'" in said and "--reps ignored" in said
+    assert ran["accuracy"][0] == ["tiny"]
+    cli.main(["compare"])
+    assert "instead of 'qwen3-30b-a3b'" in capsys.readouterr().out  # the default is replaced too
+
+
+def test_e2e_on_the_cpu_names_what_it_ignores(monkeypatch, capsys):
+    import pytest
+
+    ran = _cpu(monkeypatch)
+    cli.main(["e2e", "--model", "mixtral-8x7b", "--what", "errors", "speed", "generate", "--T", "1", "--steps", "2"])
+    said = capsys.readouterr().out
+    assert "the 'tiny' model instead of 'mixtral-8x7b'" in said
+    assert "--what speed generate ignored" in said and "--T ignored" in said
+    name, kw = ran["errors"]
+    assert name == "tiny" and kw["steps"] == 2 and kw["progress_bar"]  # a long CPU run shows its progress
+    with pytest.raises(SystemExit, match="nothing to run without a CUDA GPU"):
+        cli.main(["e2e", "--what", "speed"])
+
+
+def test_progress_without_tqdm_prints_lines(monkeypatch, capsys):
+    from warpdecode.bench import e2e
+
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # import fails as if tqdm were not installed
+    bar = e2e.progress(4, "tiny: layer errors")
+    bar.update(2)
+    bar.set_postfix_str("reference done")
+    bar.close()
+    assert "tiny: layer errors: 2/4 decode steps, reference done" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# --help
+
+
+def test_help_lists_every_command_and_explains_every_option(capsys):
+    import pytest
+
+    p = cli.build_parser()
+    commands = p._subparsers._group_actions[0]
+    names = ["compare", "bench", "tune", "e2e", "report"]
+    assert list(commands.choices) == names
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listing = capsys.readouterr().out
+    for action in commands._choices_actions:  # one line each
+        line = next(ln for ln in listing.splitlines() if ln.strip().startswith(action.dest + " "))
+        assert action.help and action.help in line, (action.dest, line)
+    for name, sub in commands.choices.items():
+        assert sub.description, name
+        for action in sub._actions:
+            assert action.help, f"{name} {action.option_strings}: no help"
+
+
+# ---------------------------------------------------------------------------------------------
+# tools/run_notebooks.py: a CPU run never overwrites the committed GPU outputs
+
+
+def _runner(monkeypatch, gpu: bool):
+    """tools/run_notebooks.py as a module, with execution mocked: each run appends one cell's output."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "run_notebooks.py"
+    spec = importlib.util.spec_from_file_location("run_notebooks", path)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    monkeypatch.setattr(runner, "on_gpu", lambda: gpu)
+
+    def execute(nb, path, timeout, kernel):
+        import nbformat
+
+        nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="gpu\n" if gpu else "cpu\n")]
+
+    monkeypatch.setattr(runner, "execute", execute)
+    return runner
+
+
+def _notebook(path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="committed\n")]
+    nbformat.write(nb, path)
+    return path.read_bytes()
+
+
+def test_notebook_runner_on_the_cpu_writes_elsewhere(tmp_path, monkeypatch):
+    import pytest
+
+    nb = tmp_path / "01_x.ipynb"
+    committed = _notebook(nb)
+    runner = _runner(monkeypatch, gpu=False)
+    monkeypatch.setattr(runner, "CPU_OUT", tmp_path / "build" / "notebooks")
+    assert runner.main([str(nb)]) == 0  # the default without a GPU: build/notebooks/
+    assert nb.read_bytes() == committed and "cpu" in (tmp_path / "build" / "notebooks" / nb.name).read_text()
+    assert runner.main([str(nb), "--out", str(tmp_path / "mine")]) == 0
+    assert nb.read_bytes() == committed and "cpu" in (tmp_path / "mine" / nb.name).read_text()
+    with pytest.raises(SystemExit, match="refusing --in-place without a CUDA GPU"):
+        runner.main([str(nb), "--in-place"])
+    assert nb.read_bytes() == committed
+
+
+def test_notebook_runner_on_a_gpu_writes_in_place(tmp_path, monkeypatch):
+    nb = tmp_path / "01_x.ipynb"
+    committed = _notebook(nb)
+    runner = _runner(monkeypatch, gpu=True)
+    assert runner.main([str(nb)]) == 0
+    assert nb.read_bytes() != committed and "gpu" in nb.read_text()
+    committed = _notebook(nb)
+    assert runner.main([str(nb), "--out", str(tmp_path / "copy")]) == 0  # --out: the original stays
+    assert nb.read_bytes() == committed and "gpu" in (tmp_path / "copy" / nb.name).read_text()

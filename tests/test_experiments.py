@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("warp_down.py", "13", ": error ", 6),  # v13: the whole w2 tile before the wait, 1-4 chunks, odd shapes
     ("expert_path.py", "pdl", "same bits", 3),  # the expert path's launches chained with PDL: no bit changes
     ("warp_down.py", "15", "compiled for sm_90a", 26),  # v15: the whole w2 tile into shared memory (TMA, cp.async)
-    ("expert_path.py", "half_m", "as the full tile", 3),  # HALF_M tiles: no change (bits on a GPU), blocks of both kinds
+    ("expert_path.py", "half_m", "as the full tile", 3),  # HALF_M tiles: no change (bits on a GPU), both block kinds
     ("warp_down.py", "14", "state reset", 12),  # v14: the down kernel by chunks of I, two calls per shape
     ("expert_path.py", "swap_ab", "from the plain tile", 20),  # SWAP_AB GEMM tiles against float64 and the plain tiles
     ("one_launch.py", "16", "no program gave up", 10),  # v16: one launch, down walks experts as gate/up ends them

@@ -1,4 +1,5 @@
-"""pyproject.toml, environment.yml, README.md and .ci/run describe one installation; check they agree.
+"""pyproject.toml, environment.yml, README.md and .ci/run describe one installation; check they agree,
+and that the ``notebooks`` extra (with the core) installs everything the notebooks import.
 
 Each check returns the list of its disagreements instead of asserting, so that the tests at the
 bottom can hand it a broken copy and see it complain: a check that cannot fail tests nothing.
@@ -6,9 +7,11 @@ bottom can hand it a broken copy and see it complain: a check that cannot fail t
 
 from __future__ import annotations
 
+import ast
 import copy
 import re
 import sys
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
@@ -183,6 +186,81 @@ def check_pyproject(pyproject: dict) -> list[str]:
     return problems
 
 
+def _imports(tree: ast.AST, *, top_level_only: bool, package: str = "") -> set[str]:
+    """Dotted module names a module imports: every import, or only those run on import (not
+    inside a function); relative imports resolved against ``package``, the importing module's
+    package."""
+    names = set()
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            names.add(module)
+            names |= {f"{module}.{a.name}" for a in node.names}  # `from pkg import submodule`
+        elif top_level_only and isinstance(node, (ast.If, ast.Try, ast.With)):
+            nodes += [n for field in ("body", "orelse", "finalbody", "handlers") for n in getattr(node, field, [])]
+        elif top_level_only and isinstance(node, ast.ExceptHandler):
+            nodes += node.body
+    return names
+
+
+def third_party_imports(source: str, package_dir: Path) -> set[str]:
+    """The top-level names of the modules outside the standard library and warpdecode that a
+    notebook's code imports, directly or through the warpdecode modules it imports (their
+    module-level imports, followed within the package)."""
+    seen, out = set(), set()
+    todo = list(_imports(ast.parse(source), top_level_only=False))
+    while todo:
+        name = todo.pop()
+        top = name.split(".")[0]
+        if top != "warpdecode":
+            if top and top not in sys.stdlib_module_names:
+                out.add(top)
+            continue
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")[1:]
+        module = package_dir.joinpath(*parts[:-1], parts[-1] + ".py") if parts else None
+        init = package_dir.joinpath(*parts, "__init__.py")
+        if module and module.is_file():
+            todo += _imports(ast.parse(module.read_text()), top_level_only=True, package=name.rsplit(".", 1)[0])
+        elif init.is_file():
+            todo += _imports(ast.parse(init.read_text()), top_level_only=True, package=name)
+    return out
+
+
+def distribution(module: str) -> str:
+    """The distribution (canonical name) that installs top-level module ``module``."""
+    return canonicalize_name((packages_distributions().get(module) or [module])[0])
+
+
+def check_notebook_imports(pyproject: dict, env: dict, notebooks: dict[str, str], package_dir: Path) -> list[str]:
+    """Every module a notebook imports comes with the core dependencies plus the ``notebooks``
+    extra, and environment.yml installs that extra."""
+    problems = []
+    project = pyproject["project"]
+    extra = project.get("optional-dependencies", {}).get("notebooks", [])
+    have = {canonicalize_name(Requirement(r).name) for r in [*project["dependencies"], *extra]}
+    for name, source in sorted(notebooks.items()):
+        for module in sorted(third_party_imports(source, package_dir)):
+            if distribution(module) not in have:
+                problems.append(f"{name} imports {module!r}, which neither the core dependencies nor the "
+                                f"`notebooks` extra installs")
+    _, local = environment_specs(env)
+    if not any("notebooks" in local_extras(line) for line in local):
+        problems.append(f"environment.yml does not install the `notebooks` extra: {local}")
+    return problems
+
+
+def load_notebooks() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((ROOT / "notebooks").glob("*.py"))}
+
+
 # ---------------------------------------------------------------- the repository as it is
 
 def test_environment_agrees_with_pyproject():
@@ -199,6 +277,13 @@ def test_readme_command_agrees_with_pyproject_and_ci():
 
 def test_pyproject_is_consistent():
     problems = check_pyproject(load_pyproject())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_notebooks_extra_installs_what_the_notebooks_import():
+    notebooks = load_notebooks()
+    assert notebooks, "no notebooks/*.py"
+    problems = check_notebook_imports(load_pyproject(), load_environment(), notebooks, ROOT / "warpdecode")
     assert not problems, "\n".join(problems)
 
 
@@ -265,3 +350,21 @@ def test_pyproject_check_catches():
     pyproject["project"]["optional-dependencies"]["dev"].append("pytest>=>8")
     problems = check_pyproject(pyproject)
     assert any("'gpu'" in p for p in problems) and any("pytest>=>8" in p for p in problems), problems
+
+
+def test_notebook_import_check_catches():
+    """A notebook importing a module no extra installs (directly, or through a warpdecode module
+    that imports it on import: plots' matplotlib), and an environment without the extra."""
+    pyproject, env = load_pyproject(), load_environment()
+    package = ROOT / "warpdecode"
+    assert third_party_imports("from warpdecode.bench import plots\nimport json", package) >= {"matplotlib"}
+    assert "transformers" in third_party_imports("def f():\n    from transformers import AutoModel", package)
+    without = copy.deepcopy(pyproject)
+    extra = without["project"]["optional-dependencies"]["notebooks"]
+    extra[:] = [r for r in extra if canonicalize_name(Requirement(r).name) not in ("transformers", "matplotlib")]
+    problems = check_notebook_imports(without, env, {"06.py": "import transformers",
+                                                     "05.py": "from warpdecode.bench import plots"}, package)
+    assert any("06.py imports 'transformers'" in p for p in problems), problems
+    assert any("05.py imports 'matplotlib'" in p for p in problems), problems
+    assert check_notebook_imports(pyproject, _set_pip(env, ["-e .[dev]"]), {}, package), "environment not checked"
+    assert check_notebook_imports(pyproject, env, {"ok.py": "import torch, numpy, math"}, package) == []

@@ -1,4 +1,11 @@
-"""Command line: ``python -m warpdecode {compare,bench,tune,report} …`` (``--help`` on each)."""
+"""Command line: ``python -m warpdecode <command> …``; ``--help`` lists the commands, and
+``python -m warpdecode <command> --help`` explains each option.
+
+Without a CUDA GPU the kernels run in Triton's CPU interpreter: the commands that can, run a
+small preset and report error only, and say which options they cannot honour there.
+Commands that read or write benchmark data find the warpdecode checkout from the current
+directory upward; ``--root`` names it instead.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,13 @@ from . import _runtime
 from .presets import MODEL_PRESETS, PRESETS, get_preset
 
 ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+SWEEPS = ["speed", "stages", "accuracy"]
+E2E_PARTS = ["speed", "errors", "generate"]
+CPU_PRESET = "tiny"  # what the interpreter runs: odd sizes, prime E, fast enough
+
+
+def _on_gpu() -> bool:
+    return _runtime.DEFAULT_DEVICE.type == "cuda"
 
 
 def _table(rows, cols):
@@ -22,15 +36,40 @@ def _table(rows, cols):
     return "\n".join(lines)
 
 
+def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the options ``argv`` spells out for ``parser`` (``--opt v`` or
+    ``--opt=v``, or an unambiguous prefix of ``--opt``, as argparse accepts), so that a command
+    can tell an option it cannot honour from the option's default."""
+    given = set()
+    for token in argv:
+        if not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        hits = [a for a in parser._actions if any(s == name for s in a.option_strings)]
+        hits = hits or [a for a in parser._actions if any(s.startswith(name) for s in a.option_strings)]
+        if len(hits) == 1:
+            given.add(hits[0].dest)
+    return given
+
+
+def _ignored(args, why: dict[str, str]) -> None:
+    """Say, for each given option in ``why`` (destination: reason), that it is ignored and why."""
+    for dest, reason in why.items():
+        if dest in args.given:
+            print(f"--{dest.replace('_', '-')} ignored: {reason}", flush=True)
+
+
 def cmd_compare(args):
     from .bench import sweep
 
-    on_gpu = _runtime.DEFAULT_DEVICE.type == "cuda"
+    on_gpu = _on_gpu()
     preset = args.preset
     if not on_gpu:
-        print("No CUDA GPU: kernels run in Triton's CPU interpreter, so this uses the 'tiny' preset and "
-              "reports error only (no timings).")
-        preset = "tiny"
+        instead = f"the {CPU_PRESET!r} preset" + (f" instead of {preset!r}" if preset != CPU_PRESET else "")
+        print(f"No CUDA GPU: kernels run in Triton's CPU interpreter, so this runs {instead} and reports error "
+              "only (no timings).")
+        _ignored(args, {"reps": "no timings without a CUDA GPU"})
+        preset = CPU_PRESET
     shape = get_preset(preset)
     Ts = args.T or ([1, 8, 64] if on_gpu else [1, 4, 16])
     print(f"{shape.name}: H={shape.H} I={shape.I} E={shape.E} K={shape.K}, bf16, on {_runtime.gpu_name()}")
@@ -56,26 +95,48 @@ def cmd_compare(args):
     print(_table(rows, ["T", "method", "time_us", "floor_us", "TB/s", "of ceiling"]))
 
 
+def _bench_cpu(args):
+    """bench without a GPU: the accuracy sweep on the tiny preset, nothing timed."""
+    from .bench import data, sweep
+
+    print(f"No CUDA GPU: running the accuracy sweep on the {CPU_PRESET!r} preset in Triton's CPU interpreter; "
+          "no timings are claimed.", flush=True)
+    timing = "timings need a CUDA GPU"
+    _ignored(args, {"presets": f"the CPU interpreter runs the {CPU_PRESET!r} preset ({', '.join(args.presets or [])} "
+                               "need a GPU)",
+                    "methods": "they choose what the speed sweep times; " + timing,
+                    "stage_T": "the stage sweep is timed; " + timing, "reps": timing,
+                    "in_process": "only timed runs are split into processes",
+                    "root": "a CPU run writes only where --out says"})
+    if "what" in args.given:
+        skipped = [w for w in args.what if w != "accuracy"]
+        if skipped:
+            print(f"--what {' '.join(skipped)} ignored: {timing}", flush=True)
+        if "accuracy" not in args.what:
+            sys.exit("bench: nothing to run without a CUDA GPU (only --what accuracy runs on the CPU)")
+    rows = sweep.accuracy([get_preset(CPU_PRESET)], args.T or [1, 4], ["loop", "expert", "warp", "expert_fp8"],
+                          seeds=1, device="cpu")
+    print(_table([{**r, "error_over_floor": f"{r['error_over_floor']:.2f}"} for r in rows],
+                 ["T", "method", "error_over_floor"]))
+    if args.out:
+        data.merge_write(Path(args.out) / "accuracy.csv", rows)
+        print(f"wrote {Path(args.out) / 'accuracy.csv'}")
+    else:
+        print("nothing written (--out DIR writes accuracy.csv there)")
+
+
 def cmd_bench(args):
     from .bench import data, sweep
 
+    if not _on_gpu():
+        return _bench_cpu(args)
     shapes = [get_preset(p) for p in (args.presets or MODEL_PRESETS)]
-    if _runtime.DEFAULT_DEVICE.type != "cuda":
-        print("No CUDA GPU: running the accuracy sweep on the 'tiny' preset in Triton's CPU interpreter; "
-              "no timings are claimed.")
-        rows = sweep.accuracy([get_preset("tiny")], args.T or [1, 4], ["loop", "expert", "warp", "expert_fp8"],
-                              seeds=1, device="cpu")
-        print(_table([{**r, "error_over_floor": f"{r['error_over_floor']:.2f}"} for r in rows],
-                     ["T", "method", "error_over_floor"]))
-        if args.out:
-            data.merge_write(Path(args.out) / "accuracy.csv", rows)
-        return
+    out = Path(args.out) if args.out else data.gpu_dir(torch.cuda.get_device_name(), args.root)  # fails early
     if len(shapes) > 1 and not args.in_process:  # each measures its own read ceiling, which its rows carry
         _each_in_own_process(bench_argv, args, [s.name for s in shapes])
         return
     from .bench.timing import copy_ceiling, read_ceiling
 
-    out = Path(args.out) if args.out else data.gpu_dir(torch.cuda.get_device_name())
     Ts = args.T or ALL_T
     ceiling = read_ceiling(4.0)
     copy = copy_ceiling(4.0)
@@ -101,6 +162,7 @@ def bench_argv(args, preset: str) -> list[str]:
             "--stage-T", *map(str, args.stage_T), "--methods", *args.methods, "--what", *args.what,
             "--reps", str(args.reps)]
     argv += ["--T", *map(str, args.T)] if args.T else []
+    argv += ["--root", str(args.root)] if args.root else []
     return argv + (["--out", args.out] if args.out else [])
 
 
@@ -112,8 +174,8 @@ def tune_argv(args, preset: str) -> list[str]:
 
 def _each_in_own_process(argv_of, args, presets: list[str]):
     """One process per preset, for ``bench`` and ``tune``. What a process allocated and freed
-    before changes later timings: Mixtral's warp decode at T=1 took 184 µs after DeepSeek-V3's
-    layers had come and gone in the same process and 162 µs in a fresh one (results/NOTES.md), so
+    before changes later timings: Mixtral's warp decode at T=1 takes 184 µs after DeepSeek-V3's
+    layers have come and gone in the same process and 162 µs in a fresh one (docs/design.md), so
     no preset inherits another's memory history."""
     for preset in presets:
         print(f"== {preset}, in a process of its own", flush=True)
@@ -123,8 +185,8 @@ def _each_in_own_process(argv_of, args, presets: list[str]):
 def cmd_tune(args):
     from .bench import tune
 
-    if _runtime.DEFAULT_DEVICE.type != "cuda":
-        sys.exit("tune needs a CUDA GPU")
+    if not _on_gpu():
+        sys.exit("tune needs a CUDA GPU: it times launch configs, and the CPU interpreter times nothing")
     presets = args.presets or MODEL_PRESETS
     if len(presets) > 1 and not args.in_process:
         _each_in_own_process(tune_argv, args, presets)
@@ -135,106 +197,201 @@ def cmd_tune(args):
 def cmd_e2e(args):
     from .bench import data
 
-    on_gpu = _runtime.DEFAULT_DEVICE.type == "cuda"
-    if not on_gpu:
-        print("No CUDA GPU: the layer-error study on the 'tiny' model in Triton's CPU interpreter; no timings.")
-    out = Path(args.out) if args.out else (data.gpu_dir(torch.cuda.get_device_name()) if on_gpu else None)
-    name = args.model if on_gpu else "tiny"
-    if "errors" in args.what:
+    on_gpu = _on_gpu()
+    what = args.what or E2E_PARTS
+    if on_gpu:
+        name = args.model
+        out = Path(args.out) if args.out else data.gpu_dir(torch.cuda.get_device_name(), args.root)
+    else:
+        instead = f"the {CPU_PRESET!r} model" + (f" instead of {args.model!r}" if args.model != CPU_PRESET else "")
+        print(f"No CUDA GPU: the layer-error study on {instead} in Triton's CPU interpreter; no timings.", flush=True)
+        timed = [w for w in what if w != "errors"]
+        if timed and args.what:
+            print(f"--what {' '.join(timed)} ignored: decode speed and HF generate are timed, which needs a CUDA GPU",
+                  flush=True)
+        _ignored(args, {"layers": f"the {CPU_PRESET!r} model runs all its layers",
+                        "T": "it sets decode speed's token counts (timed)",
+                        "ctx": "it sets decode speed's contexts (timed)",
+                        "hf_layers": "HF generate is timed", "root": "a CPU run writes only where --out says"})
+        if "errors" not in what:
+            sys.exit("e2e: nothing to run without a CUDA GPU (only --what errors runs on the CPU)")
+        what = ["errors"]
+        name = CPU_PRESET
+        out = Path(args.out) if args.out else None
+    if "errors" in what:
         from .bench.e2e import layer_errors
 
         rows = layer_errors(name, T=args.err_T, steps=args.steps, layers=args.layers if on_gpu else None,
-                            device=_runtime.DEFAULT_DEVICE.type, compile=args.compile)
+                            device=_runtime.DEFAULT_DEVICE.type, compile=args.compile, progress_bar=True)
         for r in rows:
             if r["layer"] == "logits" or int(r["layer"]) % max(1, len(rows) // 24) == 0:
                 print(f"{r['method']:7s} layer {r['layer']!s:>6}: error {r['error']:.3e}")
         if out:
             data.merge_write(out / "e2e_errors.csv", rows)
-    if not on_gpu:
-        return
-    if "speed" in args.what:
+    if "speed" in what:
         from .bench.e2e import decode_speed
         from .bench.timing import read_ceiling
 
         decode_speed(name, args.T, args.ctx, ["expert", "warp", "auto"], layers=args.layers,
                      ceiling_tbps=read_ceiling(), compile=args.compile,
                      emit=lambda row: data.merge_write(out / "e2e_speed.csv", [row]))
-    if "generate" in args.what:
+    if "generate" in what:
         from .bench.hf_generate import generate_speed
 
         data.merge_write(out / "hf_generate.csv", generate_speed(layers=args.hf_layers))
-    print(f"wrote {out}")
+    print(f"wrote {out}" if out else "nothing written (--out DIR writes e2e_errors.csv there)")
 
 
 def cmd_report(args):
-    from .bench import report
+    from .bench import data, report
 
-    args.gpu = args.gpu or (torch.cuda.get_device_name() if _runtime.DEFAULT_DEVICE.type == "cuda" else "NVIDIA H200")
-    if args.only == "crossover":
-        print("crossover:", report.write_crossover(args.gpu))
-    else:
-        report.main(args.gpu)
+    gpu = args.gpu or (torch.cuda.get_device_name() if _on_gpu() else "NVIDIA H200")
+    try:
+        if args.only == "crossover":
+            report.require_data(gpu, args.root, needed=("speed.csv",))
+            path = report.tuned_path(gpu, args.root)
+            if args.dry_run:
+                print(f"would write {path}: the auto crossover {report.crossover_table(gpu, args.root)['crossover']}")
+            else:
+                print(f"wrote {path}: the auto crossover {report.write_crossover(gpu, args.root)}")
+        else:
+            report.main(gpu, args.root, dry_run=args.dry_run)
+    except (data.NoCheckout, report.NoData) as e:
+        sys.exit(f"report: {e}")
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m warpdecode", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """100 columns, so that each command's line in ``--help`` fits on one line."""
 
-    c = sub.add_parser("compare", help="the three paths on one preset: error vs float64; time and bandwidth on a GPU")
-    c.add_argument("--preset", default="qwen3-30b-a3b", choices=sorted(PRESETS))
+    def __init__(self, prog):
+        super().__init__(prog, width=100, max_help_position=30)
+
+
+class _CommandFormatter(argparse.HelpFormatter):
+    """A command's help: 100 columns, its description wrapped."""
+
+    def __init__(self, prog):
+        super().__init__(prog, width=100, max_help_position=30)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m warpdecode", description=__doc__, formatter_class=_Formatter)
+    sub = p.add_subparsers(dest="cmd", required=True, title="commands", metavar="<command>")
+    _add = sub.add_parser
+
+    def add_parser(name, **kw):
+        return _add(name, formatter_class=_CommandFormatter, **kw)
+
+    sub.add_parser = add_parser
+    presets = sorted(PRESETS)
+    root_help = ("the warpdecode checkout whose results/ to use (default: the nearest folder at or above the "
+                 "current directory holding README.md and results/)")
+
+    c = sub.add_parser("compare", help="the three paths on one preset: error vs float64; time, bandwidth on a GPU",
+                       description="The expert loop, the expert-centric path and warp decode on one preset: error "
+                                   "against the float64 reference, and on a GPU time per layer call and bandwidth. "
+                                   f"Without a GPU it runs the {CPU_PRESET!r} preset and times nothing.")
+    c.add_argument("--preset", default="qwen3-30b-a3b", choices=presets, metavar="PRESET",
+                   help=f"the layer shape (default qwen3-30b-a3b; {CPU_PRESET!r} without a GPU); one of {presets}")
     c.add_argument("--T", type=int, nargs="+", help="token counts (default 1 8 64; 1 4 16 on the CPU)")
-    c.add_argument("--reps", type=int, default=100)
+    c.add_argument("--reps", type=int, default=100, help="CUDA-graph replays per timing (default 100; GPU only)")
     c.set_defaults(fn=cmd_compare)
 
-    b = sub.add_parser("bench", help="sweeps to CSV under results/<GPU>/ (speed, stage breakdown, accuracy)")
-    b.add_argument("--presets", nargs="+", choices=sorted(PRESETS))
-    b.add_argument("--T", type=int, nargs="+", help=f"token counts (default {ALL_T})")
-    b.add_argument("--stage-T", type=int, nargs="+", default=[1, 8, 64, 256])
-    b.add_argument("--methods", nargs="+", default=["loop", "expert", "warp", "auto", "grouped_mm"])
-    sweeps = ["speed", "stages", "accuracy"]
-    b.add_argument("--what", nargs="+", default=sweeps, choices=sweeps)
-    b.add_argument("--reps", type=int, default=100)
-    b.add_argument("--out", help="output folder (default results/<GPU>; on a CPU nothing is written unless given)")
+    b = sub.add_parser("bench", help="the README's sweeps (speed, stages, accuracy) to results/<GPU>/*.csv",
+                       description="Benchmark sweeps to tidy CSV in <checkout>/results/<GPU>/ (or --out). On a GPU "
+                                   "each preset runs in a process of its own. Without a GPU: the accuracy sweep on "
+                                   f"the {CPU_PRESET!r} preset only, written only with --out; the options that only "
+                                   "timings use are ignored, and it says so.")
+    b.add_argument("--presets", nargs="+", choices=presets, metavar="PRESET",
+                   help=f"layer shapes to sweep (default: every model preset; GPU only); from {presets}")
+    b.add_argument("--T", type=int, nargs="+", help=f"token counts (default {' '.join(map(str, ALL_T))}; the "
+                                                    "accuracy sweep takes those ≤ 64; 1 4 on the CPU)")
+    b.add_argument("--stage-T", type=int, nargs="+", default=[1, 8, 64, 256],
+                   help="token counts of the expert path's stage breakdown (default 1 8 64 256; GPU only)")
+    b.add_argument("--methods", nargs="+", default=["loop", "expert", "warp", "auto", "grouped_mm"],
+                   help="methods the speed sweep times (default loop expert warp auto grouped_mm; GPU only)")
+    b.add_argument("--what", nargs="+", default=SWEEPS, choices=SWEEPS,
+                   help="which sweeps: speed (time per layer call), stages (the expert path stage by stage), "
+                        "accuracy (error against float64) (default all three; only accuracy runs on the CPU)")
+    b.add_argument("--reps", type=int, default=100, help="CUDA-graph replays per timing (default 100; GPU only)")
+    b.add_argument("--out", help="output folder (default <checkout>/results/<GPU>; without a GPU nothing is written "
+                                 "unless this is given)")
+    b.add_argument("--root", help=root_help)
     b.add_argument("--in-process", action="store_true",
                    help="run every preset in this process (by default, on a GPU, each preset runs in a process "
                         "of its own: what an earlier preset allocated changes later timings)")
     b.set_defaults(fn=cmd_bench)
 
-    t = sub.add_parser("tune", help="search launch configs on this GPU, write warpdecode/tuned/<GPU>.json")
-    t.add_argument("--presets", nargs="+", choices=sorted(PRESETS))
+    t = sub.add_parser("tune", help="search launch configs on this GPU, write warpdecode/tuned/<GPU>.json",
+                       description="Time launch configurations on this GPU and write the fastest per token bucket "
+                                   "into warpdecode/tuned/<GPU>.json. Needs a CUDA GPU.")
+    t.add_argument("--presets", nargs="+", choices=presets, metavar="PRESET",
+                   help=f"layer shapes to tune (default: every model preset); from {presets}")
     t.add_argument("--paths", nargs="+", default=["warp", "fused", "grouped", "expert", "expert_swap"],
                    choices=["warp", "expert", "fused", "grouped", "expert_swap"],
                    help="warp: the two-kernel pair; fused: the persistent warp schedule, against the tuned pair; "
                         "grouped: each routed expert's rows read once for all its tokens, against the tuned pair; "
                         "expert: the expert path's GEMM tiles; "
-                        "expert_swap: SWAP_AB on the tuned expert tiles")
+                        "expert_swap: SWAP_AB on the tuned expert tiles (default warp fused grouped expert "
+                        "expert_swap)")
     t.add_argument("--in-process", action="store_true",
                    help="tune every preset in this process (by default each preset gets a process of its own)")
     t.set_defaults(fn=cmd_tune)
 
-    e = sub.add_parser("e2e", help="whole decode steps: tokens/s per method, per-layer error vs float64, HF generate")
-    e.add_argument("--model", default="qwen3-30b-a3b")
-    e.add_argument("--layers", type=int, help="use only the first N layers (default: all)")
-    parts = ["speed", "errors", "generate"]
-    e.add_argument("--what", nargs="+", default=parts, choices=parts)
-    e.add_argument("--T", type=int, nargs="+", default=[1, 4, 16, 64])
-    e.add_argument("--ctx", type=int, nargs="+", default=[512, 4096])
-    e.add_argument("--err-T", type=int, default=4)
-    e.add_argument("--steps", type=int, default=8, help="decode steps fed to the error study")
-    e.add_argument("--hf-layers", type=int, default=8)
+    e = sub.add_parser("e2e", help="whole decode steps: tokens/s, per-layer error vs float64, HF generate",
+                       description="The minimal decoder (warpdecode.model) end to end: decode tokens/s per MoE "
+                                   "method (speed), every layer's error against the same model in float64 "
+                                   "(errors), and Hugging Face generate with grouped_mm against warpdecode "
+                                   f"(generate). Without a GPU: errors only, on the {CPU_PRESET!r} model, with "
+                                   "a progress bar.")
+    e.add_argument("--model", default="qwen3-30b-a3b",
+                   help=f"decoder config from warpdecode.model.MODELS (default qwen3-30b-a3b; {CPU_PRESET!r} on "
+                        "the CPU)")
+    e.add_argument("--layers", type=int, help="use only the first N layers (default: all; GPU only)")
+    e.add_argument("--what", nargs="+", choices=E2E_PARTS,
+                   help="which parts: speed, errors, generate (default all three; only errors runs on the CPU)")
+    e.add_argument("--T", type=int, nargs="+", default=[1, 4, 16, 64],
+                   help="tokens per decode step for speed (default 1 4 16 64; GPU only)")
+    e.add_argument("--ctx", type=int, nargs="+", default=[512, 4096],
+                   help="context lengths (filled KV cache) for speed (default 512 4096; GPU only)")
+    e.add_argument("--err-T", type=int, default=4, help="tokens per decode step for errors (default 4)")
+    e.add_argument("--steps", type=int, default=8, help="decode steps fed to the error study (default 8)")
+    e.add_argument("--hf-layers", type=int, default=8,
+                   help="layers of the Hugging Face model for generate (default 8; GPU only)")
     e.add_argument("--compile", action="store_true",
                    help="run each layer's dense code (norms, QKV, RoPE, residual, routing) through torch.compile; "
                         "attention and the MoE layer stay as they are (falls back to eager, with a warning)")
-    e.add_argument("--out")
+    e.add_argument("--out", help="output folder (default <checkout>/results/<GPU>; without a GPU nothing is written "
+                                 "unless this is given)")
+    e.add_argument("--root", help=root_help)
     e.set_defaults(fn=cmd_e2e)
 
-    r = sub.add_parser("report", help="figures, README table and the auto crossover, from the CSV")
+    r = sub.add_parser("report", help="regenerate the crossover, the README's tables and figures from the CSV",
+                       description="From <checkout>/results/<GPU>/*.csv: the auto crossover into "
+                                   "warpdecode/tuned/<GPU>.json, the README's generated blocks (results, accuracy, "
+                                   "targets, schedules) and figures/*.png. Computes everything first and names each "
+                                   "file it writes; with no data for the GPU it writes nothing and exits non-zero.")
     r.add_argument("--gpu", default=None, help="results of which GPU (default: this one, else NVIDIA H200)")
+    r.add_argument("--root", help="the warpdecode checkout to regenerate (default: the nearest folder at or above "
+                                  "the current directory holding README.md and results/)")
     r.add_argument("--only", choices=["crossover"], help="only derive the auto crossover table")
+    r.add_argument("--dry-run", action="store_true", help="say what would be written, write nothing")
     r.set_defaults(fn=cmd_report)
+    return p
 
+
+def main(argv=None):
+    from .bench import data
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = build_parser()
     args = p.parse_args(argv)
-    args.fn(args)
+    sub = p._subparsers._group_actions[0].choices[args.cmd]
+    args.given = _given(sub, argv[argv.index(args.cmd) + 1:])
+    try:
+        args.fn(args)
+    except data.NoCheckout as e:
+        sys.exit(f"{args.cmd}: {e}")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@
 - :data:`BOUNDS`: the most error, in multiples of the bf16 rounding floor, each method may show
   in a notebook cell's assertion, on each kind of device.
 - Byte ledgers: :func:`decode_bytes`, :func:`expected_distinct`, :func:`floor_us`.
-- The measured results: :func:`results` reads ``results/<GPU>/*.csv``; :func:`pivot` and
-  :func:`table` lay rows out as text.
+- The measured results: :func:`results` reads a checkout's ``results/<GPU>/*.csv``,
+  :func:`experiment_results` its ``experiments/results/<GPU>/*.csv`` (the checkout: the one
+  around the current working directory, or ``root``); :func:`pivot` and :func:`table` lay rows
+  out as text.
 - Views of the kernels: :func:`source` (numbered lines of a kernel), :func:`recorded_jobs`
   (the launches a path makes for a shape, as on an H200, ready for
   :func:`warpdecode.compiled.compile_many`).
@@ -157,14 +159,21 @@ def differing_tokens(topk_ids: torch.Tensor, other: torch.Tensor) -> int:
 # measured results
 
 
-def results(name: str, gpu: str = RESULTS_GPU) -> list[dict]:
-    """Rows of ``results/<gpu>/<name>`` (speed.csv, stages.csv, accuracy.csv, ceiling.csv), as strings."""
-    return data.read(data.gpu_dir(gpu) / name)
+def results(name: str, gpu: str = RESULTS_GPU, root=None) -> list[dict]:
+    """Rows of ``<root>/results/<gpu>/<name>`` (speed.csv, stages.csv, accuracy.csv, ceiling.csv,
+    e2e_*.csv), as strings; ``root`` defaults to the checkout around the current working directory
+    (:func:`warpdecode.bench.data.checkout`)."""
+    return data.read(data.gpu_dir(gpu, root) / name)
 
 
-def read_ceiling_tbps(gpu: str = RESULTS_GPU) -> float:
+def experiment_results(name: str, gpu: str = RESULTS_GPU, root=None) -> list[dict]:
+    """Rows of an experiment's CSV, ``<root>/experiments/results/<gpu>/<name>``, as strings."""
+    return data.read(data.experiment_csv(gpu, name, root))
+
+
+def read_ceiling_tbps(gpu: str = RESULTS_GPU, root=None) -> float:
     """The streaming-read ceiling measured on ``gpu`` in the benchmark run (ceiling.csv)."""
-    return float(results("ceiling.csv", gpu)[0]["read_TBps"])
+    return float(results("ceiling.csv", gpu, root)[0]["read_TBps"])
 
 
 def pivot(rows: list[dict], row: str, col: str, value: str, fmt=lambda v: f"{float(v):.1f}") -> list[dict]:

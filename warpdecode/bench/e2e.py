@@ -5,6 +5,7 @@ same model in float64. ``compile=True`` runs the decoder's dense code through ``
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 
 import torch
@@ -87,18 +88,48 @@ def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, cei
 ERROR_METHODS = ("expert", "warp", "loop", "moe-only:expert", "moe-only:warp", "moe-only:loop")
 
 
+class _Lines:
+    """A progress counter for when tqdm is not installed: one line per finished part."""
+
+    def __init__(self, total: int, desc: str):
+        self.total, self.desc, self.n = total, desc, 0
+
+    def update(self, n: int = 1):
+        self.n += n
+
+    def set_postfix_str(self, text: str):
+        print(f"{self.desc}: {self.n}/{self.total} decode steps, {text}", file=sys.stderr, flush=True)
+
+    def close(self):
+        pass
+
+
+def progress(total: int, desc: str):
+    """A progress bar over ``total`` units (tqdm, from the ``dev`` and ``bench`` extras), or a
+    line per part without it."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _Lines(total, desc)
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr)
+
+
 def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS,
-                 layers: int | None = None, device="cuda", seed: int = 0, compile: bool = False):
+                 layers: int | None = None, device="cuda", seed: int = 0, compile: bool = False,
+                 progress_bar: bool = False):
     """Feed the same ``steps`` tokens per sequence through the float64 model and through each
     method; report every layer's hidden state error at the last step, and the logits' error.
 
     ``expert``/``warp``/``loop``: the whole model in bf16 (what a deployment sees; attention,
     norms, residuals and routing decisions contribute too). ``moe-only:…``: the model in float64
     but the MoE layers, so the error is the MoE path's own, carried through the layers.
-    ``compile`` applies to the all-bf16 methods (the float64 path runs eagerly)."""
+    ``compile`` applies to the all-bf16 methods (the float64 path runs eagerly). ``progress_bar``:
+    show the decode steps as they run (:func:`progress`; the CPU interpreter takes minutes)."""
     model = Decoder(MODELS[name], device=device, layers=layers, seed=seed, compile=compile)
     g = torch.Generator(device="cpu").manual_seed(seed)
     prompt = torch.randint(0, model.cfg.vocab, (steps, T), generator=g).to(device)
+
+    bar = progress((1 + len(methods)) * steps, f"{name}: layer errors") if progress_bar else None
 
     def run(method):
         f64 = method == "reference" or method.startswith("moe-only:")
@@ -106,6 +137,10 @@ def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS
         for s in range(steps):
             trace = []
             logits = model.step(prompt[s], s, cache, method=method, trace=trace)
+            if bar:
+                bar.update()
+        if bar:
+            bar.set_postfix_str(f"{method} done")
         return logits, trace
 
     ref_logits, ref_trace = run("reference")
@@ -119,4 +154,6 @@ def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS
                          "error": rel_error(h, r), **info})
         rows.append({"model": name, "T": T, "steps": steps, "method": m, "dense": dense, "layer": "logits",
                      "error": rel_error(logits, ref_logits), **info})
+    if bar:
+        bar.close()
     return rows

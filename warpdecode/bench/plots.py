@@ -1,9 +1,13 @@
-"""Figures drawn from ``results/<GPU>/*.csv`` (``python -m warpdecode report`` calls these).
+"""Figures drawn from a checkout's ``results/<GPU>/*.csv`` (``python -m warpdecode report`` calls these).
 
-Every figure names its GPU and software versions; the numbers come only from the CSV.
+Every figure names its GPU and software versions; the numbers come only from the CSV. Each
+function reads the checkout ``root`` (default: the one around the current working directory,
+:func:`warpdecode.bench.data.checkout`) and writes its PNG into ``out`` (default ``<root>/figures``).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import matplotlib
 
@@ -24,19 +28,19 @@ MOVES_DATA = {"1 route": False, "2 align": True, "3 gather": True, "5 gate/up GE
               "7 scatter": True, "8 combine": True}
 
 
-def _rows(gpu, name):
-    return data.read(data.gpu_dir(gpu) / name)
+def _rows(gpu, name, root):
+    return data.read(data.gpu_dir(gpu, root) / name)
 
 
-def _caption(gpu):
-    c = _rows(gpu, "ceiling.csv")
+def _caption(gpu, root):
+    c = _rows(gpu, "ceiling.csv", root)
     m = c[0] if c else {"gpu": gpu}
     return f"{m.get('gpu')} · torch {m.get('torch', '?')} · triton {m.get('triton', '?')} · {m.get('date', '?')}"
 
 
-def fraction_of_ceiling(gpu: str, methods=("warp", "expert", "grouped_mm")):
+def fraction_of_ceiling(gpu: str, methods=("warp", "expert", "grouped_mm"), *, root=None, out=None):
     """Small multiples: fraction of the measured read ceiling against T, one panel per preset."""
-    speed = data.speed_table(gpu)
+    speed = data.speed_table(gpu, root)
     presets = [p for p in MODEL_PRESETS if p in speed]
     fig, axes = plt.subplots(2, 3, figsize=(13, 7), sharex=True, sharey=True)
     for ax, p in zip(axes.flat, presets, strict=False):
@@ -55,14 +59,14 @@ def fraction_of_ceiling(gpu: str, methods=("warp", "expert", "grouped_mm")):
     for ax in axes[:, 0]:
         ax.set_ylabel("% of measured read ceiling")
     axes.flat[0].legend(fontsize=8, loc="lower left")
-    fig.suptitle(f"MoE layer time as a fraction of the memory ceiling (dashed: 85%)\n{_caption(gpu)}")
+    fig.suptitle(f"MoE layer time as a fraction of the memory ceiling (dashed: 85%)\n{_caption(gpu, root)}")
     fig.tight_layout()
-    return _save(fig, "fraction_of_ceiling.png")
+    return _save(fig, "fraction_of_ceiling.png", root, out)
 
 
-def headline(gpu: str, preset: str = "qwen3-30b-a3b"):
+def headline(gpu: str, preset: str = "qwen3-30b-a3b", *, root=None, out=None):
     """One preset: time per layer against T for every method, with the byte floor."""
-    speed = data.speed_table(gpu)[preset]
+    speed = data.speed_table(gpu, root)[preset]
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for m in ("loop", "grouped_mm", "expert", "warp"):
         pts = sorted(speed.get(m, {}).items())
@@ -77,14 +81,14 @@ def headline(gpu: str, preset: str = "qwen3-30b-a3b"):
     ax.set_ylabel("µs per MoE layer (median)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    ax.set_title(f"{preset}, bf16: one MoE layer\n{_caption(gpu)}", fontsize=10)
+    ax.set_title(f"{preset}, bf16: one MoE layer\n{_caption(gpu, root)}", fontsize=10)
     fig.tight_layout()
-    return _save(fig, "headline.png")
+    return _save(fig, "headline.png", root, out)
 
 
-def stage_breakdown(gpu: str, preset: str = "qwen3-30b-a3b"):
+def stage_breakdown(gpu: str, preset: str = "qwen3-30b-a3b", *, root=None, out=None):
     """The expert-centric path's stages at each measured T, as shares of their sum."""
-    rows = [r for r in _rows(gpu, "stages.csv") if r["preset"] == preset and r["path"] == "expert"]
+    rows = [r for r in _rows(gpu, "stages.csv", root) if r["preset"] == preset and r["path"] == "expert"]
     Ts = sorted({int(r["T"]) for r in rows})
     stages = sorted({r["stage"] for r in rows})
     t = {(int(r["T"]), r["stage"]): float(r["median_us"]) for r in rows}
@@ -104,14 +108,14 @@ def stage_breakdown(gpu: str, preset: str = "qwen3-30b-a3b"):
     ax.set_ylabel("% of the summed stage times")
     ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
     ax.set_title(f"Expert-centric path, stage by stage ({preset}, bf16; stage 4 is a no-op in bf16)\n"
-                 f"{_caption(gpu)}", fontsize=9)
+                 f"{_caption(gpu, root)}", fontsize=9)
     fig.tight_layout()
-    return _save(fig, "stage_breakdown.png")
+    return _save(fig, "stage_breakdown.png", root, out)
 
 
-def accuracy(gpu: str):
+def accuracy(gpu: str, *, root=None, out=None):
     """Error against the float64 reference in multiples of the bf16 rounding floor, per method."""
-    rows = _rows(gpu, "accuracy.csv")
+    rows = _rows(gpu, "accuracy.csv", root)
     methods = ["warp", "warp_bf16_act", "expert", "grouped_mm", "loop", "expert_fp8"]
     presets = [p for p in MODEL_PRESETS if any(r["preset"] == p for r in rows)]
     fig, ax = plt.subplots(figsize=(10, 4.5))
@@ -129,18 +133,18 @@ def accuracy(gpu: str):
     ax.set_ylabel("error / bf16 rounding floor (mean over T ≤ 64)")
     ax.legend(fontsize=8, ncol=3)
     ax.set_title(f"Error against the float64 reference (1 = the float64 result rounded once to bf16)\n"
-                 f"{_caption(gpu)}", fontsize=9)
+                 f"{_caption(gpu, root)}", fontsize=9)
     fig.tight_layout()
-    return _save(fig, "accuracy.png")
+    return _save(fig, "accuracy.png", root, out)
 
 
-def one_launch_attempts(gpu: str, presets=("qwen3-30b-a3b", "olmoe-1b-7b"), T: int = 1):
+def one_launch_attempts(gpu: str, presets=("qwen3-30b-a3b", "olmoe-1b-7b"), T: int = 1, *, root=None, out=None):
     """Each design that put warp decode's phases into one launch or overlapped them more, its best
     time over the shipped pair's in the same runs (``report.one_launch_attempts``), with the time
     the 85 % bar asks for on the same scale. None (nothing drawn) where a preset has no such rows."""
     from .report import one_launch_attempts as rows_of
 
-    rows = rows_of(gpu, T)
+    rows = rows_of(gpu, T, root)
     if not all(any(r["preset"] == p for r in rows) for p in presets):
         return None
     versions = list(dict.fromkeys(r["version"] for r in rows if r["preset"] in presets))[::-1]
@@ -166,9 +170,9 @@ def one_launch_attempts(gpu: str, presets=("qwen3-30b-a3b", "olmoe-1b-7b"), T: i
     axes[0].set_yticks(range(len(versions)), [names[v] for v in versions], fontsize=8)
     axes[-1].legend(fontsize=8, loc="upper right")
     fig.suptitle("Warp decode's phases in one launch, or overlapped further, against the two-kernel pair\n"
-                 f"{_caption(gpu)} (the designs' runs: several sessions, results/NOTES.md)", fontsize=10)
+                 f"{_caption(gpu, root)} (each design's own runs: experiments/README.md)", fontsize=10)
     fig.tight_layout()
-    return _save(fig, "one_launch_attempts.png")
+    return _save(fig, "one_launch_attempts.png", root, out)
 
 
 def _run_caption(row):
@@ -180,7 +184,7 @@ def _run_caption(row):
 CTX_LINES = ["-", "--", ":", "-."]
 
 
-def e2e_speed(gpu: str, model: str | None = None):
+def e2e_speed(gpu: str, model: str | None = None, *, root=None, out=None):
     """Whole decode steps (e2e_speed.csv) of the model measured last (of ``model``, if given, with
     the number of layers it was last measured with): tokens/s and fraction of the
     step's byte floor against T, per method and context length; then warp decode's speed-up over
@@ -189,8 +193,8 @@ def e2e_speed(gpu: str, model: str | None = None):
     from ..model import MODELS
     from .report import e2e_table
 
-    table = data.e2e_speed_table(gpu)
-    last = [r for r in data.read(data.gpu_dir(gpu) / "e2e_speed.csv") if model in (None, r["model"])][-1]
+    table = data.e2e_speed_table(gpu, root=root)
+    last = [r for r in data.read(data.gpu_dir(gpu, root) / "e2e_speed.csv") if model in (None, r["model"])][-1]
     model, layers = last["model"], int(last["layers"])
     ctxs = sorted(ctx for (m, L, ctx) in table if (m, L) == (model, layers))
     fig, (ax_tps, ax_floor, ax_up) = plt.subplots(1, 3, figsize=(15, 4.8))
@@ -203,9 +207,9 @@ def e2e_speed(gpu: str, model: str | None = None):
                   "label": f"{STYLE[m]['label']}, ctx {ctx}"}
             ax_tps.plot([t for t, _ in pts], [r["tokens_per_s"] for _, r in pts], **st)
             ax_floor.plot([t for t, _ in pts], [100 * r["frac_floor"] for _, r in pts], **st)
-    rows = [r for r in e2e_table(gpu) if (r["model"], r["layers"]) == (model, layers)]
+    rows = [r for r in e2e_table(gpu, root=root) if (r["model"], r["layers"]) == (model, layers)]
     preset = MODELS[model].moe.name if model in MODELS else model
-    layer = data.speed_table(gpu).get(preset, {})
+    layer = data.speed_table(gpu, root).get(preset, {})
     Tmax = max(T for ctx in ctxs for pts in table[(model, layers, ctx)].values() for T in pts)
     Ts = [T for T in sorted(set(layer.get("warp", {})) & set(layer.get("expert", {}))) if T <= Tmax]
     if Ts:
@@ -236,14 +240,14 @@ def e2e_speed(gpu: str, model: str | None = None):
     fig.suptitle(f"{model}, {layers} layers, bf16, random weights: whole decode steps (CUDA graphs)\n"
                  f"{_run_caption(last)}", fontsize=10)
     fig.tight_layout()
-    return _save(fig, "e2e_speed.png")
+    return _save(fig, "e2e_speed.png", root, out)
 
 
-def e2e_errors(gpu: str, model: str | None = None):
+def e2e_errors(gpu: str, model: str | None = None, *, root=None, out=None):
     """The latest error run of e2e_errors.csv: relative error of the hidden state after each layer,
     and of the logits, against the same model in float64, per method; solid: the whole model in
     bf16, dashed: ``moe-only:`` (float64 model, MoE layers in bf16: the MoE path's own error)."""
-    run = data.e2e_errors_run(gpu, model)
+    run = data.e2e_errors_run(gpu, model, root)
     fig, ax = plt.subplots(figsize=(11, 5))
     n = max(k for e in run["errors"].values() for k in e if k != "logits")
     x_logits = n + max(1, n / 12)
@@ -269,24 +273,27 @@ def e2e_errors(gpu: str, model: str | None = None):
     ax.set_title(f"{run['model']}: error against the float64 model, T = {run['T']}, after {run['steps']} decode "
                  f"steps\n{_run_caption(run['meta'])}", fontsize=9)
     fig.tight_layout()
-    return _save(fig, "e2e_errors.png")
+    return _save(fig, "e2e_errors.png", root, out)
 
 
-def _save(fig, name):
-    data.FIGURES.mkdir(exist_ok=True)
-    path = data.FIGURES / name
+def _save(fig, name, root=None, out=None):
+    folder = Path(out) if out is not None else data.figures_dir(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
-def all_figures(gpu: str):
+def all_figures(gpu: str, *, root=None, out=None):
     """Every figure whose CSV is there (the end-to-end ones only once ``python -m warpdecode e2e`` ran)."""
-    figs = [headline(gpu), fraction_of_ceiling(gpu), stage_breakdown(gpu), accuracy(gpu)]
-    if (attempts := one_launch_attempts(gpu)) is not None:
+    root = data.checkout(root)
+    kw = dict(root=root, out=out)
+    figs = [headline(gpu, **kw), fraction_of_ceiling(gpu, **kw), stage_breakdown(gpu, **kw), accuracy(gpu, **kw)]
+    if (attempts := one_launch_attempts(gpu, **kw)) is not None:
         figs.append(attempts)
-    if data.e2e_speed_table(gpu):
-        figs.append(e2e_speed(gpu))
-    if data.e2e_errors_run(gpu):
-        figs.append(e2e_errors(gpu))
+    if data.e2e_speed_table(gpu, root=root):
+        figs.append(e2e_speed(gpu, **kw))
+    if data.e2e_errors_run(gpu, root=root):
+        figs.append(e2e_errors(gpu, **kw))
     return figs
