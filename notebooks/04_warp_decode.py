@@ -37,13 +37,10 @@
 # interpreter, with the H200's measurements read from `results/NVIDIA_H200/`.
 
 # %%
-from pathlib import Path
-
 import torch
 
 import warpdecode as wd
 from warpdecode import _alloc, compiled, ladder
-from warpdecode.bench import data
 from warpdecode.kernels import warp_grouped as kg
 from warpdecode.kernels import warp_pair as kp
 
@@ -52,12 +49,6 @@ GPU = ladder.RESULTS_GPU
 shape = wd.get_preset(S.preset)
 s30 = wd.get_preset("qwen3-30b-a3b")
 print(f"kernels run on: {S.gpu}; layer: {shape.name} H={shape.H} I={shape.I} E={shape.E} K={shape.K}")
-
-
-def experiment_rows(name: str) -> list[dict]:
-    """Rows of experiments/results/<GPU>/<name>: what the experiments measured (experiments/README.md)."""
-    root = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "experiments").is_dir())
-    return data.read(root / "experiments" / "results" / GPU.replace(" ", "_") / name)
 
 
 # %% [markdown]
@@ -330,7 +321,7 @@ print(f"tuned T=1 gate/up {g1}: {r1['registers']} registers/thread, {r1['spill_s
 # per-step sums, at the same tile (`experiments/README.md` names the script):
 
 # %%
-rungs = [r for r in experiment_rows("gate_up_ladder.csv") if r["preset"] == s30.name and r["T"] == "1"]
+rungs = [r for r in ladder.experiment_results("gate_up_ladder.csv") if r["preset"] == s30.name and r["T"] == "1"]
 print(f"{GPU}, {s30.name}, gate/up kernel alone at T=1 ({rungs[0]['gate_up_MB']} MB)")
 print(ladder.table([{"rung": r["rung"], "tile": r["config"], "µs": r["us"],
                      "of the read ceiling": f"{float(r['frac_ceiling']):.0%}"} for r in rungs]))

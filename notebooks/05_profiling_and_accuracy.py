@@ -37,7 +37,6 @@
 import json
 import tempfile
 from pathlib import Path
-from unittest import mock
 
 import torch
 
@@ -251,13 +250,13 @@ assert wd.rel_error(y_grouped, ref) <= ladder.bound("warp") * floor
 # tracked files, to check that the CSV in the tree still draws them:
 
 # %%
-with tempfile.TemporaryDirectory() as scratch, mock.patch.object(data, "FIGURES", Path(scratch)):
-    drawn = plots.all_figures(GPU)
+with tempfile.TemporaryDirectory() as scratch:
+    drawn = plots.all_figures(GPU, out=scratch)
     sizes = {Path(f).name: Path(f).stat().st_size for f in drawn}
     magic = {Path(f).name: Path(f).read_bytes()[:8] for f in drawn}
-print(f"redrawn from results/{data.gpu_dir(GPU).name}/: "
+print(f"redrawn from results/{data.gpu_folder(GPU)}/: "
       + ", ".join(f"{n} ({b // 1024} KB)" for n, b in sizes.items()))
-assert set(sizes) <= {p.name for p in data.FIGURES.glob("*.png")}  # each is a file the README can show
+assert set(sizes) <= {p.name for p in data.figures_dir().glob("*.png")}  # each is a file the README can show
 assert all(m == b"\x89PNG\r\n\x1a\n" for m in magic.values())
 
 # %% [markdown]

@@ -52,8 +52,6 @@
 # %%
 import math
 import tempfile
-from pathlib import Path
-from unittest import mock
 
 import torch
 
@@ -438,7 +436,7 @@ if hf_gen:
 else:
     print(f"generate has not been measured on {GPU} yet: on that GPU run\n"
           "    python -m warpdecode e2e --what generate\n"
-          f"which writes results/{data.gpu_dir(GPU).name}/hf_generate.csv, then rerun this notebook")
+          f"which writes results/{data.gpu_folder(GPU)}/hf_generate.csv, then rerun this notebook")
 
 # %% [markdown]
 # transformers' decode step has its own Python and eager-attention overheads on top of the minimal
@@ -452,11 +450,11 @@ else:
 # notebook never rewrites tracked files:
 
 # %%
-with tempfile.TemporaryDirectory() as scratch, mock.patch.object(data, "FIGURES", Path(scratch)):
-    drawn = [plots.e2e_speed(GPU), plots.e2e_errors(GPU)]
+with tempfile.TemporaryDirectory() as scratch:
+    drawn = [plots.e2e_speed(GPU, out=scratch), plots.e2e_errors(GPU, out=scratch)]
     magic = {p.name: p.read_bytes()[:8] for p in drawn}
-print(f"redrawn from results/{data.gpu_dir(GPU).name}/: {', '.join(magic)}")
-assert set(magic) <= {p.name for p in data.FIGURES.glob("*.png")}  # each is a file the notebook links
+print(f"redrawn from results/{data.gpu_folder(GPU)}/: {', '.join(magic)}")
+assert set(magic) <= {p.name for p in data.figures_dir().glob("*.png")}  # each is a file the notebook links
 assert all(v == b"\x89PNG\r\n\x1a\n" for v in magic.values())
 
 # %% [markdown]

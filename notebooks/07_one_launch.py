@@ -37,7 +37,6 @@
 
 # %%
 import json
-from pathlib import Path
 
 import torch
 
@@ -51,12 +50,6 @@ GPU = ladder.RESULTS_GPU
 shape = wd.get_preset(S.preset)
 s30 = wd.get_preset("qwen3-30b-a3b")
 print(f"kernels run on: {S.gpu}; layer: {shape.name}")
-
-
-def experiment_rows(name: str) -> list[dict]:
-    """Rows of experiments/results/<GPU>/<name>: what the experiments measured (experiments/README.md)."""
-    root = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "experiments").is_dir())
-    return data.read(root / "experiments" / "results" / GPU.replace(" ", "_") / name)
 
 
 # %% [markdown]
@@ -149,7 +142,7 @@ assert not any("fused" in cfg for b in table.values() for _, cfg in b)  # it won
 # (`small_reads.csv`):
 
 # %%
-sr = experiment_rows("small_reads.csv")
+sr = ladder.experiment_results("small_reads.csv")
 print(f"{GPU}: one streaming-read launch")
 print(ladder.table([{"MB read by one launch": f"{int(r['bytes']) / 1e6:.1f}", "µs": r["us"],
                      "of the multi-GB ceiling": f"{float(r['fraction']):.0%}"} for r in sr]))
@@ -164,7 +157,7 @@ assert fractions == sorted(fractions)  # the smaller the read, the further below
 # bytes, then its down bytes; the same read as one launch or as two:
 
 # %%
-rv = experiment_rows("read_variants.csv")
+rv = ladder.experiment_results("read_variants.csv")
 print(ladder.table([{"MB": r["MB"], "read": r["kind"], "µs": r["us"], "of the ceiling": f"{float(r['fraction']):.0%}",
                      "best config": r["config"]} for r in rv]))
 tiles = {float(r["MB"]): float(r["us"]) for r in rv if r["kind"] == "tiles"}
