@@ -52,8 +52,8 @@ import triton.language as tl
 import warpdecode as wd
 from warpdecode import _alloc
 from warpdecode import warp as wp
-from warpdecode.kernels import warp as kw
-from warpdecode.kernels.warp import _down_chunk
+from warpdecode.kernels import warp_pair as kp
+from warpdecode.kernels.warp_pair import _down_chunk
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 SENTINEL = -1  # int32 bits 0xFFFFFFFF
@@ -72,7 +72,7 @@ def down_chunked_kernel(
     state_ptr,  # (2,) int32: [programs done (zero between calls), timed out]
     H, I, T, NUM_PROGRAMS, stride_at, stride_we, stride_wr, stride_yt,
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
-    CHUNKS: tl.constexpr, EVICT: tl.constexpr, MAX_SPINS: tl.constexpr, FILL: tl.constexpr,
+    CHUNKS: tl.constexpr, MAX_SPINS: tl.constexpr, FILL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_h = tl.cdiv(H, BLOCK_H)
@@ -81,8 +81,7 @@ def down_chunked_kernel(
     t = rest % T
     pid_h = rest // T
     i0 = c * BLOCK_I
-    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H, BLOCK_I,
-                     EVICT)
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H, BLOCK_I)
 
     offs_k = tl.arange(0, K_PAD)
     mask_k = offs_k < K
@@ -151,10 +150,9 @@ def pair_chunked(x, w13, w2, topk_ids, topk_weights, gu_cfg: dict, cfg: dict, ou
     chunks = triton.cdiv(I, cfg["BLOCK_I"])
     b = _buffers(x.device, T, K, H, I, cfg["BLOCK_H"], chunks)
     act = b["act"]
-    kw.warp_gate_up_kernel[(T * K * triton.cdiv(I, gu_cfg["BLOCK_I"]),)](
+    kp.warp_gate_up_kernel[(T * K * triton.cdiv(I, gu_cfg["BLOCK_I"]),)](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_I=gu_cfg["BLOCK_I"], BLOCK_H=gu_cfg["BLOCK_H"], USE_PDL=wp.USE_PDL,
-        EVICT=gu_cfg.get("evict", "evict_first"), LEAN=gu_cfg.get("lean", False),
         num_warps=gu_cfg["num_warps"], num_stages=gu_cfg["num_stages"],
     )
     y = _alloc.empty(T, H, dtype=out_dtype, device=x.device)
@@ -163,7 +161,7 @@ def pair_chunked(x, w13, w2, topk_ids, topk_weights, gu_cfg: dict, cfg: dict, ou
         act.view(torch.int32), w2, topk_ids, topk_weights, y, b["part"], b["count"], b["state"],
         H, I, T, grid, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], CHUNKS=chunks,
-        EVICT=cfg.get("evict", "evict_first"), MAX_SPINS=MAX_SPINS, FILL=1024,
+        MAX_SPINS=MAX_SPINS, FILL=1024,
         num_warps=cfg["num_warps"], num_stages=1, **({"launch_pdl": True} if wp.USE_PDL else {}),
     )
     return y

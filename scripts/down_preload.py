@@ -3,7 +3,7 @@
     python scripts/down_preload.py [--presets qwen3-30b-a3b olmoe-1b-7b] [--T 1 2]
     TRITON_INTERPRET=1 python scripts/down_preload.py --check   # the contract only, on the CPU
 
-The shipped down kernel (kernels/warp.py) loads the first BLOCK_I columns of its [BLOCK_H, K,
+The shipped down kernel (kernels/warp_pair.py) loads the first BLOCK_I columns of its [BLOCK_H, K,
 BLOCK_I] tile before it waits for the gate/up kernel (programmatic dependent launch), and the rest
 after: at Qwen3-30B T=1, two thirds of w2's 25 MB follow kernel 1 (session 1's diagnosis of v2).
 Here a program loads its whole tile, in CHUNKS (≤ 4) chunks of BLOCK_I columns held in registers
@@ -34,7 +34,7 @@ from triton.language.extra.cuda import gdc_wait
 import warpdecode as wd
 from warpdecode import _alloc
 from warpdecode import warp as wp
-from warpdecode.kernels.warp import _down_chunk
+from warpdecode.kernels.warp_pair import _down_chunk
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -58,24 +58,24 @@ def down_preload_kernel(
     H, I, T, stride_at, stride_we, stride_wr, stride_yt,
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
     CHUNKS: tl.constexpr,  # cdiv(I, BLOCK_I), 1 … 4: the whole tile is loaded before the wait
-    USE_PDL: tl.constexpr, EVICT: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     t = pid % T
     pid_h = pid // T
-    w0 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+    w0 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I)
     w1 = w0
     w2 = w0
     w3 = w0
     if CHUNKS > 1:
         w1 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, BLOCK_I,
-                         K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+                         K, K_PAD, BLOCK_H, BLOCK_I)
     if CHUNKS > 2:
         w2 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 2 * BLOCK_I,
-                         K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+                         K, K_PAD, BLOCK_H, BLOCK_I)
     if CHUNKS > 3:
         w3 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 3 * BLOCK_I,
-                         K, K_PAD, BLOCK_H, BLOCK_I, EVICT)
+                         K, K_PAD, BLOCK_H, BLOCK_I)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
 
@@ -106,7 +106,7 @@ def down_preload(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch
     down_preload_kernel[(T * triton.cdiv(H, cfg["BLOCK_H"]),)](
         act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], CHUNKS=chunks,
-        USE_PDL=wp.USE_PDL, EVICT=cfg.get("evict", "evict_first"), num_warps=cfg["num_warps"], num_stages=1,
+        USE_PDL=wp.USE_PDL, num_warps=cfg["num_warps"], num_stages=1,
         **({"launch_pdl": True} if wp.USE_PDL else {}),
     )
     return y

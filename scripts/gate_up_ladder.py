@@ -10,8 +10,9 @@ ingredients to a read one at a time, each rung the same grid and tile as the tun
 2. ``read, expert from topk_ids``: the same, the expert index loaded first (each program's
    weight addresses now wait for one load);
 3. ``+ x, dot products``: the activation loaded and both dot products accumulated in FP32;
-4. ``+ SiLU·up, store`` (the shipped kernel, ``warp_gate_up_kernel``);
-5. the shipped kernel with the per-step reduction (config ``lean``, v9 in results/NOTES.md),
+4. ``+ SiLU·up, store``: the shipped kernel with [BLOCK_I, BLOCK_H] tile accumulators like rungs
+   1–3 (its own copy here, ``gate_up_tile_acc_kernel``);
+5. the shipped kernel, ``warp_gate_up_kernel``: the per-step reduction (v9 in results/NOTES.md),
    which holds a fraction of rungs 1–4's registers.
 
     python scripts/gate_up_ladder.py [--presets qwen3-30b-a3b olmoe-1b-7b] [--T 1]
@@ -84,6 +85,51 @@ def gate_up_probe_kernel(
             acc_u += u
     s = tl.sum(acc_g, axis=1) + tl.sum(acc_u, axis=1)
     tl.store(out_ptr + pid.to(tl.int64) * BLOCK_I + tl.arange(0, BLOCK_I), s, mask=mask_i)
+
+
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
+def gate_up_tile_acc_kernel(
+    x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, NUM_PAIRS, K, stride_xt, stride_we, stride_wr, stride_at,
+    BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    """Rung 4: the shipped gate/up kernel (kernels/warp_pair.py) with two [BLOCK_I, BLOCK_H] FP32
+    tile accumulators, summed across the warp once at the end."""
+    pid = tl.program_id(0)
+    pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
+    t = pair // K
+    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = offs_i < I
+    offs_h = tl.arange(0, BLOCK_H)
+    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
+    up_ptrs = gate_ptrs + I * stride_wr
+    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
+    acc_g = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_I, BLOCK_H], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        mask_h = (h0 + offs_h) < H
+        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
+        mask = mask_i[:, None] & mask_h[None, :]
+        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        acc_g += g.to(tl.float32) * xv[None, :]
+        acc_u += u.to(tl.float32) * xv[None, :]
+    g = tl.sum(acc_g, axis=1)
+    u = tl.sum(acc_u, axis=1)
+    a = g * tl.sigmoid(g) * u
+    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
+
+
+def gate_up_tile_acc(x, w13, topk_ids, cfg: dict) -> torch.Tensor:
+    """Rung 4, launched as warpdecode.warp.warp_gate_up launches the shipped kernel (no PDL)."""
+    T, H = x.shape
+    I = w13.shape[1] // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    act = torch.empty(T * K, I, dtype=torch.float32, device=x.device)
+    gate_up_tile_acc_kernel[(T * K * triton.cdiv(I, cfg["BLOCK_I"]),)](
+        x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return act
 
 
 def probe(x, w13, topk_ids, cfg: dict, rung: int) -> torch.Tensor:
@@ -171,11 +217,10 @@ def main():
             cfg = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T)["gate_up"]
             timed = [(RUNGS[r], _time(_over_layers(partial(probe, cfg=cfg, rung=r), xs, w13s, ids), 50) / L)
                      for r in range(3)]
-            timed.append(("+ SiLU·up, store (shipped)",
+            timed.append(("+ SiLU·up, store (tile accumulators)",
+                          _time(_over_layers(partial(gate_up_tile_acc, cfg=cfg), xs, w13s, ids), 50) / L))
+            timed.append(("shipped, lean accumulators",  # v9: the per-step reduction
                           _time(_over_layers(partial(wp.warp_gate_up, cfg=cfg), xs, w13s, ids), 50) / L))
-            lean = dict(cfg, lean=True)  # v9: the same kernel, per-step reduction
-            timed.append(("shipped, lean accumulators",
-                          _time(_over_layers(partial(wp.warp_gate_up, cfg=lean), xs, w13s, ids), 50) / L))
             for rung, us in timed:
                 rows.append({"preset": name, "T": T, "rung": rung, "config": str(cfg), "us": round(us, 3),
                              "gate_up_MB": round(gate_up_bytes / 1e6, 2), "frac_ceiling": round(floor_us / us, 4),

@@ -5,7 +5,8 @@ same configs, results/NOTES.md.)
 For each preset and placement, a spacer of random size is allocated first, so the layer copies
 land at other addresses; then the tuned pair runs with the gate/up grid in both orders:
 ``pair`` (the pair index fastest, shipped) and ``neuron`` (one pair's neuron blocks after
-another: programs side by side read consecutive rows of one expert).
+another: programs side by side read consecutive rows of one expert). Both orders run this file's
+copy of the gate/up kernel (``gate_up_kernel``, the shipped tile), then the shipped down kernel.
 
     python scripts/grid_order.py [--presets mixtral-8x7b ...] [--placements 4]
 
@@ -17,14 +18,51 @@ from functools import partial
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
-from warpdecode import configs
+from warpdecode import _alloc, configs
+from warpdecode import warp as wp
 from warpdecode.bench import data
 from warpdecode.bench.sweep import meta
 from warpdecode.bench.timing import read_ceiling
-from warpdecode.bench.tune import _over_layers, _time, _warp_pair
+from warpdecode.bench.tune import _over_layers, _time
 from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
+from warpdecode.kernels.warp_pair import _gate_up_tile
 from warpdecode.presets import get_preset
+
+
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
+def gate_up_kernel(
+    x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, NUM_PAIRS, K, stride_xt, stride_we, stride_wr, stride_at,
+    BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, USE_PDL: tl.constexpr,
+    PAIR_FASTEST: tl.constexpr,  # the shipped grid order; False: neuron blocks fastest, one pair after another
+):
+    """The shipped gate/up kernel (kernels/warp_pair.py ``warp_gate_up_kernel``) in either grid order."""
+    if USE_PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    if PAIR_FASTEST:  # programs side by side read the same neuron rows of every pair (shared experts: L2)
+        pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
+    else:  # programs side by side read consecutive rows of one expert, which streams expert by expert
+        blocks_i = tl.cdiv(I, BLOCK_I)
+        pair, pid_i = pid // blocks_i, pid % blocks_i
+    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+                  pair, pid_i, BLOCK_I, BLOCK_H)
+
+
+def pair_in_order(x, w13, w2, topk_ids, topk_weights, c_gu: dict, c_dn: dict, pair_fastest: bool):
+    """gate_up_kernel in the given grid order, then the shipped down kernel (with PDL where the GPU has it)."""
+    T, H = x.shape
+    I = w13.shape[1] // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    act = _alloc.empty(T * K, I, dtype=torch.float32, device=x.device)
+    gate_up_kernel[(T * K * triton.cdiv(I, c_gu["BLOCK_I"]),)](
+        x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_I=c_gu["BLOCK_I"], BLOCK_H=c_gu["BLOCK_H"], USE_PDL=wp.USE_PDL, PAIR_FASTEST=pair_fastest,
+        num_warps=c_gu["num_warps"], num_stages=c_gu["num_stages"])
+    return wp.warp_down(act, w2, topk_ids, topk_weights, c_dn, x.dtype)
 
 
 def main():
@@ -52,9 +90,8 @@ def main():
                 cfg = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T)
                 floor = sum(bytes_needed(shape, i) for i in inputs) / L / (ceiling * 1e12) * 1e6
                 for order in ("pair", "neuron"):
-                    c_gu = dict(cfg["gate_up"], pair_fastest=order == "pair")
-                    us = _time(_over_layers(partial(_warp_pair, c_gu=c_gu, c_dn=cfg["down"]), xs, w13s, w2s, ids, tws),
-                               50) / L
+                    step = partial(pair_in_order, c_gu=cfg["gate_up"], c_dn=cfg["down"], pair_fastest=order == "pair")
+                    us = _time(_over_layers(step, xs, w13s, w2s, ids, tws), 50) / L
                     rows.append({"preset": name, "T": T, "seed": args.seed + T, "placement": placement,
                                  "spacer_MB": spacer_mb,
                                  "order": order, "us": round(us, 2), "floor_us": round(floor, 2),

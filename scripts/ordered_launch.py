@@ -39,7 +39,7 @@ import triton.language as tl
 
 import warpdecode as wd
 from warpdecode import _alloc
-from warpdecode.kernels.warp import _down_chunk, _down_tile, _gate_up_tile
+from warpdecode.kernels.warp_pair import _down_chunk, _down_tile, _gate_up_tile
 
 MAX_SPINS = 1 << 22  # polls before a down program gives up and raises the flag: never hang the GPU
 
@@ -84,7 +84,7 @@ def warp_ordered_kernel(
     ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed", scope="gpu")
     if ticket < n_gate_up:
         _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
-                      stride_at, ticket % n_pairs, ticket // n_pairs, GU_BLOCK_I, GU_BLOCK_H, "evict_first", True)
+                      stride_at, ticket % n_pairs, ticket // n_pairs, GU_BLOCK_I, GU_BLOCK_H)
         tl.debug_barrier()  # every warp of this program has issued its stores
         tl.atomic_add(sync_ptr + 1, 1, sem="release", scope="gpu")
     else:
@@ -94,7 +94,7 @@ def warp_ordered_kernel(
         # the w2 rows do not depend on the intermediate: in flight before the wait
         if PREFETCH_LINES == 0:
             wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD, DN_BLOCK_H,
-                             DN_BLOCK_I, "evict_first")
+                             DN_BLOCK_I)
         else:
             _prefetch_w2_l2(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, K, K_PAD, DN_BLOCK_H,
                             PREFETCH_LINES)
@@ -107,9 +107,9 @@ def warp_ordered_kernel(
             tl.atomic_xchg(sync_ptr + 3, 1, sem="relaxed", scope="gpu")
         if PREFETCH_LINES != 0:  # from L2 now
             wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD, DN_BLOCK_H,
-                             DN_BLOCK_I, "evict_first")
+                             DN_BLOCK_I)
         _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e, stride_w2r,
-                   stride_yt, t, pid_h, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, ".cg", "evict_first")
+                   stride_yt, t, pid_h, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, ".cg")
         tl.debug_barrier()
         finished = tl.atomic_add(sync_ptr + 2, 1, sem="acq_rel", scope="gpu")
         if finished == n_down - 1:  # the last program of the launch: every ticket is taken, every wait over

@@ -108,13 +108,6 @@ def resolved(variant: str, T: int, H: int, I: int, E: int, K: int) -> str:  # no
     return warpdecode.pick_method(T, H, I, E, K) if variant == "auto" else variant
 
 
-def other_gate_up_sum(cfg: dict) -> dict:
-    """A warp-decode config with the gate/up kernel's other reduction (``lean``, kernels/warp.py
-    ``_gate_up_tile``): the per-step sum where ``cfg`` keeps the tile accumulators, and the other way
-    round, so both forms stay tested whichever a table or default picks."""
-    return {"gate_up": dict(cfg["gate_up"], lean=not cfg["gate_up"].get("lean", False)), "down": cfg["down"]}
-
-
 def run_poisoned(inputs, **kwargs):
     """warpdecode.moe with every buffer it allocates filled with NaN / 2**30 first."""
     with _alloc.poisoned():

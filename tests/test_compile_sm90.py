@@ -11,7 +11,7 @@ kernel's new meta-parameter, or a launcher that passes a different one, is compi
 run, without this file knowing about it.
 
 Beyond "it compiles": the warp-decode kernels do not spill, stream weights in 128-bit loads, and
-map output rows to warps as kernels/warp.py documents; the grouped GEMMs use tensor cores for bf16 and FP8
+map output rows to warps as kernels/warp_pair.py documents; the grouped GEMMs use tensor cores for bf16 and FP8
 activations, and full-precision FMAs (no tf32) for fp32.
 """
 
@@ -25,10 +25,12 @@ import torch
 
 from warpdecode import MoEShape, compiled, configs
 from warpdecode.kernels import expert as kx
-from warpdecode.kernels import warp as kw
+from warpdecode.kernels import warp_grouped as kg
+from warpdecode.kernels import warp_pair as kp
+from warpdecode.kernels import warp_persistent as kf
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-KERNEL_MODULES = (kx, kw)
+KERNEL_MODULES = (kx, kp, kg, kf)
 
 # (scenario id, path, layer shape, T, dtype, options, GPU whose tuned table configs.py reads)
 # The ids name the shape and what the scenario exercises. "no tuned table" gives configs.py's
@@ -44,27 +46,20 @@ SCENARIOS = [
     ("odd-T=1-warp", "warp", ODD, 1, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=1-warp-fused", "warp", QWEN, 1, BF16, dict(schedule="fused"), DEFAULTS),
     ("odd-T=3-warp-fused", "warp", ODD, 3, BF16, dict(schedule="fused"), DEFAULTS),
-    # the knob the tuner may turn (bench/tune.py refine_candidates): the default L2 policy
-    ("odd-T=3-warp-evict-normal", "warp", ODD, 3, BF16, dict(config={
-        "gate_up": {"BLOCK_I": 4, "BLOCK_H": 1024, "num_warps": 2, "num_stages": 3, "evict": ""},
-        "down": {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1, "evict": ""}}), DEFAULTS),
-    # the gate/up kernel's per-step reduction (a tuner candidate, config "lean"), at the tuned
-    # Qwen3-30B T=1 tile: a fraction of the default's registers (test_lean_gate_up_frees_registers)
-    ("qwen3-30b-T=1-warp-lean", "warp", QWEN, 1, BF16, dict(config={
-        "gate_up": {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1, "lean": True},
+    # one warp, one neuron, 1024 columns per step: the gate/up tile's registers
+    # (test_gate_up_tile_fits_32_programs_per_sm)
+    ("qwen3-30b-T=1-warp-1x1024", "warp", QWEN, 1, BF16, dict(config={
+        "gate_up": {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1},
         "down": {"BLOCK_H": 8, "BLOCK_I": 256, "num_warps": 8, "num_stages": 1}}), DEFAULTS),
     # a down tile with more warps than rows, as a config passed by hand: the compiler puts the rest
-    # over K (one expert per warp at one row and eight warps; tuner candidates in sessions 10-11,
-    # measured slower everywhere and dropped)
+    # over K (one expert per warp at one row and eight warps; measured slower everywhere, so not a
+    # tuner candidate)
     ("qwen3-30b-T=1-warp-down-warps-over-K", "warp", QWEN, 1, BF16, dict(config={
-        "gate_up": {"BLOCK_I": 1, "BLOCK_H": 2048, "num_warps": 1, "num_stages": 1, "lean": True},
+        "gate_up": {"BLOCK_I": 1, "BLOCK_H": 2048, "num_warps": 1, "num_stages": 1},
         "down": {"BLOCK_H": 1, "BLOCK_I": 256, "num_warps": 8, "num_stages": 1}}), DEFAULTS),
     ("odd-T=3-warp-down-warps-over-K", "warp", ODD, 3, BF16, dict(config={
         "gate_up": {"BLOCK_I": 4, "BLOCK_H": 1024, "num_warps": 2, "num_stages": 3},
         "down": {"BLOCK_H": 2, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1}}), DEFAULTS),
-    ("qwen3-30b-T=1-warp-tile-accumulators", "warp", QWEN, 1, BF16, dict(config={
-        "gate_up": {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1},
-        "down": {"BLOCK_H": 8, "BLOCK_I": 256, "num_warps": 8, "num_stages": 1}}), DEFAULTS),
     # the grouped schedule (each routed expert's gate/up rows read once for all its tokens), every dtype
     ("mixtral-T=8-warp-grouped", "warp", MIXTRAL, 8, BF16, dict(schedule="grouped"), DEFAULTS),
     ("odd-T=3-warp-grouped", "warp", ODD, 3, BF16, dict(schedule="grouped"), DEFAULTS),
@@ -225,30 +220,21 @@ def test_warp_kernel_does_not_spill(built, name):
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0 and report["stack_frame"] == 0, report
 
 
-def _weight_load_layouts(ttgir: str, job) -> set:
-    """The layouts of a warp-decode kernel's weight loads: the loads marked evict_first, or, where
-    a tuned config turned that hint off (``EVICT=""``), the bf16 loads of the weight tile's rank
-    (gate/up [rows, H columns]; down [rows, K, I columns])."""
-    if job.constexprs.get("EVICT", "evict_first") == "evict_first":
-        return set(re.findall(r"tt\.load .*evictionPolicy = evict_first .*, (#\w+)>", ttgir))
-    rank = 2 if job.name == "warp_gate_up_kernel" else 3
-    return {layout for dims, layout in re.findall(r"tt\.load .*: tensor<((?:\d+x)+)!tt\.ptr<bf16>, (#\w+)>", ttgir)
-            if dims.count("x") == rank}
+def _weight_load_layouts(ttgir: str) -> set:
+    """The layouts of a warp-decode kernel's weight loads: the loads marked evict_first."""
+    return set(re.findall(r"tt\.load .*evictionPolicy = evict_first .*, (#\w+)>", ttgir))
 
 
-EVICT_FIRST = [n for n in PAIR if SPECS[n].constexprs.get("EVICT", "evict_first") == "evict_first"]
-
-
-@pytest.mark.parametrize("name", EVICT_FIRST)
+@pytest.mark.parametrize("name", PAIR)
 def test_warp_kernel_streams_weights_in_128_bit_loads(built, name):
-    """The weight streams are the loads marked evict_first (tl.load's eviction_policy). Kernels
-    tuned without that hint are covered by the layout test below: 8 bf16 per lane, 16 bytes."""
+    """The weight streams are the loads marked evict_first (tl.load's eviction_policy): 8 bf16 per
+    lane, 16 bytes."""
     loads = [ln.strip() for ln in built[name].asm["ptx"].splitlines() if "ld.global" in ln and "evict_first" in ln]
     assert loads, "no evict_first weight load found in the PTX"
     assert {_bits(line) for line in loads} == {128}, loads[:4]
 
 
-@pytest.mark.parametrize("name", EVICT_FIRST)
+@pytest.mark.parametrize("name", PAIR)
 def test_global_loads_sees_every_load(built, name):
     """compiled.global_loads (used by notebooks and benchmarks) counts every global load, the
     cache-hinted form ld.global.L1::evict_first.L2::cache_hint.v4.b32 included."""
@@ -259,7 +245,7 @@ def test_global_loads_sees_every_load(built, name):
 
 @pytest.mark.parametrize("name", PAIR_BF16)
 def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
-    """The weight tile's layout follows the rule kernels/warp.py states: the reduction axis (the
+    """The weight tile's layout follows the rule kernels/warp_pair.py states: the reduction axis (the
     last) goes across the 32 lanes of a warp, 8 bf16 (16 bytes) per lane, so one warp spans 256
     columns; a tile wider than that spreads each row over min(num_warps, columns / 256) warps (the
     row's sum then crosses warps through shared memory), and the remaining warps stack over rows.
@@ -275,7 +261,7 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
                                    3: (c.get("DN_BLOCK_H"), c.get("DN_BLOCK_I"))}}[job.name]
     ttgir = built[name].asm["ttgir"]
     layouts = dict(re.findall(r"^(#\w+) = #ttg\.blocked<\{(.*?)\}>", ttgir, re.M))
-    used = _weight_load_layouts(ttgir, job)
+    used = _weight_load_layouts(ttgir)
     assert used, "no weight load found in the TritonGPU IR"
     ranks = set()
     for layout in used:
@@ -330,16 +316,12 @@ def test_grouped_schedule_covers_every_intermediate_format():
     assert {(BF16, BF16, 3), (FP16, FP32, 1), (FP32, FP32, 1)} <= seen, seen
 
 
-def test_lean_gate_up_frees_registers(built):
-    """What the ``lean`` knob is for, read from ptxas: at the tuned Qwen3-30B T=1 tile (one warp,
-    one neuron, 1024 columns per step) the default [BLOCK_I, BLOCK_H] FP32 accumulators cost about
-    twice the registers of the per-step reduction; an SM holds at most 32 programs, so only the
-    lean kernel fits 32 of these one-warp programs (twice the bytes in flight). Whether that
-    makes it faster is for the tuner to measure on the GPU."""
-    lean = compiled.ptxas_report(built["warp_gate_up_kernel-qwen3-30b-T=1-warp-lean"])["registers"]
-    tile = compiled.ptxas_report(built["warp_gate_up_kernel-qwen3-30b-T=1-warp-tile-accumulators"])["registers"]
-    assert SPECS["warp_gate_up_kernel-qwen3-30b-T=1-warp-lean"].constexprs["LEAN"] is True
-    assert SPECS["warp_gate_up_kernel-qwen3-30b-T=1-warp-tile-accumulators"].constexprs["LEAN"] is False
-    assert lean <= 64 < tile, (lean, tile)  # 64 registers × 32 lanes × 32 programs = the 64 K register file
-    assert compiled.programs_per_sm(built["warp_gate_up_kernel-qwen3-30b-T=1-warp-lean"]) == 32
-    assert compiled.programs_per_sm(built["warp_gate_up_kernel-qwen3-30b-T=1-warp-tile-accumulators"]) == 16
+def test_gate_up_tile_fits_32_programs_per_sm(built):
+    """Why the gate/up tile sums each step across the warp at once (``warp_pair._gate_up_tile``),
+    read from ptxas: at the tuned Qwen3-30B T=1 tile (one warp, one neuron, 1024 columns per step)
+    it needs at most 64 registers per thread, so an SM holds its limit of 32 of these one-warp
+    programs (64 registers × 32 lanes × 32 programs = the 64 K register file). [BLOCK_I, BLOCK_H]
+    FP32 tile accumulators cost about twice that, and half the programs."""
+    name = "warp_gate_up_kernel-qwen3-30b-T=1-warp-1x1024"
+    assert compiled.ptxas_report(built[name])["registers"] <= 64
+    assert compiled.programs_per_sm(built[name]) == 32

@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from moecases import VARIANTS, Case, make_inputs, other_gate_up_sum, resolved, run_poisoned, seed_for, variant_kwargs
+from moecases import VARIANTS, Case, make_inputs, resolved, run_poisoned, seed_for, variant_kwargs
 from test_accuracy import limit
 
 import warpdecode
-from warpdecode import _alloc
-from warpdecode.configs import warp_config
-from warpdecode.warp import moe_warp
 
 pytestmark = pytest.mark.gpu
 
@@ -89,30 +86,15 @@ def _edge_inputs(case: Case):
     return _cases[("edge", case.id)]
 
 
-#: GPU-only variant: warp decode with the gate/up reduction the table did not pick (``lean``
-#: flipped, moecases.other_gate_up_sum), so both forms of the kernel run here on every shape
-OTHER_SUM = "warp-other-sum"
-
-
-def _run(inputs, variant):
-    if variant != OTHER_SUM:
-        return run_poisoned(inputs, **variant_kwargs(variant, DTYPE))
-    x, w13, w2, topk_weights, topk_ids = inputs
-    E, two_i, H = w13.shape
-    cfg = other_gate_up_sum(warp_config(H, two_i // 2, E, topk_ids.shape[1], x.shape[0]))
-    with _alloc.poisoned():
-        return moe_warp(x, w13, w2, topk_weights, topk_ids.to(torch.int32), config=cfg)
-
-
 def _check(inputs, ref, floor, variant):
     x = inputs[0]
     T, H = x.shape
     E, two_i, _ = inputs[1].shape
     K = inputs[4].shape[1]
-    y = _run(inputs, variant)
+    y = run_poisoned(inputs, **variant_kwargs(variant, DTYPE))
     assert y.shape == (T, H) and y.dtype == DTYPE and y.device == x.device
     ratio = warpdecode.rel_error(y, ref) / floor
-    key = "warp" if variant == OTHER_SUM else resolved(variant, T, H, two_i // 2, E, K)
+    key = resolved(variant, T, H, two_i // 2, E, K)
     tol = limit(DTYPE, key, K)
     assert ratio <= tol, f"{variant} ({key}, K={K}): error = {ratio:.3f} × floor > {tol:.3f}"
     if key == "warp":
@@ -121,8 +103,8 @@ def _check(inputs, ref, floor, variant):
 
 
 # one flat list, the method varying fastest, so that the cases sharing inputs run back to back
-PRESET_RUNS = [(p, T, v) for p, T in PRESET_CASES for v in [*VARIANTS, OTHER_SUM]]
-EDGE_RUNS = [(c, v) for c in GPU_EDGES for v in [*VARIANTS, OTHER_SUM]]
+PRESET_RUNS = [(p, T, v) for p, T in PRESET_CASES for v in VARIANTS]
+EDGE_RUNS = [(c, v) for c in GPU_EDGES for v in VARIANTS]
 
 
 @pytest.mark.parametrize("preset,T,variant", PRESET_RUNS, ids=[f"{p}-T={T}-{v}" for p, T, v in PRESET_RUNS])

@@ -8,7 +8,7 @@ import torch
 import warpdecode
 from warpdecode import configs, ladder
 from warpdecode import warp as wp
-from warpdecode.kernels import warp as kw
+from warpdecode.kernels import warp_pair as kp
 
 QWEN = warpdecode.get_preset("qwen3-30b-a3b")
 
@@ -109,11 +109,11 @@ def test_pivot_and_table():
 
 
 def test_source_excerpt():
-    text = ladder.source(kw._down_tile, "acc = tl.zeros", "tl.store(y_ptr")
+    text = ladder.source(kp._down_tile, "acc = tl.zeros", "tl.store(y_ptr")
     assert text.splitlines()[0].split(maxsplit=1)[1].startswith("acc = tl.zeros")
     assert "tl.store(y_ptr" in text.splitlines()[-1]
     with pytest.raises(ValueError):
-        ladder.source(kw.warp_down_kernel, "no such line")
+        ladder.source(kp.warp_down_kernel, "no such line")
 
 
 def test_recorded_jobs_are_the_h200_launches_and_leave_no_trace():

@@ -12,7 +12,9 @@ from moecases import Case, make_inputs, run_poisoned, variant_kwargs
 import warpdecode
 from warpdecode import api, expert, loop, warp
 from warpdecode.kernels import expert as kx
-from warpdecode.kernels import warp as kw
+from warpdecode.kernels import warp_grouped as kg
+from warpdecode.kernels import warp_pair as kp
+from warpdecode.kernels import warp_persistent as kf
 
 BASE = Case("validation", T=3, H=32, I=16, E=5, K=2)
 
@@ -43,7 +45,7 @@ def no_launch(monkeypatch):
     ]:
         for name in names:
             monkeypatch.setattr(mod, name, _Tripwire(f"{mod.__name__}.{name}"))
-    for mod in (kx, kw):
+    for mod in (kx, kp, kg, kf):
         for name in dir(mod):
             if name.endswith("_kernel"):
                 monkeypatch.setattr(mod, name, _Tripwire(f"{mod.__name__}.{name}"))

@@ -203,10 +203,10 @@ def main(argv=None):
     t = sub.add_parser("tune", help="search launch configs on this GPU, write warpdecode/tuned/<GPU>.json")
     t.add_argument("--presets", nargs="+", choices=sorted(PRESETS))
     t.add_argument("--paths", nargs="+", default=["warp", "fused", "grouped", "expert", "expert_swap"],
-                   choices=["warp", "expert", "fused", "grouped", "refine", "expert_swap"],
+                   choices=["warp", "expert", "fused", "grouped", "expert_swap"],
                    help="warp: the two-kernel pair; fused: the persistent warp schedule, against the tuned pair; "
                         "grouped: each routed expert's rows read once for all its tokens, against the tuned pair; "
-                        "refine: the tuned pair's L2 cache policy; expert: the expert path's GEMM tiles; "
+                        "expert: the expert path's GEMM tiles; "
                         "expert_swap: SWAP_AB on the tuned expert tiles")
     t.add_argument("--in-process", action="store_true",
                    help="tune every preset in this process (by default each preset gets a process of its own)")

@@ -33,7 +33,9 @@ from . import _runtime, configs
 from . import expert as _ex
 from . import warp as _wp
 from .kernels import expert as _kx
-from .kernels import warp as _kw
+from .kernels import warp_grouped as _kg
+from .kernels import warp_pair as _kp
+from .kernels import warp_persistent as _kf
 
 _TORCH_TO_TT = {
     torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4nv",
@@ -194,7 +196,7 @@ def _as_on_a_gpu(gpu_name: str, launches: list):
             3, dtype=torch.int32, device="meta")))
         stack.enter_context(mock.patch.object(_wp, "fused_grid", lambda kernel, args, meta, cfg, device: (
             cfg["programs_per_sm"] * 132,)))
-        for mod in (_kx, _kw):
+        for mod in (_kx, _kp, _kg, _kf):
             for name in dir(mod):
                 if name.endswith("_kernel"):
                     stack.enter_context(mock.patch.object(mod, name, _Recorder(getattr(mod, name), launches)))

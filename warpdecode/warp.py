@@ -1,4 +1,6 @@
-"""Rung 4: warp decode, the whole layer in two kernels (see :mod:`warpdecode.kernels.warp`)."""
+"""Rung 4: warp decode, the host side of its three schedules: the two-kernel pair
+(:mod:`warpdecode.kernels.warp_pair`), the grouped pair (:mod:`warpdecode.kernels.warp_grouped`) and
+the persistent kernel (:mod:`warpdecode.kernels.warp_persistent`)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import triton
 
 from . import _alloc, _runtime
 from .configs import default_fused, default_grouped, default_grouped_down, warp_config
-from .kernels import warp as kw
+from .kernels import warp_grouped as kg
+from .kernels import warp_pair as kp
+from .kernels import warp_persistent as kf
 
 #: Warp decode's schedules: two kernels per (token, slot); two kernels per routed expert; one
 #: persistent kernel. A tuned bucket names the one it runs by an entry of that name (see schedule_of).
@@ -31,10 +35,9 @@ def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.
     K = topk_ids.shape[1]
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
-    kw.warp_gate_up_kernel[grid](
+    kp.warp_gate_up_kernel[grid](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL, EVICT=cfg.get("evict", "evict_first"),
-        PAIR_FASTEST=cfg.get("pair_fastest", True), LEAN=cfg.get("lean", False),
+        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return act
@@ -46,17 +49,16 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
     T, K = topk_ids.shape
     y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
     grid = (T * triton.cdiv(H, cfg["BLOCK_H"]),)
-    kw.warp_down_kernel[grid](
+    kp.warp_down_kernel[grid](
         act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], USE_PDL=USE_PDL,
-        EVICT=cfg.get("evict", "evict_first"),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **({"launch_pdl": True} if USE_PDL else {}),
     )
     return y
 
 
 # ---------------------------------------------------------------------------------------------
-# One persistent kernel: both phases, a grid barrier between them (see warpdecode.kernels.warp)
+# One persistent kernel: both phases, a grid barrier between them (see warpdecode.kernels.warp_persistent)
 
 #: Polls of the barrier before a program gives up (about a second): a safety net, never reached
 #: when the grid is sized from the kernel's occupancy.
@@ -146,17 +148,17 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
         units = max(T * K * triton.cdiv(I, gu["BLOCK_I"]), T * triton.cdiv(H, dn["BLOCK_H"]))
         grid = (min(units, 7),)  # a few programs, so the interpreter walks the persistent loops
         for phase in (1, 2):
-            kw.warp_fused_kernel[grid](*args(None), PHASE=phase, **meta)
+            kf.warp_fused_kernel[grid](*args(None), PHASE=phase, **meta)
         return y
 
     launch_args = args(barrier_state(x.device))
-    grid = fused_grid(kw.warp_fused_kernel, launch_args, meta, cfg, x.device)
-    kw.warp_fused_kernel[grid](*launch_args, PHASE=0, **meta)
+    grid = fused_grid(kf.warp_fused_kernel, launch_args, meta, cfg, x.device)
+    kf.warp_fused_kernel[grid](*launch_args, PHASE=0, **meta)
     return y
 
 
 # ---------------------------------------------------------------------------------------------
-# Tokens that share an expert read its rows once (see warpdecode.kernels.warp, "grouped")
+# Tokens that share an expert read its rows once (see warpdecode.kernels.warp_grouped)
 
 #: Tokens per launch of the grouped schedule's kernels: the token axis is the N of their tensor-core
 #: tiles (padded to 16), held in registers and shared memory; more tokens take several launches.
@@ -185,11 +187,11 @@ def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=to
     act = _alloc.empty(terms, T * K, I, dtype=torch.bfloat16 if terms == 3 else act_dtype, device=x.device)
     for t0 in range(0, T, GROUPED_TOKENS):
         n = min(GROUPED_TOKENS, T - t0)
-        kw.warp_gate_up_grouped_kernel[(E * triton.cdiv(I, cfg["BLOCK_I"]),)](
+        kg.warp_gate_up_grouped_kernel[(E * triton.cdiv(I, cfg["BLOCK_I"]),)](
             x[t0:], w13, topk_ids[t0:], topk_weights[t0:], act[:, t0 * K:], H, I, n, E, x.stride(0), w13.stride(0),
             w13.stride(1), act.stride(1), act.stride(0), K=K, K_PAD=triton.next_power_of_2(K),
             T_PAD=GROUPED_TOKENS, TERMS=terms, BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL,
-            EVICT=cfg.get("evict", "evict_first"), WIDEN=_runtime.INTERPRET,
+            WIDEN=_runtime.INTERPRET,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     return act
@@ -211,11 +213,11 @@ def warp_down_grouped(act, w2, topk_ids, cfg: dict, out_dtype) -> torch.Tensor:
     y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
     for c in range(chunks):
         t0, n = c * GROUPED_TOKENS, min(GROUPED_TOKENS, T - c * GROUPED_TOKENS)
-        kw.warp_down_grouped_kernel[(E * blocks,)](
+        kg.warp_down_grouped_kernel[(E * blocks,)](
             act[:, t0 * K:], w2, topk_ids[t0:], y[t0:], scratch[c, :GROUPED_TOKENS * H].view(torch.float32),
             scratch[c, GROUPED_TOKENS * H:], H, I, n, E, act.stride(1), act.stride(0), w2.stride(0), w2.stride(1),
             y.stride(0), K=K, K_PAD=triton.next_power_of_2(K), T_PAD=GROUPED_TOKENS, TERMS=act.shape[0],
-            BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], EVICT=cfg.get("evict", "evict_first"),
+            BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
             WIDEN=_runtime.INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     return y

@@ -25,7 +25,9 @@ from .. import expert as ex
 from .. import warp as wp
 from ..configs import default_grouped_down, shape_key, tuned_file
 from ..kernels import expert as kx
-from ..kernels import warp as kw
+from ..kernels import warp_grouped as kg
+from ..kernels import warp_pair as kp
+from ..kernels import warp_persistent as kf
 from ..presets import MoEShape, get_preset
 from .timing import capture, time_replays
 from .workload import make_inputs, make_layers, num_copies
@@ -43,21 +45,16 @@ def _fits(rows: int, warps: int, columns: int) -> bool:
 
 def warp_candidates(H: int, I: int, K: int):  # noqa: E741
     """gate/up: (rows, warps) with one or two rows per warp, or a row spread over 2–8 warps (the
-    shape of the one-program-per-tile read, ``scripts/read_variants.py``), by column width and
-    pipelining depth; and the per-step reduction (``lean``) of the one-or-two-rows-per-warp tiles.
+    shape of the one-program-per-tile read), by column width and pipelining depth.
     down: the same shapes, keeping the [rows, K, columns] tile at ≤ 256 elements per thread. (Down
-    tiles whose warps outnumber rows × column-warps, which the compiler puts over K, were
-    candidates in sessions 10–11 and were slower everywhere they were timed, up to 10×: every
-    step's sum over K then crosses warps through shared memory; ``down_ladder.csv``.)"""
+    tiles whose warps outnumber rows × column-warps, which the compiler puts over K, are slower
+    everywhere they were timed, up to 10×: every step's sum over K then crosses warps through
+    shared memory; ``down_ladder.csv``.)"""
     rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8),
                   (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)]
     gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
                for (r, w), c, s in itertools.product(rows_warps, [256, 512, 1024, 2048], [1, 3])
                if c <= max(256, triton.next_power_of_2(H)) and _fits(r, w, c)]
-    # the per-step reduction (kernels/warp.py _gate_up_tile, LEAN) where the tile accumulators are
-    # large: one or two rows per warp, 512 columns or more
-    gate_up += [dict(c, lean=True) for c in gate_up
-                if c["BLOCK_H"] >= 512 and c["BLOCK_I"] in (c["num_warps"], 2 * c["num_warps"])]
     k_pad = triton.next_power_of_2(K)
     down = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": 1}
             for (r, w), c in itertools.product(rows_warps, [256, 512, 1024])
@@ -87,7 +84,7 @@ def fused_candidates(H: int, I: int, K: int):  # noqa: E741
 
 
 def grouped_candidates():
-    """The grouped gate/up kernel (kernels/warp.py, "grouped"): 32–128 neurons × 64–256 columns,
+    """The grouped gate/up kernel (kernels/warp_grouped.py): 32–128 neurons × 64–256 columns,
     4 or 8 warps, 2–4 stages of loads in flight (a small GEMM's tiles; the compiler drops what
     does not fit in shared memory)."""
     return [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": st}
@@ -96,7 +93,7 @@ def grouped_candidates():
 
 
 def grouped_down_candidates():
-    """The grouped down kernel (kernels/warp.py, "grouped"): 32–128 hidden outputs × 64–256
+    """The grouped down kernel (kernels/warp_grouped.py): 32–128 hidden outputs × 64–256
     columns, the tiles that won somewhere in ``results/NVIDIA_H200/grouped_down.csv`` and their
     neighbours, 3 or 4 stages."""
     return [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": st}
@@ -157,9 +154,9 @@ def group_m_candidates(T: int, shape: MoEShape, block_m: int):
 # specialization (dims divisible by 16, same K), which puts the binary in Triton's disk cache
 
 
-_KERNEL_OF = {"warp_gate_up": kw.warp_gate_up_kernel, "warp_down": kw.warp_down_kernel,
-              "warp_fused": kw.warp_fused_kernel,
-              "grouped_gate_up": kw.warp_gate_up_grouped_kernel, "grouped_down": kw.warp_down_grouped_kernel,
+_KERNEL_OF = {"warp_gate_up": kp.warp_gate_up_kernel, "warp_down": kp.warp_down_kernel,
+              "warp_fused": kf.warp_fused_kernel,
+              "grouped_gate_up": kg.warp_gate_up_grouped_kernel, "grouped_down": kg.warp_down_grouped_kernel,
               "gate_up": kx.grouped_gate_up_kernel, "down": kx.grouped_down_kernel}
 
 
@@ -370,34 +367,6 @@ def keep_schedules(old_buckets, new_buckets, retuned=()):
     return out
 
 
-def refine_candidates(cfg: dict):
-    """The tuned pair, and the same pair with the weight loads' default L2 policy instead of
-    evict_first (a clear win on Mixtral at T=1, results/NVIDIA_H200/warp_variants.csv)."""
-    base = {"gate_up": dict(cfg["gate_up"]), "down": dict(cfg["down"])}
-    return [base, {"gate_up": dict(base["gate_up"], evict=""), "down": dict(base["down"], evict="")}]
-
-
-def tune_refine(shape: MoEShape, buckets, reps: int = 30, log=print):
-    """Each bucket's pair against :func:`refine_candidates`; a knob is kept where it is at least
-    1 % faster. The bucket's other entries (``fused``, ``measured_us``) are left as they are."""
-    L, w13s, w2s = _layer_copies(shape)
-    out = []
-    for T, cfg in buckets:
-        xs, ids, tws = _warp_inputs(shape, T, L)
-        timed = [(_time(_over_layers(partial(_warp_pair, c_gu=c["gate_up"], c_dn=c["down"]), xs, w13s, w2s, ids,
-                                     tws), reps), c) for c in refine_candidates(cfg)]
-        t_base = timed[0][0]
-        t_best, best = _best(timed)
-        if t_best > 0.99 * t_base:
-            t_best, best = t_base, timed[0][1]
-        knobs = {k: v for k, v in {**best["gate_up"], **best["down"]}.items() if k == "evict"}
-        log(f"warp {shape.name} T={T}: pair {t_base / L:.2f} us; refined {t_best / L:.2f} us {knobs}")
-        out.append([T, {**cfg, "gate_up": best["gate_up"], "down": best["down"]}])
-    w13s = w2s = None
-    torch.cuda.empty_cache()
-    return out
-
-
 def _time_tiles(gemm: str, block_m: int, fn, columns, tiles, reps: int, dropped):
     """[(µs over the layer copies, tile)] of one expert GEMM ``fn(*row, cfg=tile)`` for each tile
     the precompile kept."""
@@ -456,8 +425,8 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, 
     GEMM or both (the whole path timed, at the bucket's T). The forms are timed in ``rounds``
     alternated rounds (every form once per round), and a form replaces the plain tiles only where
     it is at least 1 % faster in every round; of those, the fastest over the rounds. (One timing
-    per form flipped a choice within a machine's noise: session 12 timed the plain tiles at
-    Qwen3-30B T=8 5 % slower than session 11 had, the swapped ones the same.) Run after ``expert``,
+    per form can flip a choice within a machine's noise: two runs on one H200 timed the plain tiles
+    at Qwen3-30B T=8 5 % apart, the swapped ones the same.) Run after ``expert``,
     which tunes plain tiles (and so drops these choices)."""
     L, w13s, w2s = _layer_copies(shape)
     out = []
@@ -520,8 +489,6 @@ def tune(preset_names: list[str], *, paths=("warp", "fused", "grouped", "expert"
             table["warp"][key] = tune_fused(shape, table["warp"][key], dropped=dropped, log=log)
         if "grouped" in paths:  # one read of each routed expert's gate/up rows, against the tuned pair
             table["warp"][key] = tune_grouped(shape, table["warp"][key], dropped=dropped, log=log)
-        if "refine" in paths:  # the cache policy on top of the tuned pair
-            table["warp"][key] = tune_refine(shape, table["warp"][key], log=log)
         if "expert" in paths:
             table.setdefault("expert", {})[key] = tune_expert(shape, dropped=dropped, log=log)
         if "expert_swap" in paths:  # SWAP_AB on top of the tuned expert tiles

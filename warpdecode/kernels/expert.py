@@ -1,5 +1,24 @@
 """The expert-centric path's kernels, in the vocabulary of vLLM's ``fused_moe``.
 
+    align    sorted_token_ids = the T·K pairs grouped by expert, each run padded to BLOCK_M; expert_ids per block
+    gather   A[r]    = x[sorted_token_ids[r] // K]                           (fused into gate/up's loads by default)
+    quant    A[r]    = e4m3(A[r] / s_r), one power-of-two s_r per 1×128 block (optional)
+    gate/up  ∥(m, n): h[r, n] = silu(A[r]·Wg[e_m, n]) · (A[r]·Wu[e_m, n]), r in block m, rounded
+    down     ∥(m, n): o[r, n] = w[r] · (h[r]·W2[e_m, n]), rounded
+    scatter  O[sorted_token_ids[r]] = o[r]                                   (fused into down's stores by default)
+    combine  y[t]    = Σ_j O[tK + j], one rounding per add
+
+Byte ledger of one call (bf16, B = blocks of BLOCK_M rows in use, each naming one expert; EM rows):
+  align    reads T·K·4 B per program;  writes EM·4 B + EM/BLOCK_M·4 B
+  gate/up  reads B·2I·H·2 B of weight tiles (an expert's rows once per block of its rows; GROUP_M
+           orders the blocks so a second read comes from L2), the rows' activations (H·2 B each);
+           writes EM·I·2 B of h (padding rows are not written)
+  down     reads B·H·I·2 B of weight tiles, EM·I·2 B of h;  writes T·K·H·2 B (scattered to pair order)
+  combine  reads T·K·H·2 B;  writes T·H·2 B
+  minimum  the U distinct routed experts' rows once, U·3·I·H·2 B; B = U while every expert's pairs fit
+           in one block (decode). The intermediate and the per-pair outputs round-trip through HBM,
+           which warp decode does not do (``warp_pair.py``).
+
 Index arrays (all int32, on the device)
 ---------------------------------------
 topk_ids            (T, K)       expert of each (token, slot) pair; pair p = t*K + j
@@ -53,8 +72,8 @@ def moe_align_kernel(
     BLOCK_C × BLOCK_C comparison), and labels and pads its share of the blocks, writing the
     sentinel only on rows no pair lands on, so no two programs ever write the same row. vLLM
     places the pairs with atomic adds on per-expert cursors (in one block for small batches, then a
-    grid of blocks), so the order inside a run is free there; here it is fixed. The one-program
-    kernel with atomic adds this replaced took 1.2-2.0x as long at T = 1 and 2.3-5.4x at 2048
+    grid of blocks), so the order inside a run is free there; here it is fixed. A one-program
+    kernel with atomic adds takes 1.2-2.0x as long at T = 1 and 2.3-5.4x at 2048
     pairs (Mixtral's 512 pairs over 8 experts: the same time; ``scripts/align_variants.py``,
     ``results/NVIDIA_H200/align_variants.csv``). Every program counts all the pairs, so the work
     grows as pairs² / BLOCK_C: the launcher widens BLOCK_C past 2048 pairs."""

@@ -1,0 +1,191 @@
+"""Warp decode's grouped schedule: tokens that share an expert read its rows once (schedule ``"grouped"``).
+
+    ∥(e, i-block), one program: for every token t routed to e (hit[t]: e ∈ topk_ids[t]),
+        a[t, i] = w_te · silu(Wg[e, i]·x[t]) · (Wu[e, i]·x[t])      a [BLOCK_I, H] × [H, T_PAD] tensor-core product
+    ∥(e, h-block), one program: s[t, h] += W2[e, h]·a[t]             FP32 atomic adds into a scratch
+        the last of the block's E programs: y[t, h] = s[t, h]         rounded once
+
+w_te is t's routing weight for e (both slots' summed, should its top-K name e twice), a the row of
+t's first slot routed to e, as three bf16 terms whose sum is the FP32 value exactly.
+
+Byte ledger of one launch of ≤ T_PAD tokens (bf16 weights, U distinct experts routed):
+  gate/up  reads  U·2I·H·2 B of weight rows, once; x (T·H·2 B) by every program, from L2; topk_ids and
+                  weights by every program (T·K·8 B, L2); writes ≤ T·K·I·6 B of a (three bf16 terms)
+  down     reads  U·H·I·2 B of weight rows, once; ≤ T·K·I·6 B of a; adds T_PAD·H·4 B per routed expert
+                  into the FP32 scratch (L2 atomics), reads it back once (T·H·4 B); writes T·H·2 B of y
+  minimum  U·3·I·H·2 B: what this schedule reads of the weights. Past T_PAD tokens each launch reads
+           its experts' rows again.
+
+The pair kernels (``warp_pair.py``) read an expert's rows once per (token, slot) routed to it.
+While T·K is well under E that is once per expert, but once tokens share experts (Mixtral's 8
+experts at any T > 1) the rows are read again for every token (from L2 at best). The grouped
+schedule's two kernels give each program one expert's rows and every token: the token axis becomes
+the N of a small matrix product on the tensor cores (padded to 16), tokens not routed to the expert
+are masked out, and the rows are read once. Still no sort, no padding of the weights' side, no
+gather or scatter pass: a program finds the tokens routed to its expert by comparing topk_ids
+with it.
+
+- gate/up: bf16 x times bf16 weights (exact products, FP32 sums), SiLU·up and the routing
+  weight applied in registers, and the FP32 result stored as three bf16 terms whose sum is it
+  exactly (8 + 8 + 8 significand bits): the down kernel's tensor cores take them as they are.
+- down: a program owns one expert's w2 rows for a block of hidden outputs and multiplies them by
+  the three terms (every product exact, every sum FP32). The sum over experts goes through an
+  FP32 scratch in global memory (atomic adds); the last of a block's E programs to arrive rounds
+  the block's sums to y, once. With K > 2 the order of those FP32 additions varies from run to
+  run, so the last bit of y may too. (A down kernel that walks every expert for a block of
+  outputs, and one that splits the FP32 intermediate itself at every step, both measure slower.)
+
+The tensor cores' work grows with the padded token count times the experts hit, not with T·K:
+the schedule is for small T where tokens share experts; the tuner decides where it wins.
+Weight loads are ``evict_first``, as in the pair: each weight byte is read once per launch.
+"""
+
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
+
+
+@triton.jit
+def _mma(a, b, acc, WIDEN: tl.constexpr):
+    """acc + a @ b with FP32 sums. 16-bit operands go to the tensor cores as they are (their products
+    are exact in FP32); FP32 operands, operands of two dtypes, and every operand where ``WIDEN``
+    (the CPU interpreter, whose 16-bit dot multiplies raw bits), are multiplied in FP32, not tf32."""
+    if WIDEN or a.dtype == tl.float32 or a.dtype != b.dtype:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:  # (Triton compiles the statements after a constexpr-true branch's return too)
+        out = tl.dot(a, b, acc)
+    return out
+
+
+@triton.jit
+def _routed(topk_ids_ptr, T, e, K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr):
+    """[T_PAD, K_PAD] mask of the (token, slot) pairs routed to expert e (slots past K, tokens past T: never)."""
+    offs_t = tl.arange(0, T_PAD)
+    offs_k = tl.arange(0, K_PAD)
+    mask = (offs_t < T)[:, None] & (offs_k < K)[None, :]
+    ids = tl.load(topk_ids_ptr + offs_t[:, None] * K + offs_k[None, :], mask=mask, other=-1)
+    return ids == e
+
+
+@triton.jit
+def _first_rows(hit, K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr):
+    """For each token, the intermediate's row the grouped kernels use for this program's expert:
+    that of its first slot routed there (a second slot naming the expert again shares it), and
+    whether the token is routed there at all."""
+    slot = tl.min(tl.where(hit, tl.arange(0, K_PAD)[None, :], K_PAD), axis=1)
+    routed = slot < K
+    return tl.arange(0, T_PAD) * K + tl.where(routed, slot, 0), routed
+
+
+@triton.jit(do_not_specialize=["T", "E"])
+def warp_gate_up_grouped_kernel(
+    x_ptr,  # (T, H) compute dtype
+    w13_ptr,  # (E, 2I, H) compute dtype
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_weights_ptr,  # (T, K) fp32
+    act_ptr,  # (TERMS, T*K, I): the weighted silu(gate)·up, in the row of each token's first slot of e
+    H, I, T, E,
+    stride_xt, stride_we, stride_wr, stride_at, stride_term,
+    K: tl.constexpr, K_PAD: tl.constexpr,
+    T_PAD: tl.constexpr,  # ≥ T, a power of two ≥ 16 (the smallest N of a tensor-core product)
+    TERMS: tl.constexpr,  # 3: FP32 values as three exact bf16 terms; 1: values in act's dtype
+    BLOCK_I: tl.constexpr,  # neurons per program (≥ 16)
+    BLOCK_H: tl.constexpr,  # columns of H per step
+    USE_PDL: tl.constexpr,
+    WIDEN: tl.constexpr,  # multiply in FP32 (the CPU interpreter, see _mma)
+):
+    """Neurons [pid_i·BLOCK_I, +BLOCK_I) of expert e for every token routed to e; the expert varies
+    fastest, so a program whose expert no token chose exits at once. A token whose top-K names e
+    twice gets the sum of both weights in its first slot's row (the down kernel reads that one)."""
+    if USE_PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    e = pid % E
+    pid_i = pid // E
+    hit = _routed(topk_ids_ptr, T, e, K, K_PAD, T_PAD)
+    if tl.sum(hit.to(tl.int32)) > 0:
+        offs_t = tl.arange(0, T_PAD)
+        offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+        mask_i = offs_i < I
+        offs_h = tl.arange(0, BLOCK_H)
+        gate_ptrs = w13_ptr + e.to(tl.int64) * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
+        up_ptrs = gate_ptrs + I * stride_wr
+        x_ptrs = x_ptr + offs_t[None, :].to(tl.int64) * stride_xt + offs_h[:, None]  # [BLOCK_H, T_PAD]: x transposed
+        acc_g = tl.zeros([BLOCK_I, T_PAD], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_I, T_PAD], dtype=tl.float32)
+        for h0 in range(0, H, BLOCK_H):
+            mask_h = (h0 + offs_h) < H
+            xv = tl.load(x_ptrs + h0, mask=mask_h[:, None] & (offs_t < T)[None, :], other=0.0)
+            mask_w = mask_i[:, None] & mask_h[None, :]
+            g = tl.load(gate_ptrs + h0, mask=mask_w, other=0.0, eviction_policy="evict_first")
+            u = tl.load(up_ptrs + h0, mask=mask_w, other=0.0, eviction_policy="evict_first")
+            # one read of the rows, every token's dot product (16-bit products are exact in FP32)
+            acc_g = _mma(g, xv, acc_g, WIDEN)
+            acc_u = _mma(u, xv, acc_u, WIDEN)
+        # each token's routing weights for e, summed should its top-K name e twice
+        mask_tk = (offs_t < T)[:, None] & (tl.arange(0, K_PAD) < K)[None, :]
+        rw = tl.load(topk_weights_ptr + offs_t[:, None] * K + tl.arange(0, K_PAD)[None, :], mask=mask_tk, other=0.0)
+        a = acc_g * tl.sigmoid(acc_g) * acc_u * tl.sum(tl.where(hit, rw, 0.0), axis=1)[None, :]  # weighted SiLU(g)·u
+        rows, routed = _first_rows(hit, K, K_PAD, T_PAD)
+        ptrs = act_ptr + rows[None, :].to(tl.int64) * stride_at + offs_i[:, None]
+        mask = mask_i[:, None] & routed[None, :]
+        if TERMS == 3:  # hi + mid + lo == a exactly: 8 + 8 + 8 significand bits of FP32's 24
+            hi = a.to(tl.bfloat16)
+            rest = a - hi.to(tl.float32)
+            mid = rest.to(tl.bfloat16)
+            tl.store(ptrs, hi, mask=mask)
+            tl.store(ptrs + stride_term, mid, mask=mask)
+            tl.store(ptrs + 2 * stride_term, (rest - mid.to(tl.float32)).to(tl.bfloat16), mask=mask)
+        else:
+            tl.store(ptrs, a.to(act_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["T", "E"])
+def warp_down_grouped_kernel(
+    act_ptr,  # (TERMS, T*K, I) from warp_gate_up_grouped_kernel, the routing weight in it
+    w2_ptr,  # (E, H, I) compute dtype
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    y_ptr,  # (T, H) compute dtype
+    sums_ptr,  # (T_PAD, H) fp32, zero on entry: every expert's share of y
+    arrived_ptr,  # (cdiv(H, BLOCK_H),) int32, zero on entry: programs done per block of outputs
+    H, I, T, E,
+    stride_at, stride_term, stride_we, stride_wr, stride_yt,
+    K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr,
+    TERMS: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # hidden outputs per program (the M of the product)
+    BLOCK_I: tl.constexpr,  # columns of I per step
+    WIDEN: tl.constexpr,
+):
+    """Hidden outputs [pid_h·BLOCK_H, +BLOCK_H) of expert e's share of y for every token routed to
+    e, added into ``sums``; the E-th program of the block to finish rounds the block to y. The
+    expert varies fastest, so the programs of one block of outputs run side by side."""
+    pid = tl.program_id(0)
+    e = pid % E
+    pid_h = pid // E
+    offs_t = tl.arange(0, T_PAD)
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < H
+    s_ptrs = sums_ptr + offs_t[None, :] * H + offs_h[:, None]  # [BLOCK_H, T_PAD]
+    hit = _routed(topk_ids_ptr, T, e, K, K_PAD, T_PAD)
+    if tl.sum(hit.to(tl.int32)) > 0:
+        rows, routed = _first_rows(hit, K, K_PAD, T_PAD)
+        offs_i = tl.arange(0, BLOCK_I)
+        w_ptrs = w2_ptr + e.to(tl.int64) * stride_we + offs_h[:, None].to(tl.int64) * stride_wr + offs_i[None, :]
+        a_ptrs = act_ptr + rows[None, :].to(tl.int64) * stride_at + offs_i[:, None]  # [BLOCK_I, T_PAD]
+        acc = tl.zeros([BLOCK_H, T_PAD], dtype=tl.float32)
+        for i0 in range(0, I, BLOCK_I):
+            mask_i = (i0 + offs_i) < I
+            mask_a = mask_i[:, None] & routed[None, :]
+            w = tl.load(w_ptrs + i0, mask=mask_h[:, None] & mask_i[None, :], other=0.0, eviction_policy="evict_first")
+            for term in tl.static_range(TERMS):
+                acc = _mma(w, tl.load(a_ptrs + term * stride_term + i0, mask=mask_a, other=0.0), acc, WIDEN)
+        tl.atomic_add(s_ptrs, acc, mask=mask_h[:, None] & routed[None, :], sem="relaxed", scope="gpu")
+    tl.debug_barrier()  # every warp of this program has issued its adds
+    if tl.atomic_add(arrived_ptr + pid_h, 1, sem="acq_rel", scope="gpu") == E - 1:
+        # the last program of this block of outputs: every expert's adds are visible. Read them
+        # where the atomics made them (L2: an atomic add of zero; L1 is not coherent)
+        mask = mask_h[:, None] & (offs_t < T)[None, :]
+        sums = tl.atomic_add(s_ptrs, tl.zeros([BLOCK_H, T_PAD], dtype=tl.float32), mask=mask, sem="relaxed",
+                             scope="gpu")
+        y_ptrs = y_ptr + offs_t[None, :].to(tl.int64) * stride_yt + offs_h[:, None]
+        tl.store(y_ptrs, sums.to(y_ptr.dtype.element_ty), mask=mask)

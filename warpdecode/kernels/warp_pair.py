@@ -1,0 +1,233 @@
+"""Warp decode: the whole MoE layer in two kernels, parallel over outputs instead of experts.
+
+    ∥(t, j, i), one warp: a[tK+j, i] = silu(Wg[e_tj, i]·x[t]) · (Wu[e_tj, i]·x[t])    reads 2·T·K·I·H·2 B
+    ∥(t, h),    one warp: y[t, h]    = Σ_j w[t, j] · (W2[e_tj, h]·a[tK+j])              reads T·K·H·I·2 B
+
+e_tj = topk_ids[t, j], w = topk_weights; bf16 weights, every sum in FP32, y rounded once.
+
+Byte ledger of one call with T tokens (bf16 weights and x, FP32 intermediate a):
+  gate/up  reads  T·K·2I·H·2 B of weight rows, T·H·2 B of x (each program re-reads its token's row from L2),
+                  T·K·4 B of topk_ids;  writes T·K·I·4 B of a
+  down     reads  T·K·H·I·2 B of weight rows, T·K·I·4 B of a (per program, from L2), T·K·8 B of routing;
+                  writes T·H·2 B of y
+  minimum  the rows of the U distinct experts the T·K pairs name, once: U·3·I·H·2 B (plus x, y and the
+           routing). At T = 1, U = K: the pair reads exactly that. Past T = 1, pairs that share an
+           expert ask for its rows again; the grid order below serves those from L2 where it can.
+
+Kernel 1, gate/up: one warp owns one intermediate neuron i of one (token t, slot j) pair,
+e = topk_ids[t, j]. It streams that neuron's gate row w13[e, i, :] and up row w13[e, I + i, :]
+across H, reads the activation x[t, :] once for both, accumulates both dot products in FP32,
+reduces across the warp, and writes silu(g)·u. No sort, no padding, no gather.
+
+Kernel 2, down: one warp owns one hidden output h of one token t. It streams the rows
+w2[e, h, :] of the token's K routed experts across I, multiplies them by the FP32 intermediate
+with the routing weight folded in, sums over the K experts and over I in FP32 registers, and
+stores y[t, h] once. The top-K combine is gone: it is a sum over one axis of the tile.
+
+How "one warp per output" is written in Triton
+----------------------------------------------
+Triton programs are CTAs, not warps. A program here owns a [BLOCK_R, BLOCK_C] tile: BLOCK_R
+output rows (neurons, or hidden outputs) by BLOCK_C columns of the reduction axis, and runs
+with ``num_warps`` warps. Triton lays the tile out with sizePerThread [1, 8] × threadsPerWarp
+[1, 32]: each lane holds 8 consecutive bf16 (one 16-byte load) of a row, so one warp spans 256
+columns. With BLOCK_C = 256 (or one warp), warpsPerCTA is [num_warps, 1]: the warps stack over
+rows, each output row belongs to exactly one warp, and ``tl.sum(acc, axis=1)`` is a pure
+warp-shuffle reduction — literally one warp per output (BLOCK_R = 2·num_warps gives each warp
+two outputs: two independent load streams, more bytes in flight). A wider tile spreads each row
+over min(num_warps, BLOCK_C / 256) warps, and the row's sum crosses them through a few bytes of
+shared memory; the tuner picks that for some shapes, where more loads in flight per row beat the
+extra step. In the down kernel's [rows, K, columns] tile, warps left over once every row has its
+warps go over the K experts (at one row and eight warps, one expert per warp), and the combine over
+K then crosses warps too. ``tests/test_compile_sm90.py`` checks this rule on every tuned config; notebook 4
+prints the layouts (``warpdecode.compiled.layouts``).
+
+Every weight load is ``evict_first``: each weight byte is read once per call, so it streams past
+L2 and leaves L2 to the intermediate and to rows that tokens share.
+
+Overlapping the two kernels (programmatic dependent launch, sm_90+)
+-------------------------------------------------------------------
+At T=1 each kernel moves only tens of MB, so its ramp-up and its last, half-empty wave cost as
+much as a fifth of its time. With ``USE_PDL`` the gate/up kernel lets the down kernel launch as
+soon as all of its own programs have started (``gdc_launch_dependents``); the down kernel then
+streams its w2 rows, which do not depend on kernel 1, and only waits (``gdc_wait``: kernel 1
+complete, its stores visible) before it touches the intermediate. The down kernel's weight stream
+fills the gate/up kernel's tail. (``warp_persistent.py`` runs both phases in one launch instead.)
+
+Token-dependent sizes (T, T*K) are not specialized, so one compiled kernel serves every T.
+
+Grid order: the pair (or token) index varies fastest, so the programs that run side by side
+work on the same rows of different tokens; tokens that share an expert then read its rows from
+L2 instead of HBM.
+"""
+
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+# ---------------------------------------------------------------------------------------------
+# The two tiles both kernels (and warp_persistent.py's) are made of
+
+
+@triton.jit
+def _gate_up_tile(
+    x_ptr, w13_ptr, topk_ids_ptr, act_ptr,
+    H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+    pair,  # which (token, slot): t = pair // K
+    pid_i,  # which block of BLOCK_I neurons
+    BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    """silu(gate)·up of neurons [pid_i·BLOCK_I, +BLOCK_I) of one (token, slot) pair.
+
+    The accumulators are one FP32 number per row: each step's products are summed across the warp
+    at once (five shuffles per row and step). Two [BLOCK_I, BLOCK_H] FP32 tile accumulators, summed
+    once at the end, would take per lane twice as many registers as the bf16 weights it loads each
+    step, which caps how many programs, and so how many bytes in flight, an SM holds; here the
+    registers go to loads in flight instead."""
+    t = pair // K
+    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = offs_i < I
+    offs_h = tl.arange(0, BLOCK_H)
+
+    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
+    up_ptrs = gate_ptrs + I * stride_wr
+    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
+
+    acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        mask_h = (h0 + offs_h) < H
+        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
+        mask = mask_i[:, None] & mask_h[None, :]
+        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        acc_g += tl.sum(g.to(tl.float32) * xv[None, :], axis=1)  # warp-shuffle reduction: one warp, one row
+        acc_u += tl.sum(u.to(tl.float32) * xv[None, :], axis=1)
+
+    a = acc_g * tl.sigmoid(acc_g) * acc_u  # SiLU(g)·u in registers
+    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
+
+
+@triton.jit
+def _down_chunk(
+    w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr,
+    t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+):
+    """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs: a [BLOCK_H, K_PAD, BLOCK_I] tile
+    (rows of hidden outputs × the token's K routed experts × columns). Rows past H, slots past K
+    and columns past I load zeros, so a program with no rows left loads nothing."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+    w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
+              + offs_i[None, None, :])
+    mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
+    return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _down_tile(
+    act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr,
+    H, I, stride_at, stride_we, stride_wr, stride_yt,
+    t, pid_h,
+    wv,  # the first chunk, _down_chunk(..., i0=0), loaded by the caller (early, if it can)
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+    ACT_CACHE: tl.constexpr,  # "" or ".cg": read the intermediate from L2, past this SM's L1
+):
+    """y[t, rows] = Σ_j topk_weights[t, j] · w2[e_j, rows, :] · act[t·K + j, :]. Rows go to warps,
+    K stays inside each thread (unless there are more warps than rows: then the rest go over K),
+    columns go across a warp's lanes: summing over axis 1 is the top-K combine, in registers;
+    summing over axis 2 is the dot product, across the warp."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
+    offs_i = tl.arange(0, BLOCK_I)
+    rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
+    a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
+
+    acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+    for i0 in range(0, I, BLOCK_I):
+        if i0 > 0:
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
+                             K, K_PAD, BLOCK_H, BLOCK_I)
+        mask_i = (i0 + offs_i) < I
+        a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0,
+                    cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
+        acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
+
+    y = tl.sum(acc, axis=1)  # the dot product, across the warp
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two kernels
+
+
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
+def warp_gate_up_kernel(
+    # pointers
+    x_ptr,  # (T, H) compute dtype
+    w13_ptr,  # (E, 2I, H) compute dtype: gate rows [0, I), up rows [I, 2I)
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    act_ptr,  # (T*K, I) fp32 or compute dtype: silu(gate) * up per (token, slot)
+    # sizes
+    H,
+    I,
+    NUM_PAIRS,  # T * K
+    K,
+    # strides (elements)
+    stride_xt,
+    stride_we,
+    stride_wr,
+    stride_at,
+    # meta
+    BLOCK_I: tl.constexpr,  # neurons per program (rows of the tile)
+    BLOCK_H: tl.constexpr,  # columns of H per step
+    USE_PDL: tl.constexpr,  # let the down kernel launch early (GPU only)
+):
+    if USE_PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    # the pair fastest: programs side by side read the same neuron rows of every pair (shared experts: L2)
+    pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
+    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+                  pair, pid_i, BLOCK_I, BLOCK_H)
+
+
+@triton.jit(do_not_specialize=["T"])
+def warp_down_kernel(
+    # pointers
+    act_ptr,  # (T*K, I) fp32 or compute dtype, from warp_gate_up_kernel
+    w2_ptr,  # (E, H, I) compute dtype
+    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_weights_ptr,  # (T, K) fp32
+    y_ptr,  # (T, H) compute dtype
+    # sizes
+    H,
+    I,
+    T,
+    # strides (elements)
+    stride_at,
+    stride_we,
+    stride_wr,
+    stride_yt,
+    # meta
+    K: tl.constexpr,
+    K_PAD: tl.constexpr,  # next power of two ≥ K
+    BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
+    BLOCK_I: tl.constexpr,  # columns of I per step
+    USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
+):
+    pid = tl.program_id(0)
+    t = pid % T  # fastest: tokens side by side share w2 rows of common experts
+    pid_h = pid // T
+    # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I)
+    if USE_PDL:
+        gdc_wait()  # kernel 1 has finished and its intermediate is visible
+    _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
+               stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "")
