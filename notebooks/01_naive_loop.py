@@ -29,7 +29,7 @@
 # Run it (from the repository root, after `pip install -e ".[notebooks]"`):
 #
 # ```bash
-# python scripts/run_notebooks.py notebooks/01_naive_loop.ipynb
+# python tools/run_notebooks.py notebooks/01_naive_loop.ipynb
 # ```
 #
 # On a CUDA GPU it runs the Qwen3-30B-A3B layer; without one, every kernel runs in Triton's CPU
@@ -155,7 +155,7 @@ print("T=1 bytes agree with speed.csv for", len(rows), "presets")
 
 # %% [markdown]
 # The time those bytes take is set by the bandwidth a streaming read actually reaches, which is
-# below the datasheet: the harness measures it with a Triton kernel reading 4 GB
+# below the datasheet: the harness measures it with a Triton kernel streaming a buffer of gigabytes
 # (`warpdecode.bench.timing.read_ceiling`). On a GPU this cell measures it now; on the CPU it takes
 # the H200's value recorded in `results/NVIDIA_H200/ceiling.csv`.
 
@@ -221,7 +221,7 @@ print("one expert's ops:", launching[first:launching.index("index_add_") + 1])
 assert len(syncs) == 1 + hit  # unique once, nonzero per expert
 
 # %% [markdown]
-# On the GPU, the harness times the loop (eagerly, since a graph cannot capture a host sync) next to
+# On the GPU, the harness times the loop (eagerly: a graph cannot capture a host sync) next to
 # the two paths of the later rungs, each over several copies of the layer so no call finds its
 # weights in L2 (`warpdecode.bench.sweep.speed`). On the CPU, the cell shows the rows measured on
 # the H200.
@@ -242,12 +242,13 @@ else:
     print(f"measured on {ladder.RESULTS_GPU} (results/NVIDIA_H200/speed.csv):")
     print(ladder.table(timed, cols))
     loop_t1 = next(r for r in timed if r["T"] == "1" and r["method"] == "loop")
-print(f"\nthe loop at T=1 reaches {100 * float(loop_t1['frac_ceiling']):.1f}% of the read ceiling")
+print(f"\nthe loop at T=1 takes {float(loop_t1['median_us']):.0f} µs for bytes that need "
+      f"{float(loop_t1['floor_us']):.1f} µs: {100 * float(loop_t1['frac_ceiling']):.1f}% of the read ceiling")
 assert float(loop_t1["frac_ceiling"]) < 0.2
 
 # %% [markdown]
-# On the H200 the loop takes over a millisecond for a step whose bytes need 17 µs: it spends its
-# time launching and waiting, not reading. The next rung removes the syncs and most launches by
-# running the same computation *expert-centric*, the way vLLM, TensorRT-LLM and Hugging Face's
-# `grouped_mm` do: sort the (token, expert) pairs by expert once, then run every expert in one
-# grouped GEMM launch.
+# On the H200 the loop takes orders of magnitude longer than its bytes need (the last line above): it
+# spends its time launching and waiting, not reading. The next rung
+# ([02_expert_centric](02_expert_centric.ipynb)) removes the syncs and most launches by running the
+# same computation *expert-centric*, the way vLLM, TensorRT-LLM and Hugging Face's `grouped_mm` do:
+# sort the (token, expert) pairs by expert once, then run every expert in one grouped GEMM launch.

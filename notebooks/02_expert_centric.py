@@ -29,7 +29,7 @@
 # decode (rung 4) deletes.
 #
 # ```bash
-# python scripts/run_notebooks.py notebooks/02_expert_centric.ipynb
+# python tools/run_notebooks.py notebooks/02_expert_centric.ipynb
 # ```
 #
 # The stage-by-stage walk-through runs the same small example on every device (the `tiny` layer
@@ -290,8 +290,8 @@ assert data_us > 0.25 * sum(h200.values())  # ...more than a quarter of the time
 # %% [markdown]
 # Each data-moving stage takes several µs on the H200 for a few hundred KB: that is a launch and a
 # kernel's ramp-up, not bandwidth. As T grows the GEMMs' bytes grow with the distinct experts and the
-# fixed costs fade; at T = 1 they are a third of the step. Fusing gather and scatter into the GEMMs,
-# as vLLM does, removes two of those launches; align and combine stay.
+# fixed costs fade; at T = 1 they are a large share of the step (printed below). Fusing gather and
+# scatter into the GEMMs, as vLLM does, removes two of those launches; align and combine stay.
 #
 # ![Expert-centric stages at each T, NVIDIA H200](../figures/stage_breakdown.png)
 #
@@ -308,7 +308,9 @@ print(ladder.table(by_t))
 for t in ("1", "256"):
     tot = sum(float(r["median_us"]) for r in st_rows if r["T"] == t)
     data_t = sum(float(r["median_us"]) for r in st_rows if r["T"] == t and r["stage"] in moves_data)
-    print(f"T={t}: data-moving stages {data_t:.1f} of {tot:.1f} µs ({data_t / tot:.0%})")
+    gemm_t = sum(float(r["median_us"]) for r in st_rows if r["T"] == t and "GEMM" in r["stage"])
+    print(f"T={t}: data-moving stages {data_t:.1f} of {tot:.1f} µs ({data_t / tot:.0%}), "
+          f"the two GEMMs {gemm_t:.1f} µs ({gemm_t / tot:.0%})")
 
 # %% [markdown]
 # On a GPU, the harness re-measures the stages here (`warpdecode.bench.sweep.stages`: each stage
@@ -326,7 +328,8 @@ else:
     print("no GPU: nothing to time here; the table above is the H200's")
 
 # %% [markdown]
-# The expert-centric path is what a batch needs: at T = 256 the two GEMMs are over 80% of its time and
-# run near the memory ceiling (rung 3). At decode, its data-moving launches (two even in vLLM's
-# fused form) and its half-empty tiles are overhead. Rung 3 opens the grouped GEMM kernel and measures where its
+# The expert-centric path is what a batch needs: at T = 256 the two GEMMs take most of its time (the
+# shares printed above) and run near the memory ceiling (rung 3). At decode, its data-moving
+# launches (two even in vLLM's fused form) and its half-empty tiles are overhead. Rung 3
+# ([03_grouped_gemm](03_grouped_gemm.ipynb)) opens the grouped GEMM kernel and measures where its
 # precision goes; rung 4 removes the layout altogether.

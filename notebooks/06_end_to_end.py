@@ -29,7 +29,7 @@
 # layer, not by one kernel.
 #
 # ```bash
-# python scripts/run_notebooks.py notebooks/06_end_to_end.ipynb
+# python tools/run_notebooks.py notebooks/06_end_to_end.ipynb
 # ```
 #
 # **The byte ledger of one decode step** (T tokens, one per sequence, at context length ctx, bf16):
@@ -52,8 +52,6 @@
 # %%
 import math
 import tempfile
-from pathlib import Path
-from unittest import mock
 
 import torch
 
@@ -126,8 +124,7 @@ assert max(led1, key=led1.get) == "routed experts"  # at T = 1 the largest part
 # Each step is one CUDA graph (all layers, the LM head), replayed with a KV cache filled to the
 # context length; tokens/s is T / step time, and the fraction is the step's floor over its time.
 # `moe_us` is the same run's MoE layers replayed alone. The steps run the shipped kernels, the
-# ones `speed.csv` times (re-run in session 6, after the gate/up kernel's per-step reduction, v9 in
-# `results/NOTES.md`).
+# ones `speed.csv` times.
 
 # %%
 e2e = data.e2e_speed_table(GPU)
@@ -156,9 +153,9 @@ print(ladder.table(speed_rows))
 #
 # `report.e2e_table` puts each measured step beside the same step's MoE layers replayed alone in
 # the same run (`moe_us` in e2e_speed.csv: same process, weights and GPU; `speed.csv` comes from
-# other runs, on whichever H200 the device tool lent, and a few per cent between machines would
-# blur a 5 % check): the MoE share f is the expert-centric step's MoE layers over that step's time,
-# the rest is everything else the step does. Amdahl's prediction with that f is then compared with
+# other runs, possibly on another H200, and a few per cent between machines would blur a 5 % check):
+# the MoE share f is the expert-centric step's MoE layers over that step's time, the rest is
+# everything else the step does. Amdahl's prediction with that f is then compared with
 # the measured ratio of step times.
 
 # %%
@@ -363,7 +360,7 @@ else:
 
 # %% [markdown]
 # Both paths' errors grow with depth: each layer adds its own rounding to the residual stream and
-# passes the earlier layers' on. The expert-centric path starts higher (it rounds the intermediate,
+# passes the previous layers' on. The expert-centric path starts higher (it rounds the intermediate,
 # each slot's output and each partial sum of the combine; warp decode rounds only the output, rung 5)
 # and the printed ratios say by how much it stays higher at each depth. While no routing decision
 # has flipped, that ratio holds roughly steady: the extra rounding accumulates in proportion, it
@@ -439,7 +436,7 @@ if hf_gen:
 else:
     print(f"generate has not been measured on {GPU} yet: on that GPU run\n"
           "    python -m warpdecode e2e --what generate\n"
-          f"which writes results/{data.gpu_dir(GPU).name}/hf_generate.csv, then rerun this notebook")
+          f"which writes results/{data.gpu_folder(GPU)}/hf_generate.csv, then rerun this notebook")
 
 # %% [markdown]
 # transformers' decode step has its own Python and eager-attention overheads on top of the minimal
@@ -453,23 +450,30 @@ else:
 # notebook never rewrites tracked files:
 
 # %%
-with tempfile.TemporaryDirectory() as scratch, mock.patch.object(data, "FIGURES", Path(scratch)):
-    drawn = [plots.e2e_speed(GPU), plots.e2e_errors(GPU)]
+with tempfile.TemporaryDirectory() as scratch:
+    drawn = [plots.e2e_speed(GPU, out=scratch), plots.e2e_errors(GPU, out=scratch)]
     magic = {p.name: p.read_bytes()[:8] for p in drawn}
-print(f"redrawn from results/{data.gpu_dir(GPU).name}/: {', '.join(magic)}")
-assert set(magic) <= {p.name for p in data.FIGURES.glob("*.png")}  # each is a file the notebook links
+print(f"redrawn from results/{data.gpu_folder(GPU)}/: {', '.join(magic)}")
+assert set(magic) <= {p.name for p in data.figures_dir().glob("*.png")}  # each is a file the notebook links
 assert all(v == b"\x89PNG\r\n\x1a\n" for v in magic.values())
 
 # %% [markdown]
 # ## What it adds up to
 #
-# Measured here, and printed from the data rather than typed:
+# Measured here, and printed from the data rather than typed. The layer speed-up appears twice
+# because it is measured twice: one layer alone in the layer benchmark (`speed.csv`, the number the
+# README's table shows), and the step's MoE layers replayed inside the end-to-end run
+# (`e2e_speed.csv`, the number the Amdahl check uses, as it comes from the same process as the
+# step):
 
 # %%
 t1 = next(r for r in amd if r["T"] == 1 and r["predicted_speedup"] is not None)
-print(f"- {GPU}, {t1['model']}, T = 1, ctx {t1['ctx']}: one MoE layer {t1['layer_speedup']:.2f}× faster with warp "
-      f"decode, the whole step {t1['measured_speedup']:.3f}× (Amdahl with an MoE share of {t1['moe_share']:.0%} "
-      f"predicts {t1['predicted_speedup']:.3f}×).")
+layer_t1 = layer_us["expert"][1]["median_us"] / layer_us["warp"][1]["median_us"]
+print(f"- {GPU}, {moe.name}, T = 1: one MoE layer timed alone (speed.csv, the README's table) {layer_t1:.2f}× "
+      f"faster with warp decode.")
+print(f"- {GPU}, {t1['model']}, T = 1, ctx {t1['ctx']}: the step's MoE layers replayed in the end-to-end run "
+      f"{t1['layer_speedup']:.2f}× faster, the whole step {t1['measured_speedup']:.3f}× (Amdahl with an MoE share "
+      f"of {t1['moe_share']:.0%} predicts {t1['predicted_speedup']:.3f}×).")
 spread = max(at_logits.values()) / min(at_logits.values())
 print(f"- Whole model in bf16 ({GPU}, {run['model']}): the methods' logits errors lie within {spread:.2f}× of each "
       "other" + ("; the MoE path is not what limits accuracy there." if spread < 1.25 else "."))
@@ -483,3 +487,6 @@ print(f"- MoE path alone ({live['name']}, {S.gpu}): the expert-centric error at 
 # CUDA-graph decode would sit between the two predictions above. The weights are random, the
 # routing close to uniform, and everything ran on one H200; Cursor's numbers (B200, their model,
 # their baseline) are theirs.
+#
+# Next: rung 7 ([07_one_launch](07_one_launch.ipynb)) returns to one layer and asks what one launch
+# instead of two could reach at T = 1, and what every design that tried measured.

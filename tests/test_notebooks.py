@@ -23,8 +23,8 @@ def _cells(path: Path) -> list[tuple[str, str]]:
     return [(c.cell_type, c.source.strip()) for c in nb.cells]
 
 
-def test_the_ladder_has_six_rungs_each_in_both_forms():
-    assert [p.name[:3] for p in TWINS] == ["01_", "02_", "03_", "04_", "05_", "06_"]
+def test_the_ladder_has_seven_rungs_each_in_both_forms():
+    assert [p.name[:3] for p in TWINS] == ["01_", "02_", "03_", "04_", "05_", "06_", "07_"]
     assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == {p.stem for p in TWINS}
 
 
@@ -40,7 +40,7 @@ def test_py_and_ipynb_have_the_same_cells(twin):
 def test_first_cell_names_the_rung_and_its_command(twin):
     kind, text = _cells(twin)[0]
     assert kind == "markdown" and "**What this rung adds:**" in text
-    assert f"python scripts/run_notebooks.py notebooks/{twin.stem}.ipynb" in text
+    assert f"python tools/run_notebooks.py notebooks/{twin.stem}.ipynb" in text
 
 
 @pytest.mark.parametrize("twin", TWINS, ids=[p.stem for p in TWINS])
@@ -59,3 +59,28 @@ def test_images_are_files_not_embedded(twin):
     for _, src in _cells(twin):
         for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", src):
             assert (NOTEBOOKS / link).resolve().is_file(), f"{twin.stem}: missing figure {link}"
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=[p.stem for p in TWINS])
+def test_prose_is_timeless(twin):
+    """Markdown says what and why in the present tense: how the project was developed lives in git."""
+    prose = "\n".join(src for kind, src in _cells(twin) if kind == "markdown")
+    for word in (r"\bsessions?\b", r"\bcall \d", r"\buntil\b", r"\bsince\b", r"\b20\d\d\b", r"NOTES\.md"):
+        assert not re.search(word, prose, re.IGNORECASE), f"{twin.stem}: {word} in markdown"
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=[p.stem for p in TWINS])
+def test_checked_cells_hold_no_compiler_facts(twin):
+    """Checked output is what every machine prints alike: no timings, register counts or spills."""
+    for kind, src in _cells(twin):
+        if kind == "code" and "NBVAL_CHECK_OUTPUT" in src:
+            for fact in ("ptxas_report", "n_regs", "spill", "median_us", "do_bench", "programs_per_sm"):
+                assert fact not in src, f"{twin.stem}: {fact} in a checked cell"
+
+
+@pytest.mark.parametrize("twin", TWINS[:-1], ids=[p.stem for p in TWINS[:-1]])
+def test_each_rung_but_the_last_is_linked_from_the_ladder(twin):
+    """Rung N+1 is reachable from the notebooks: some notebook links to its .ipynb."""
+    following = TWINS[TWINS.index(twin) + 1]
+    links = "\n".join(src for p in TWINS for kind, src in _cells(p) if kind == "markdown")
+    assert f"({following.stem}.ipynb)" in links, f"no notebook links to {following.stem}"
