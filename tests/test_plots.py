@@ -248,13 +248,14 @@ def test_one_launch_attempts_set_each_design_against_the_pair_of_its_own_runs(re
         return [{"preset": preset, "T": T, "variant": v, "us": us, "floor_us": 8.5, "frac_ceiling": 8.5 / us, **META}
                 for T, v, us in variants]
 
-    data.merge_write(results / "expert_order.csv", rows("qwen3-30b-a3b", [
+    experiments = data.experiments_dir(GPU)
+    data.merge_write(experiments / "expert_order.csv", rows("qwen3-30b-a3b", [
         (1, "shipped {'BLOCK_H': 8}", 10.0), (1, "one launch {'a': 1} (96 regs)", 12.0),
         (1, "one launch {'a': 2} (128 regs)", 11.0), (1, "shipped again", 12.0), (2, "one launch {'a': 2}", 9.0),
         (1, "two kernels {'a': 1}", 13.0), (1, "two kernels {'seg': 2}", 9.0),  # v16b, then v16c
         (1, "down alone: shipped {}", 5.0), (1, "down alone: {'seg': 2}", 6.0)])  # neither design nor pair
         + rows("olmoe-1b-7b", [(1, "one launch {'a': 1}", 14.0), (1, "shipped {}", 20.0)]))
-    data.merge_write(results / "chunk_flags.csv", rows("qwen3-30b-a3b", [(1, "chunked {}", 30.0)]))  # no pair row
+    data.merge_write(experiments / "chunk_flags.csv", rows("qwen3-30b-a3b", [(1, "chunked {}", 30.0)]))  # no pair row
     s = get_preset("qwen3-30b-a3b")
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps({"warp": {shape_key(s.H, s.I, s.E, s.K): [
@@ -284,15 +285,16 @@ def test_one_launch_bound_reads_the_latest_run(results):
     left out; [] without the CSV."""
     assert report.one_launch_bound(GPU) == []
 
-    def row(kind, us, run, r=4, T=1):
-        return {"run": run, "preset": "qwen3-30b-a3b", "T": T, "kind": kind, "rows": r, "num_warps": 8,
-                "programs": 10, "us": us, "floor_us": 17.0, "frac_ceiling": 17.0 / us, "bar_us": 20.0,
-                "rel_error": 0, "ceiling_TBps": 4.5, **META}
+    def row(kind, us, run, r=4, T=1):  # the experiments' schema: the program shape in config
+        return {"experiment": "reads", "version": "bound", "variant": kind, "preset": "qwen3-30b-a3b", "T": T,
+                "config": repr({"rows": r, "num_warps": 8, "programs": 10}), "us": us, "floor_us": 17.0,
+                "frac_ceiling": 17.0 / us, "ceiling_TBps": 4.5, "detail": "{}", "run": run, **META}
 
+    bounds = data.experiments_dir(GPU) / "one_launch_bound.csv"
     old = [{k: v for k, v in row("read", 5.0, "").items() if k != "run"}]  # before the run column
-    data.merge_write(results / "one_launch_bound.csv", old)
+    data.merge_write(bounds, old)
     assert [r["us"] for r in report.one_launch_bound(GPU)] == [5.0]
-    data.merge_write(results / "one_launch_bound.csv", [
+    data.merge_write(bounds, [
         row("read", 18.0, "2026-11-30T10:00:00Z"), row("read", 19.5, "2026-11-30T18:00:00Z", r=2),
         row("read", 19.0, "2026-11-30T18:00:00Z"), row("read", 10.0, "2026-11-30T18:00:00Z", T=2),
         row("read + count", 20.5, "2026-11-30T18:00:00Z", r=24)])
@@ -304,8 +306,9 @@ def test_one_launch_bound_reads_the_latest_run(results):
 
 def _bound_row(preset, kind, frac, run="2026-11-30T18:00:00Z", T=1):
     us = 17.0 / frac
-    return {"run": run, "preset": preset, "T": T, "kind": kind, "rows": 4, "num_warps": 8, "programs": 10, "us": us,
-            "floor_us": 17.0, "frac_ceiling": frac, "bar_us": 20.0, "rel_error": 0, "ceiling_TBps": 4.5, **META}
+    return {"experiment": "reads", "version": "bound", "variant": kind, "preset": preset, "T": T,
+            "config": repr({"rows": 4, "num_warps": 8, "programs": 10}), "us": us, "floor_us": 17.0,
+            "frac_ceiling": frac, "ceiling_TBps": 4.5, "detail": "{}", "run": run, **META}
 
 
 HOLD, AFTER = report.LAYER_KINDS
@@ -349,10 +352,26 @@ def test_small_layers_at_one_token_are_held_to_the_two_launch_bound(results):
     assert not {r["target"]: r for r in report.targets(GPU)}[q["target"]]["met"]  # 0.72 / 0.86 = 84 %
 
 
-def test_experiment_csv_falls_back_to_results(results):
-    """An experiment's CSV is read from experiments/results/<GPU>/, else from results/<GPU>/."""
+def test_experiment_csvs_are_read_from_the_experiments_folder(results):
+    """An experiment's CSV is read from experiments/results/<GPU>/ of the checkout, never from the
+    shipped benchmark data beside it."""
     data.merge_write(results / "one_launch_bound.csv", [_bound_row("qwen3-30b-a3b", HOLD, 0.80)])
-    assert data.experiment_csv(GPU, "one_launch_bound.csv") == results / "one_launch_bound.csv"
-    assert [r["source"] for r in report.one_launch_bound(GPU)] == ["results/Test_GPU/one_launch_bound.csv"]
+    assert data.experiment_csv(GPU, "one_launch_bound.csv") == data.experiments_dir(GPU) / "one_launch_bound.csv"
+    assert report.one_launch_bound(GPU) == []
     data.merge_write(data.experiments_dir(GPU) / "one_launch_bound.csv", [_bound_row("qwen3-30b-a3b", HOLD, 0.7)])
-    assert [r["frac"] for r in report.one_launch_bound(GPU)] == [0.7]  # the experiments' folder first
+    assert [(r["frac"], r["source"]) for r in report.one_launch_bound(GPU)] == [
+        (0.7, "experiments/results/Test_GPU/one_launch_bound.csv")]
+
+
+def test_headline_is_computed_from_the_csv(results):
+    """The README's first result: warp against expert at T = 1 from speed.csv, and each path's median
+    error over the floor from accuracy.csv."""
+    data.merge_write(results / "speed.csv", [_layer("qwen3-30b-a3b", 1, "warp", 20.0, 0.75),
+                                             _layer("qwen3-30b-a3b", 1, "expert", 25.0, 0.60)])
+    data.merge_write(results / "accuracy.csv", [
+        {"preset": p, "T": 1, "seed": 0, "method": m, "error_over_floor": v, **META}
+        for p, m, v in [("a", "warp", 1.0), ("b", "warp", 1.02), ("c", "warp", 1.01),
+                        ("a", "expert", 2.0), ("b", "expert", 3.0), ("c", "expert", 2.5)]])
+    line = report.headline(GPU)
+    assert "in 20.0 µs (75% of the read ceiling), 1.25× faster" in line and "(25.0 µs)" in line
+    assert "1.01× the bf16 rounding floor where the expert path's is 2.50×" in line

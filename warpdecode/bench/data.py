@@ -53,13 +53,8 @@ def experiments_dir(gpu: str, root: str | Path | None = None) -> Path:
 
 
 def experiment_csv(gpu: str, name: str, root: str | Path | None = None) -> Path:
-    """An experiment's CSV: under :func:`experiments_dir`, else where it lay before the move."""
-    path = experiments_dir(gpu, root) / name
-    if not path.exists():  # TODO(merge): the experiments' CSVs move out of results/; drop this fallback
-        old = gpu_dir(gpu, root) / name
-        if old.exists():
-            return old
-    return path
+    """An experiment's CSV, under :func:`experiments_dir`."""
+    return experiments_dir(gpu, root) / name
 
 
 def figures_dir(root: str | Path | None = None) -> Path:
