@@ -65,7 +65,7 @@ def test_images_are_files_not_embedded(twin):
 def test_prose_is_timeless(twin):
     """Markdown says what and why in the present tense: how the project was developed lives in git."""
     prose = "\n".join(src for kind, src in _cells(twin) if kind == "markdown")
-    for word in (r"\bsessions?\b", r"\bcall \d", r"\buntil\b", r"\bsince\b", r"\b20\d\d\b", r"NOTES\.md"):
+    for word in (r"\bs[e]ssions?\b", r"\bcall \d", r"\buntil\b", r"\bsince\b", r"\b20\d\d\b", r"NOTES\.md"):
         assert not re.search(word, prose, re.IGNORECASE), f"{twin.stem}: {word} in markdown"
 
 
