@@ -323,10 +323,10 @@ print(f"tuned T=1 gate/up {g1}: {r1['registers']} registers/thread, {r1['spill_s
 # %%
 rungs = [r for r in ladder.experiment_results("gate_up_ladder.csv") if r["preset"] == s30.name and r["T"] == "1"]
 print(f"{GPU}, {s30.name}, gate/up kernel alone at T=1 ({rungs[0]['gate_up_MB']} MB)")
-print(ladder.table([{"rung": r["rung"], "tile": r["config"], "µs": r["us"],
+print(ladder.table([{"rung": r["variant"], "tile": r["config"], "µs": r["us"],
                      "of the read ceiling": f"{float(r['frac_ceiling']):.0%}"} for r in rungs]))
-lean_rung = next(float(r["us"]) for r in rungs if "lean" in r["rung"])
-tile_rung = next(float(r["us"]) for r in rungs if "(shipped)" in r["rung"])
+lean_rung = next(float(r["us"]) for r in rungs if "lean" in r["variant"])
+tile_rung = next(float(r["us"]) for r in rungs if r["variant"].startswith("+ SiLU·up, store"))
 print(f"per-step sums: {tile_rung / lean_rung:.2f}× faster than tile accumulators at the same tile")
 assert lean_rung < tile_rung
 

@@ -145,8 +145,8 @@ assert not any("fused" in cfg for b in table.values() for _, cfg in b)  # it won
 sr = ladder.experiment_results("small_reads.csv")
 print(f"{GPU}: one streaming-read launch")
 print(ladder.table([{"MB read by one launch": f"{int(r['bytes']) / 1e6:.1f}", "µs": r["us"],
-                     "of the multi-GB ceiling": f"{float(r['fraction']):.0%}"} for r in sr]))
-fractions = [float(r["fraction"]) for r in sorted(sr, key=lambda r: int(r["bytes"]))]
+                     "of the multi-GB ceiling": f"{float(r['frac_ceiling']):.0%}"} for r in sr]))
+fractions = [float(r["frac_ceiling"]) for r in sorted(sr, key=lambda r: int(r["bytes"]))]
 assert fractions == sorted(fractions)  # the smaller the read, the further below the ceiling
 
 # %% [markdown]
@@ -158,9 +158,9 @@ assert fractions == sorted(fractions)  # the smaller the read, the further below
 
 # %%
 rv = ladder.experiment_results("read_variants.csv")
-print(ladder.table([{"MB": r["MB"], "read": r["kind"], "µs": r["us"], "of the ceiling": f"{float(r['fraction']):.0%}",
-                     "best config": r["config"]} for r in rv]))
-tiles = {float(r["MB"]): float(r["us"]) for r in rv if r["kind"] == "tiles"}
+print(ladder.table([{"MB": r["MB"], "read": r["variant"], "µs": r["us"],
+                     "of the ceiling": f"{float(r['frac_ceiling']):.0%}", "best config": r["config"]} for r in rv]))
+tiles = {float(r["MB"]): float(r["us"]) for r in rv if r["variant"] == "tiles"}
 ceiling_rv = float(rv[0]["ceiling_TBps"])
 total_mb, parts = max(tiles), sorted(tiles)[-2::-1][:2]  # the whole call's bytes; gate/up's, then down's
 one_launch_us = tiles[total_mb]

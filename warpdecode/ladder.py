@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 from dataclasses import dataclass
 
@@ -167,8 +168,16 @@ def results(name: str, gpu: str = RESULTS_GPU, root=None) -> list[dict]:
 
 
 def experiment_results(name: str, gpu: str = RESULTS_GPU, root=None) -> list[dict]:
-    """Rows of an experiment's CSV, ``<root>/experiments/results/<gpu>/<name>``, as strings."""
-    return data.read(data.experiment_csv(gpu, name, root))
+    """Rows of an experiment's CSV, ``<root>/experiments/results/<gpu>/<name>``, as strings, in the
+    experiments' one schema (``experiments/harness.py``: ``variant``, ``config``, ``us``,
+    ``frac_ceiling``, …), with the keys of each row's ``detail`` (what else that experiment
+    recorded, a dict literal) added as columns of their own."""
+    rows = data.read(data.experiment_csv(gpu, name, root))
+    for r in rows:
+        detail = r.get("detail") or "{}"
+        extra = ast.literal_eval(detail) if detail.startswith("{") else {}
+        r.update({k: str(v) for k, v in extra.items() if k not in r})
+    return rows
 
 
 def read_ceiling_tbps(gpu: str = RESULTS_GPU, root=None) -> float:
