@@ -100,6 +100,12 @@ SCENARIOS = [
     # the four launches one after another, as vLLM's fused_moe launches them (the default chains
     # them with programmatic dependent launch where the GPU has it)
     ("qwen3-30b-T=256-expert-no-pdl", "expert", QWEN, 256, BF16, dict(pdl=False), H200),
+    # the expert path's defaults where the tiles are largest (configs.default_expert)
+    ("qwen3-30b-T=256-expert-defaults", "expert", QWEN, 256, BF16, {}, DEFAULTS),
+    ("mixtral-T=256-expert-defaults", "expert", MIXTRAL, 256, BF16, {}, DEFAULTS),
+    ("mixtral-T=64-expert-defaults", "expert", MIXTRAL, 64, BF16, {}, DEFAULTS),
+    ("h6144-T=256-expert-defaults", "expert", dict(H=6144, I=10752, E=16, K=4), 256, BF16, {}, DEFAULTS),
+    ("odd-T=256-expert-defaults-fp32", "expert", ODD, 256, FP32, {}, DEFAULTS),
 ]
 
 
@@ -177,8 +183,10 @@ def test_scenarios_use_the_gpu_branch():
             assert j.constexprs.get("USE_PDL", no_pdl) is True, n
             assert j.constexprs.get("WIDEN", False) is False, n
     bm = {n: j.constexprs["BLOCK_M"] for n, j in SPECS.items() if j.name == "moe_align_kernel"}
-    assert bm["moe_align_kernel-qwen3-30b-T=64-expert"] == 64  # vLLM's default past T*K > E
+    # the default BLOCK_M follows the pairs per expert (twice the mean, a power of two in [16, 128])
+    assert bm["moe_align_kernel-qwen3-30b-T=64-expert"] == 16  # 4 pairs per expert
     assert bm["moe_align_kernel-qwen3-30b-T=8-expert-decode"] == 16
+    assert bm["moe_align_kernel-mixtral-T=256-expert-defaults"] == 128  # 64 pairs per expert
 
 
 def _expert_pdl(name: str) -> bool:
@@ -218,6 +226,18 @@ def test_warp_kernel_does_not_spill(built, name):
     report = compiled.ptxas_report(built[name])
     assert report["registers"] > 0, report  # the report was read at all
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0 and report["stack_frame"] == 0, report
+
+
+EXPERT_DEFAULT_GEMMS = [n for n, j in SPECS.items() if j.name in ("grouped_gate_up_kernel", "grouped_down_kernel")
+                        and n.endswith("-defaults") or (j.name.startswith("grouped_") and "defaults-" in n)]
+
+
+@pytest.mark.parametrize("name", EXPERT_DEFAULT_GEMMS)
+def test_expert_default_gemm_does_not_spill(built, name):
+    """The expert path's default tiles keep their accumulators in registers and fit shared memory."""
+    report = compiled.ptxas_report(built[name])
+    assert report["registers"] > 0, report
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 
 def _weight_load_layouts(ttgir: str) -> set:

@@ -46,3 +46,19 @@ def gpu_name() -> str:
     if DEFAULT_DEVICE.type == "cuda":
         return torch.cuda.get_device_name()
     return "CPU (Triton interpreter)"
+
+
+#: Hopper's (sm_90) limits, used where no GPU reports its own (the interpreter, compile checks).
+HOPPER_LIMITS = {"shared_per_block": 232448, "regs_per_sm": 65536, "sms": 132}
+
+
+def device_limits() -> dict:
+    """The launch limits of the GPU kernels run on: the most shared memory one program may take
+    (bytes, opt-in), registers per SM and the SM count; Hopper's where there is no GPU or an older
+    torch does not report one."""
+    if DEFAULT_DEVICE.type != "cuda":
+        return dict(HOPPER_LIMITS)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {"shared_per_block": getattr(props, "shared_memory_per_block_optin", HOPPER_LIMITS["shared_per_block"]),
+            "regs_per_sm": getattr(props, "regs_per_multiprocessor", HOPPER_LIMITS["regs_per_sm"]),
+            "sms": props.multi_processor_count}

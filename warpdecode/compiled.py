@@ -185,7 +185,8 @@ def _as_on_a_gpu(gpu_name: str, launches: list):
     """warpdecode's Python side as it runs on ``gpu_name`` (its tuned table, programmatic
     dependent launch, tensor-core GEMMs), every kernel replaced by a recorder; all undone on exit."""
     gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, HAS_PDL=True, USE_PDL=True,
-                                        gpu_name=lambda: gpu_name, DEFAULT_DEVICE=torch.device("cuda"))
+                                        gpu_name=lambda: gpu_name, DEFAULT_DEVICE=torch.device("cuda"),
+                                        device_limits=lambda: dict(_runtime.HOPPER_LIMITS))
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(configs, "_runtime", gpu_runtime))
         stack.enter_context(mock.patch.object(_ex, "_runtime", gpu_runtime))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 
 import triton
@@ -110,19 +111,64 @@ def default_grouped_down(wide: bool = False) -> dict:
     return {"BLOCK_H": 128, "BLOCK_I": 64, "num_warps": 4, "num_stages": 4}
 
 
-def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False) -> dict:  # noqa: E741
+def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2) -> dict:  # noqa: E741
     """Launch configuration of the expert-centric path: the shared BLOCK_M and each GEMM's tiles
     (BLOCK_N, BLOCK_K, GROUP_M, warps, stages, and in tuned tables sometimes ``HALF_M``: see
-    ``warpdecode.expert._gemm_meta``)."""
+    ``warpdecode.expert._gemm_meta``). ``elem``: bytes per weight element (the default's stages
+    are fitted to shared memory)."""
     tuned = _lookup("expert_fp8" if fp8 else "expert", H, I, E, K, T)
     if tuned:
         return tuned
     if _runtime.INTERPRET:
         tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 1}
         return {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile)}
-    # vLLM's get_default_config for unquantized bf16
-    if T * K <= E:  # decode: each expert sees a token or two
-        tile = {"BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
-        return {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile)}
-    tile = {"BLOCK_N": 64, "BLOCK_K": 64 if fp8 else 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
-    return {"BLOCK_M": 64, "gate_up": dict(tile), "down": dict(tile)}
+    return default_expert(H, I, E, K, T, fp8=fp8, elem=elem)
+
+
+#: What one thread may hold of a GEMM's FP32 accumulators before the tile spills (of Hopper's 255
+#: registers: room for the loads in flight and the addresses).
+ACC_REGS_PER_THREAD = 128
+
+
+def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
+                   shared_per_block: int | None = None) -> dict:
+    """The expert path's launch configuration where no tuned one exists, from the layer shape, T
+    and the device. The tiles follow vLLM's batch-aware ``get_default_config`` for unquantized MoE
+    (BLOCK_N 64, or 128 past T = 64, and for N ≥ 4096 128, or 256 past T = 128; BLOCK_K 128 at
+    decode T ≤ 64 or K ≥ 4096, else 64; GROUP_M by pairs per expert; 3 stages), with each GEMM's
+    own N and K. BLOCK_M follows the pairs each expert sees rather than T, as the H200 tuner's
+    picks do (``tuned/NVIDIA_H200.json``). Two guards that vLLM's one-GEMM rule does not need: the
+    gate/up GEMM holds two accumulators (gate and up, for SiLU·up in its epilogue), so a tile's
+    FP32 accumulators are kept within ``ACC_REGS_PER_THREAD``; and the stages, then BLOCK_K, are
+    fitted to this device's shared memory per program (``shared_per_block``, default the current
+    GPU's; ``elem`` bytes per element), not to an H100's."""
+    budget = int(0.86 * (shared_per_block or _runtime.device_limits()["shared_per_block"]))
+    pairs_per_expert = T * K / max(E, 1)
+    # the M tile by the rows an expert's GEMM sees, not by T: twice the mean, so that the experts
+    # routed more than the mean still fit one tile (a second tile reads the expert's weights again),
+    # and half-height tiles (HALF_M) where a block's upper half is padding
+    block_m = min(128, max(16, triton.next_power_of_2(math.ceil(2 * pairs_per_expert))))
+    group_m = 16 if pairs_per_expert > 128 else 8 if pairs_per_expert > 32 else 1
+    acc_regs = ACC_REGS_PER_THREAD if elem <= 2 else ACC_REGS_PER_THREAD // 2
+
+    def tile(n: int, k: int, accumulators: int) -> dict:
+        block_n = (128 if T <= 128 else 256) if n >= 4096 else (64 if T <= 64 else 128)
+        block_k = 128 if (fp8 or k >= 4096 or T <= 64) else 64
+        if elem == 4:  # FP32 operands multiply on FMAs, their K slices held in registers beside the sums
+            block_k = min(block_k, 32)
+        warps = 4 if accumulators * block_m * block_n < 8192 else 8
+        while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
+            block_n //= 2
+        block_n = min(block_n, max(32, triton.next_power_of_2(n)))
+        stages = 3
+        while (block_m * block_k + accumulators * block_k * block_n) * elem * stages > budget:
+            if stages > 2:
+                stages -= 1
+            elif block_k > 32:
+                block_k //= 2
+            else:
+                break
+        return {"BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group_m, "num_warps": warps, "num_stages": stages,
+                "HALF_M": block_m >= 32}
+
+    return {"BLOCK_M": block_m, "gate_up": tile(I, H, 2), "down": tile(H, I, 1)}

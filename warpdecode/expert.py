@@ -221,7 +221,7 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
-    cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8")
+    cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8", elem=w13.element_size())
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
     pdl = (_runtime.USE_PDL if pdl is None else pdl) and fuse_gather_scatter and act_format == "native"
     al = align(topk_ids, E, cfg["BLOCK_M"], pdl=pdl)

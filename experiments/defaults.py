@@ -1,0 +1,120 @@
+"""The default launch configurations against the tuned ones, on the presets and on real layer
+shapes that are not presets.
+
+    python experiments/defaults.py [--T 1 2 4 ...] [--shapes NAME ...] [--reps 50]
+    TRITON_INTERPRET=1 python experiments/defaults.py --check     # the defaults' results, on the CPU
+
+For each shape and T: warp decode, the expert-centric path and ``auto``, once with the shipped
+table (the presets have one) and once with every table switched off (each path's defaults, and
+``auto``'s crossover without a table), timed in one process as ``warpdecode.bench.sweep.speed``
+times them (CUDA-graph replays over rotated layer copies, the read ceiling measured first). Rows:
+``experiments/results/<GPU>/defaults.csv`` (``tables`` = ``tuned`` or ``off``). The summary it
+prints last: per shape and T the defaults' time over the tuned one (presets), the expert path's
+fraction of the ceiling at T ≥ 32, and ``auto`` over the faster of its two paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+import torch
+
+import warpdecode as wd
+from warpdecode import api, configs
+
+#: Real MoE layers that are not presets: I not a power of two, E not a power of two, K = 6, H ≥ 5120.
+SHAPES = [
+    wd.MoEShape("deepseek-v2-lite", H=2048, I=1408, E=64, K=6),
+    wd.MoEShape("qwen1.5-moe-a2.7b", H=2048, I=1408, E=60, K=4),
+    wd.MoEShape("qwen2-57b-a14b", H=3584, I=2560, E=64, K=8),
+    wd.MoEShape("dbrx", H=6144, I=10752, E=16, K=4),
+]
+ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+@contextlib.contextmanager
+def no_tables():
+    """Every lookup of a tuned table finds none: the defaults everywhere, auto's crossover included."""
+    saved = configs.load_tuned, api.load_tuned
+    configs.load_tuned = api.load_tuned = lambda gpu=None: {}
+    try:
+        yield
+    finally:
+        configs.load_tuned, api.load_tuned = saved
+
+
+def check():
+    """The default configurations compute the layer (poisoned outputs, float64 reference) on odd shapes."""
+    for shape, T in [(wd.MoEShape("c1", H=40, I=24, E=5, K=2), 3), (wd.MoEShape("c2", H=24, I=40, E=7, K=7), 9)]:
+        w13, w2 = shape.weights(dtype=torch.float32, seed=1)
+        gen = torch.Generator().manual_seed(T)
+        x = torch.randn(T, shape.H, generator=gen)
+        tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
+        ref = wd.reference_moe(x, w13, w2, tw, ids)
+        with no_tables(), wd._alloc.poisoned():
+            for method in ("warp", "expert", "auto"):
+                err = wd.rel_error(wd.moe(x, w13, w2, tw, ids, method=method), ref)
+                assert err < 1e-5, (shape, T, method, err)
+                print(f"{shape.name} T={T} {method}: defaults, error {err:.1e}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="check the defaults' results (CPU interpreter)")
+    p.add_argument("--T", type=int, nargs="+", default=ALL_T)
+    p.add_argument("--shapes", nargs="+", help="preset or extra shape names (default: the six presets and SHAPES)")
+    p.add_argument("--reps", type=int, default=50)
+    args = p.parse_args(argv)
+    if args.check:
+        return check()
+    if not torch.cuda.is_available():
+        sys.exit("timing needs a CUDA GPU (--check runs on the CPU)")
+    from warpdecode.bench import data, sweep
+    from warpdecode.bench.timing import read_ceiling
+
+    extra = {s.name: s for s in SHAPES}
+    names = args.shapes or [*wd.MODEL_PRESETS, *extra]
+    shapes = [extra.get(n) or wd.get_preset(n) for n in names]
+    ceiling = read_ceiling(4.0)
+    print(f"read ceiling {ceiling:.3f} TB/s", flush=True)
+    rows = []
+    for shape in shapes:
+        for tables in ("tuned", "off"):
+            ctx = no_tables() if tables == "off" else contextlib.nullcontext()
+            with ctx:
+                got = sweep.speed([shape], args.T, ["warp", "expert", "auto"], ceiling_tbps=ceiling, reps=args.reps)
+            for r in got:
+                rows.append({**r, "tables": tables, "H": shape.H, "I": shape.I, "E": shape.E, "K": shape.K})
+        out = Path("experiments/results") / torch.cuda.get_device_name().replace(" ", "_") / "defaults.csv"
+        data.KEYS.setdefault("defaults.csv", ("preset", "T", "method", "tables"))
+        data.merge_write(out, [r for r in rows if r["preset"] == shape.name])
+        torch.cuda.empty_cache()
+    summary(rows)
+
+
+def summary(rows):
+    by = {(r["preset"], int(r["T"]), r["method"], r["tables"]): float(r["median_us"]) for r in rows}
+    frac = {(r["preset"], int(r["T"]), r["method"], r["tables"]): float(r["frac_ceiling"]) for r in rows}
+
+    def ratio(preset, T, m):
+        a, b = by.get((preset, T, m, "off")), by.get((preset, T, m, "tuned"))
+        return f"{a / b:.3f}" if a and b else "-"
+
+    def auto_over(preset, T, tables):
+        a = by.get((preset, T, "auto", tables))
+        paths = [v for m in ("warp", "expert") if (v := by.get((preset, T, m, tables)))]
+        return f"{a / min(paths):.3f}" if a and paths else "-"
+
+    print("\nshape                  T   warp off/tuned  expert off/tuned  expert%(off)  auto/faster(off)  "
+          "auto/faster(tuned)")
+    for preset in dict.fromkeys(r["preset"] for r in rows):
+        for T in sorted({int(r["T"]) for r in rows if r["preset"] == preset}):
+            print(f"{preset:20s} {T:4d}   {ratio(preset, T, 'warp'):>12s}  {ratio(preset, T, 'expert'):>16s}  "
+                  f"{100 * frac.get((preset, T, 'expert', 'off'), 0):10.1f}%  {auto_over(preset, T, 'off'):>16s}  "
+                  f"{auto_over(preset, T, 'tuned'):>18s}")
+
+if __name__ == "__main__":
+    main()
