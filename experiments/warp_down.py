@@ -705,7 +705,7 @@ def main_v14():
 #     python experiments/warp_down.py --version 15 [--presets …] [--T 1 2] [--kinds tma cp.async]
 #     python experiments/warp_down.py --version 15 --check     # compiles the kernel for sm_90a (no GPU needed)
 #
-# Nsight Compute on the T = 1 pair (``experiments/profile.py --version pair``,
+# Nsight Compute on the T = 1 pair (``experiments/profiling.py --version pair``,
 # ``logs/profile_details.log``):
 # the tuned down kernel runs 256 programs of 161 registers per thread at Qwen3-30B T = 1, 0.65 waves,
 # 7 warps per SM, 42 % of DRAM's peak, 12.5 µs alone, where a read of its 25.2 MB in tiles takes

@@ -20,7 +20,7 @@
 #   draws     experiments/warp_schedule.py --version draws: the tuned schedule choice (pair, grouped, expert) on several routing draws
 #   order     experiments/one_launch.py --version 16: one launch, each down program taking its token's experts as gate/up finishes them (v16)
 #   bound     experiments/reads.py --version bound: a read of a T = 1 call's bytes with each way to wait after it, in one launch or two (BOUND_ARGS)
-#   profile   experiments/profile.py --version pair under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
+#   profile   experiments/profiling.py --version pair under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
@@ -90,7 +90,7 @@ for stage in "$@"; do
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       run profile "${TIMEOUT_PROFILE:-300}" "$NCU" --profile-from-start off --clock-control none --nvtx \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-          --section WarpStateStats --section SchedulerStats --export "$OUT/profile" python3 experiments/profile.py --version pair ${PROFILE_ARGS:-}
+          --section WarpStateStats --section SchedulerStats --export "$OUT/profile" python3 experiments/profiling.py --version pair ${PROFILE_ARGS:-}
       "$NCU" --import "$OUT/profile.ncu-rep" --page details > "$OUT/profile_details.log" 2>&1 ;;
     memtest)  # -v: every finished test is in the log even if the stage runs out of time
       run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \

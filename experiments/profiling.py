@@ -1,9 +1,9 @@
 """Profiles and the accuracy claim's dependence on rounding.
 
-    ncu --profile-from-start off --clock-control none … python experiments/profile.py --version pair
+    ncu --profile-from-start off --clock-control none … python experiments/profiling.py --version pair
     bash tools/gpu.sh profile                               # the same, with the sections chosen there
-    python experiments/profile.py --version hf_generate [--batch 1] [--tokens 16]
-    python experiments/profile.py --version rounding        # CPU, float64
+    python experiments/profiling.py --version hf_generate [--batch 1] [--tokens 16]
+    python experiments/profiling.py --version rounding        # CPU, float64
 
 - pair: Nsight Compute on the T = 1 pair and on tile reads of its kernels' bytes: gate/up at 97 %
   of its tile read, down at 65 %; the down kernel is the gap.
@@ -40,7 +40,7 @@ from warpdecode.integrations.transformers import register
 #
 # kernel alone, L2 flushed, PDL overlap off).
 #
-#     ncu --profile-from-start off --clock-control none --section ... python3 experiments/profile.py --version pair
+#     ncu --profile-from-start off --clock-control none --section ... python3 experiments/profiling.py --version pair
 #     bash tools/gpu.sh profile        # the same, with the sections chosen there
 #
 # What runs between cudaProfilerStart and cudaProfilerStop (ncu profiles only those launches),
@@ -140,7 +140,7 @@ def profiled(work):
 # version hf_generate: Where a Hugging Face ``generate`` step spends its host time, per experts implementation.
 #
 #
-#     python experiments/profile.py --version hf_generate [--batch 1] [--tokens 16]
+#     python experiments/profiling.py --version hf_generate [--batch 1] [--tokens 16]
 #
 # At batch 1 HF's eager ``generate`` is bound by the CPU (Python and kernel launches), not by the
 # GPU; cProfile of the decode loop shows which functions cost what, for ``grouped_mm`` and for
@@ -175,7 +175,7 @@ def main_hf_generate():
 # version rounding: The ≥ 2× accuracy claim against the expert-centric path depends on where that path rounds.
 #
 #
-#     python experiments/profile.py --version rounding
+#     python experiments/profiling.py --version rounding
 #
 # The expert-centric path here fuses SiLU·up into its gate/up GEMM and rounds the intermediate once
 # (the issue's stage 5). vLLM's fused_moe stores gate and up in bf16, then silu_and_mul stores the
