@@ -63,6 +63,7 @@ def check():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", default="defaults", choices=["defaults"], help="the one measurement here")
     p.add_argument("--check", action="store_true", help="check the defaults' results (CPU interpreter)")
     p.add_argument("--T", type=int, nargs="+", default=ALL_T)
     p.add_argument("--shapes", nargs="+", help="preset or extra shape names (default: the six presets and SHAPES)")

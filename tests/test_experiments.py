@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("expert_path.py", "half_m", "as the full tile", 3),  # HALF_M tiles: no change (bits on a GPU), both block kinds
     ("warp_down.py", "14", "state reset", 12),  # v14: the down kernel by chunks of I, two calls per shape
     ("expert_path.py", "swap_ab", "from the plain tile", 20),  # SWAP_AB GEMM tiles against float64 and the plain tiles
+    ("defaults.py", "defaults", "defaults, error", 6),  # every path's default configs, odd shapes
     ("one_launch.py", "16", "no program gave up", 10),  # v16: one launch, down walks experts as gate/up ends them
     ("reads.py", "bound", "scratch at rest", 18),  # a read with each way to wait: nine kinds, two sizes
 ])
@@ -37,6 +38,13 @@ def test_experiment_checks_pass_in_the_interpreter(script, version, marker, chec
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stdout.count(marker) == checks, out.stdout
+
+
+def test_no_experiment_shadows_a_standard_module():
+    """Each script runs with experiments/ first on sys.path: a file named like a standard-library
+    module (profile.py) would replace it for every import there (cProfile, and torch._dynamo)."""
+    names = {p.stem for p in (ROOT / "experiments").glob("*.py")}
+    assert not names & set(sys.stdlib_module_names), names & set(sys.stdlib_module_names)
 
 
 def test_down_runs_time_the_shipped_pair_around_the_candidates(monkeypatch):
