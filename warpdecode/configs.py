@@ -62,14 +62,40 @@ def warp_config(H: int, I: int, E: int, K: int, T: int) -> dict:  # noqa: E741
             "gate_up": {"BLOCK_I": 16, "BLOCK_H": min(256, triton.next_power_of_2(H)), "num_warps": 4, "num_stages": 1},
             "down": {"BLOCK_H": 16, "BLOCK_I": min(256, triton.next_power_of_2(I)), "num_warps": 4, "num_stages": 1},
         }
-    h_pad = triton.next_power_of_2(H)
-    return {
-        # one warp, one neuron: the H200 tuner's most frequent tile. The whole row in one step up to
-        # H = 2048 (eight 16-byte loads per lane per row), 1024 columns per step above that
-        "gate_up": {"BLOCK_I": 1, "BLOCK_H": h_pad if h_pad <= 2048 else 1024, "num_warps": 1, "num_stages": 1},
+    # one warp, one neuron, each step's products summed across the warp at once: the H200 tuner's
+    # tile in every bucket. Columns per step: 1024 or 2048 (four or eight 16-byte loads per lane per
+    # row), whichever leaves fewer masked columns in the last step, the larger on a tie (the tuner's
+    # pick at T = 1 on all six presets)
+    block_h = min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
+    cfg = {
+        "gate_up": {"BLOCK_I": 1, "BLOCK_H": min(block_h, triton.next_power_of_2(H)), "num_warps": 1,
+                    "num_stages": 1},
         # four warps, one hidden output each, all K experts' rows in flight
         "down": {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1},
     }
+    if shares_experts(E, K, T):
+        cfg["grouped"] = {}  # the grouped schedule, with its default tiles (default_grouped)
+    return cfg
+
+
+#: The sharing past which the grouped schedule reads fewer bytes than the pair by enough to win:
+#: between the largest (T·K) / distinct-experts ratio where the pair won (1.21: gpt-oss-20b and
+#: OLMoE at T = 4) and the smallest where the grouped schedule won (1.24: Qwen3-235B at T = 8), in
+#: the H200 tuner's schedule choices over the six presets (tuned/NVIDIA_H200.json).
+GROUPED_SHARING = 1.23
+
+
+def expected_distinct(E: int, K: int, T: int) -> float:
+    """The distinct experts T tokens routed uniformly at random to K of E each touch, on average."""
+    return E * (1 - (1 - K / E) ** T)
+
+
+def shares_experts(E: int, K: int, T: int) -> bool:
+    """Whether warp decode's default is the grouped schedule: the (token, slot) pairs outnumber the
+    distinct experts they name by ``GROUPED_SHARING`` or more, so the pair's one read of an expert's
+    rows per pair costs more than the grouped schedule's one read per expert and its tensor-core
+    products. A host-side estimate from T, K and E: no look at the routing, no sync."""
+    return T > 1 and T * K >= GROUPED_SHARING * expected_distinct(E, K, T)
 
 
 def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741

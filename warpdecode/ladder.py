@@ -27,6 +27,7 @@ import torch
 from . import _runtime, compiled, configs
 from .bench import data
 from .bench.workload import LayerInputs, bytes_needed
+from .configs import expected_distinct  # noqa: F401  (the notebooks call ladder.expected_distinct)
 from .presets import MoEShape, get_preset
 
 #: Whose measurements the notebooks show where they cannot measure (no GPU), and quote beside
@@ -85,11 +86,6 @@ def decode_bytes(shape: MoEShape, topk_ids: torch.Tensor, elem: int = 2) -> int:
     T = topk_ids.shape[0]
     x = torch.empty(T, shape.H, device="meta")
     return bytes_needed(shape, LayerInputs(x, None, None, topk_ids), elem)
-
-
-def expected_distinct(E: int, K: int, T: int) -> float:
-    """Expected distinct experts hit by T tokens that each pick K of E uniformly: E·(1 − (1 − K/E)^T)."""
-    return E * (1 - (1 - K / E) ** T)
 
 
 def floor_us(nbytes: float, tbps: float) -> float:

@@ -1,0 +1,87 @@
+"""The launch configurations used where no tuned table has an entry (configs.py's GPU defaults),
+checked as rules: against the H200 tuner's choices on the presets, and against the limits of
+other GPUs (registers, shared memory per program). Their speed is measured by
+``experiments/defaults.py`` (``experiments/results/<GPU>/defaults.csv``), not here."""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+import pytest
+
+from warpdecode import _runtime, configs
+from warpdecode.warp import schedule_of
+
+TABLE = json.loads(configs.tuned_file("NVIDIA H200").read_text())
+SHAPES = {key: {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))} for key in TABLE["warp"]}
+#: opt-in shared memory per program: A100 (sm_80), H100/H200 (sm_90), B200 (sm_100), RTX 50 (sm_120)
+DEVICES = {"sm_80": 166912, "sm_90": 232448, "sm_100": 232448, "sm_120": 101376}
+
+
+@pytest.fixture
+def on_a_gpu():
+    """configs.py's non-interpreter branch (its GPU defaults), with no tuned table to answer first."""
+    gpu = mock.Mock(INTERPRET=False, device_limits=lambda: dict(_runtime.HOPPER_LIMITS))
+    with mock.patch.object(configs, "_runtime", gpu), mock.patch.object(configs, "_lookup", lambda *a: None):
+        yield
+
+
+def test_the_sharing_rule_picks_the_tuners_schedule(on_a_gpu):
+    """The default warp schedule (grouped where the pairs outnumber the distinct experts by
+    GROUPED_SHARING) is the tuner's pick in 23 of the 24 buckets of T ≥ 2; the one it misses
+    (Qwen3-30B-A3B at T = 8) the tuner decided by 2.5 %."""
+    agree, missed = 0, []
+    for key, buckets in TABLE["warp"].items():
+        s = SHAPES[key]
+        for t_max, cfg in buckets:
+            if t_max < 2:
+                continue
+            rule = schedule_of(configs.warp_config(s["H"], s["I"], s["E"], s["K"], t_max))
+            if rule == schedule_of(cfg):
+                agree += 1
+            else:
+                m = cfg["measured_us"]
+                missed.append((key, t_max, m[rule] / m[schedule_of(cfg)]))
+    assert agree == 23, missed
+    assert all(loss < 1.03 for *_, loss in missed), missed
+
+
+def test_one_token_never_takes_the_grouped_schedule(on_a_gpu):
+    for s in SHAPES.values():
+        assert "grouped" not in configs.warp_config(s["H"], s["I"], s["E"], s["K"], 1)
+
+
+def test_gate_up_columns_per_step_are_the_tuners_at_one_token(on_a_gpu):
+    """1024 or 2048 columns, whichever masks fewer in the last step: the tuner's pick at T = 1 on
+    all six presets (H = 2048, 2880, 4096, 7168)."""
+    for key, buckets in TABLE["warp"].items():
+        s = SHAPES[key]
+        assert configs.warp_config(s["H"], s["I"], s["E"], s["K"], 1)["gate_up"]["BLOCK_H"] == \
+            buckets[0][1]["gate_up"]["BLOCK_H"], key
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem", [1, 2, 4])
+@pytest.mark.parametrize("T", [1, 16, 64, 256, 4096])
+def test_expert_defaults_fit_the_device(device, elem, T):
+    """Every default GEMM tile keeps its FP32 accumulators within ACC_REGS_PER_THREAD per thread
+    (half that for FP32 operands) and its pipelined stages within the device's shared memory."""
+    for s in [*SHAPES.values(), dict(H=6144, I=10752, E=16, K=4), dict(H=2880, I=1408, E=61, K=6)]:
+        cfg = configs.default_expert(s["H"], s["I"], s["E"], s["K"], T, elem=elem, shared_per_block=DEVICES[device])
+        for gemm, accumulators in (("gate_up", 2), ("down", 1)):
+            t = cfg[gemm]
+            threads = 32 * t["num_warps"]
+            acc = accumulators * cfg["BLOCK_M"] * t["BLOCK_N"] / threads
+            assert acc <= configs.ACC_REGS_PER_THREAD // (2 if elem == 4 else 1), (s, gemm, cfg)
+            stage = (cfg["BLOCK_M"] * t["BLOCK_K"] + accumulators * t["BLOCK_K"] * t["BLOCK_N"]) * elem
+            assert stage * t["num_stages"] <= DEVICES[device], (device, s, gemm, cfg)
+            assert t["HALF_M"] == (cfg["BLOCK_M"] >= 32)
+
+
+def test_expert_block_m_follows_the_pairs_per_expert():
+    """Twice the mean pairs an expert sees, a power of two in [16, 128]: not T alone."""
+    bm = {(E, K, T): configs.default_expert(2048, 768, E, K, T, shared_per_block=232448)["BLOCK_M"]
+          for E, K, T in [(128, 8, 1), (128, 8, 64), (128, 8, 256), (8, 2, 64), (8, 2, 256), (8, 2, 4096)]}
+    assert bm == {(128, 8, 1): 16, (128, 8, 64): 16, (128, 8, 256): 32, (8, 2, 64): 32, (8, 2, 256): 128,
+                  (8, 2, 4096): 128}
