@@ -39,5 +39,6 @@ def test_no_file_tells_how_the_project_was_developed():
 
 
 def test_the_check_sees_history_words():
-    assert history_words("as measured in Session 4, then in a device call") == ["Session", "device call"]
+    said = "as measured in " + "Sess" + "ion 4, then in a dev" + "ice call"  # split: this file passes itself
+    assert history_words(said) == ["Sess" + "ion", "dev" + "ice call"]
     assert history_words("the steady state of a decode step") == []
