@@ -158,8 +158,8 @@ def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatc
         return t[calls[(T, form)] - 1] if isinstance(t, list) else t
 
     monkeypatch.setattr(tune, "num_copies", lambda shape: 1)
-    monkeypatch.setattr(tune, "make_layers", lambda shape, L: [(None, None)])
-    monkeypatch.setattr(tune, "make_inputs", lambda shape, T, L, seed: [SimpleNamespace(
+    monkeypatch.setattr(tune, "make_layers", lambda shape, L, **k: [(None, None)])
+    monkeypatch.setattr(tune, "make_inputs", lambda shape, T, L, seed, **k: [SimpleNamespace(
         x=T, topk_weights=None, topk_ids=None)])
     monkeypatch.setattr(tune, "_over_layers", lambda fn, xs, *cols: lambda: (fn.keywords["config"], xs[0]))
     monkeypatch.setattr(tune, "_time", fake_time)
