@@ -276,6 +276,22 @@ def test_autotune_never_runs_in_the_interpreter(autotune_on, monkeypatch):
     assert len(asked) == 1
 
 
+def test_autotune_shape_merges_one_bucket_into_the_cache(fake_gpu, tables):
+    """What autotune runs: warp decode (T ≤ 16) and the expert path at the one bucket, merged with
+    the buckets the cache has for the shape."""
+    from warpdecode.bench import tune
+
+    tune.autotune_shape(*B, 1, dtype=torch.float16)
+    tune.autotune_shape(*B, 64)
+    cached = json.loads((tables / "cache" / "Test_GPU.json").read_text())
+    assert [T for T, _ in cached["warp"][shape_key(*B)]] == [1, 16]  # 64: the expert path only
+    assert [T for T, _ in cached["expert"][shape_key(*B)]] == [1, 16, 64]
+    assert cached["expert"][shape_key(*B)][1][1] == {"BLOCK_M": 16, "gate_up": {}, "down": {}}  # kept
+    assert fake_gpu["warp"] == [("H5120-I1408-E60-K6", [1], torch.float16)]
+    assert [d for _, _, d in fake_gpu["expert"]] == [torch.float16, torch.bfloat16]
+    assert configs.warp_config(*B, T=1)["tuned_by"] == "warp"  # read at once
+
+
 # ---------------------------------------------------------------------------------------------
 # the cost model against the presets' measured crossovers
 

@@ -136,13 +136,18 @@ def write_cache(table: dict, gpu: str | None = None) -> Path:
     """Merge ``table`` into the user's cached table of ``gpu`` (its shapes replace the cached
     ones) and write it in one replace, so that a reader never sees half a file."""
     path = cache_file(gpu)
-    merged = merge_tables(table, _read(path))
+    write_table(path, merge_tables(table, _read(path)))
+    return path
+
+
+def write_table(path: Path, table: dict) -> None:
+    """Write a tuned table in one replace (a reader never sees half a file), and make the next
+    lookup read the files again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(merged, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
     tmp.replace(path)
     load_tuned.cache_clear()
-    return path
 
 
 def bucket(table: dict, family: str, H, I, E, K, T) -> dict | None:  # noqa: E741

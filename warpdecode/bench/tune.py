@@ -524,16 +524,6 @@ def _progress(steps: list, desc: str):
     return bar, bar.write
 
 
-def _write(path, table: dict) -> None:
-    """Write ``table`` to ``path`` in one replace (a reader never sees half a file), and make the
-    next lookup read it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
-    tmp.replace(path)
-    configs.load_tuned.cache_clear()
-
-
 def _buckets(Ts):
     """(warp T's, expert T's) to tune: the defaults, or the T's given (warp decode's up to 16, where
     it runs; all of them for the expert path)."""
@@ -583,7 +573,7 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
             xo, evidence = time_crossover(shape, sorted(set(warp_T) | set(expert_T)), path, log=log)
             table.setdefault("crossover", {})[key] = xo
             table.setdefault("crossover_evidence", {})[key] = evidence
-        _write(path, table)
+        configs.write_table(path, table)
         log(f"tuned {shape.name} {step} in {time.time() - t0:.0f} s, wrote {path}")
         t0 = time.time()
     return table
@@ -646,10 +636,11 @@ def autotune_shape(H: int, I: int, E: int, K: int, T: int, *, dtype=torch.bfloat
     key = shape_key(H, I, E, K)
     cached = json.loads(cache_file().read_text()) if cache_file().exists() else {}
     quiet = lambda *a: None  # noqa: E731
+    new = {}
     with _timed_dtype(dtype):
         if T <= WARP_T[-1]:
-            warp = tune_warp(shape, Ts=[T], reps=reps, log=quiet)
-            cached.setdefault("warp", {})[key] = merge_buckets(cached.get("warp", {}).get(key, []), warp)
-        expert = tune_expert(shape, Ts=[T], reps=reps, log=quiet)
-        cached.setdefault("expert", {})[key] = merge_buckets(cached.get("expert", {}).get(key, []), expert)
-    _write(cache_file(), cached)
+            new["warp"] = {key: merge_buckets(cached.get("warp", {}).get(key, []),
+                                              tune_warp(shape, Ts=[T], reps=reps, log=quiet))}
+        new["expert"] = {key: merge_buckets(cached.get("expert", {}).get(key, []),
+                                            tune_expert(shape, Ts=[T], reps=reps, log=quiet))}
+    configs.write_cache(new)
