@@ -21,8 +21,8 @@ T_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # The cost model's constants, each with where it comes from (NVIDIA H200; another GPU scales them):
 READ_TBPS = 4.53  # HBM read ceiling: ceiling_TBps in experiments/results/NVIDIA_H200/small_reads.csv
 LAUNCH_US = 2.0  # one launch's fixed cost: the intercept of time against bytes in small_reads.csv (6.3, 12.6 MB)
-L2_REREAD_TBPS = 8.0  # an expert's rows read again by another token: the median the pair's warp_us at T = 2, 4
-#                       in tuned/NVIDIA_H200.json crossover_evidence implies past the distinct reads
+L2_REREAD_TBPS = 8.0  # an expert's rows read again by another token: the median rate the pair's warp_us at
+#                       T = 2, 4 in tuned/NVIDIA_H200.json crossover_evidence implies past the distinct reads
 WARP_LAUNCHES = 2  # gate/up, down (warpdecode/warp.py)
 EXPERT_LAUNCHES = 4  # align, gate/up, down, reduce, overlapped by PDL (warpdecode/expert.py)
 
@@ -32,12 +32,13 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2) -> tuple[flo
 
     Both read each distinct expert the T tokens touch from HBM once, E·(1 − (1 − K/E)^T) of them
     (:func:`warpdecode.ladder.expected_distinct`), 3·I·H·elem bytes each. Warp decode's pair reads
-    an expert's rows once per (token, slot): the T·K − distinct reads past the first come from L2
-    (two tokens on one expert are launched close enough together, the pair's times show), at
-    ``L2_REREAD_TBPS``. The expert path reads each distinct expert once, plus its activations
-    (x gathered, the (T·K, 2I) and (T·K, I) intermediates, the (T·K, H) partial outputs), and pays
-    more launches. The grouped schedule (one read per expert for up to 16 tokens) is not modelled:
-    the defaults, which run where no table is, do not pick it."""
+    an expert's rows once per (token, slot): the T·K − distinct reads past the first run at
+    ``L2_REREAD_TBPS``, a rate between HBM's and L2's (some of them hit L2, the pair's times show:
+    at T = 4 it moves T·K experts' bytes faster than the read ceiling). The expert path reads each
+    distinct expert once, plus its activations (x gathered, the (T·K, 2I) and (T·K, I)
+    intermediates, the (T·K, H) partial outputs), and pays more launches. The grouped schedule
+    (one read per expert for up to 16 tokens) is not modelled: the defaults, which run where no
+    table is, do not pick it."""
     from .ladder import expected_distinct  # here: ladder imports the benchmark helpers
 
     expert_bytes = 3 * I * H * elem

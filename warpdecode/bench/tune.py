@@ -621,9 +621,9 @@ def tune_shape(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None, paths=P
         return tune([shape_of(H, I, E, K)], paths=paths, Ts=Ts, path=cache_file(), crossover=True, log=log)
 
 
-def merge_buckets(old, new):
-    """``old`` [[T, config]] with ``new``'s buckets added, a T in both taking ``new``'s, by T."""
-    by_T = {T: c for T, c in old} | {T: c for T, c in new}
+def merge_buckets(kept, tuned):
+    """``kept`` [[T, config]] with ``tuned``'s buckets added, a T in both taking ``tuned``'s, by T."""
+    by_T = {T: c for T, c in kept} | {T: c for T, c in tuned}
     return [[T, by_T[T]] for T in sorted(by_T)]
 
 
