@@ -203,6 +203,32 @@ def test_tune_presets_still_writes_the_shipped_table(fake_gpu, tables):
     assert (tables / "cache" / "Test_GPU.json").read_text() == cache  # the cache untouched
 
 
+def test_crossover_of_stops_at_the_first_t_warp_decode_loses():
+    from warpdecode.bench.report import crossover_of
+
+    def ev(*pairs):
+        return {str(T): {"warp_us": w, "expert_us": e} for T, (w, e) in zip([1, 2, 4, 8], pairs, strict=False)}
+
+    assert crossover_of(ev((1, 2), (2, 2), (3, 2), (1, 9))) == 2  # a tie goes to warp; no return past a loss
+    assert crossover_of(ev((3, 2), (1, 2))) == 0
+    assert crossover_of(ev((1, 2), (None, 2))) == 1  # warp decode failed at T = 2
+    assert crossover_of(ev((1, None), (1, 2))) == 2  # the expert path failed at T = 1
+    assert crossover_of({"16": {"warp_us": 1, "expert_us": 2}, "2": {"warp_us": 3, "expert_us": 2}}) == 0  # by T
+
+
+@pytest.mark.gpu
+def test_time_crossover_times_both_paths_with_the_cached_configs(tmp_path, monkeypatch):
+    """On the GPU, the real timing: both paths at each T, per layer call, and the crossover from them."""
+    from warpdecode.bench import report, tune
+
+    monkeypatch.setenv("WARPDECODE_CACHE_DIR", str(tmp_path))
+    shape = tune.shape_of(1024, 512, 16, 4)
+    xo, evidence = tune.time_crossover(shape, [1, 8], configs.cache_file(), reps=5, log=lambda *a: None)
+    assert set(evidence) == {"1", "8"}
+    assert all(t["warp_us"] > 0 and t["expert_us"] > 0 for t in evidence.values())
+    assert xo == report.crossover_of(evidence) and xo in (0, 1, 8)
+
+
 # ---------------------------------------------------------------------------------------------
 # the autotune opt-in
 

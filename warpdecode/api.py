@@ -92,7 +92,9 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     Returns y in x's dtype.
 
     method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages),
-    ``"warp"`` (two-kernel warp decode), or ``"auto"`` (warp up to the measured crossover T).
+    ``"warp"`` (two-kernel warp decode), or ``"auto"`` (warp up to :func:`crossover`: measured
+    where a table has the shape, else the cost model's). With ``configs.autotune(True)`` a shape
+    no table has is tuned on the first call that meets it (see ``warpdecode/configs.py``).
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
     act_format: expert only, ``"native"`` or ``"fp8"`` (e4m3 activations, 1×128 block scales).
     schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel with a
