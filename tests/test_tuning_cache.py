@@ -27,6 +27,17 @@ B = (5120, 1408, 60, 6)  # not a preset: in the cache only
 C = (6144, 2560, 160, 6)  # in neither
 
 
+def setenv(monkeypatch, name: str, value: str | None) -> None:
+    """Set (or, with None, unset) a warpdecode variable and have configs read it; both undone after the test."""
+    monkeypatch.setattr(configs, "_env_sources", configs._env_sources)
+    monkeypatch.setattr(configs, "_autotune", configs._autotune)
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+    configs.read_env()
+
+
 @pytest.fixture
 def tables(tmp_path, monkeypatch):
     """A fake GPU ("Test GPU") whose shipped table and user cache live under tmp_path: the
@@ -34,7 +45,7 @@ def tables(tmp_path, monkeypatch):
     monkeypatch.setattr(configs, "_runtime", SimpleNamespace(INTERPRET=False, gpu_name=lambda: "Test GPU"))
     monkeypatch.setattr(configs, "TUNED_DIR", tmp_path / "tuned")
     monkeypatch.setenv("WARPDECODE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("WARPDECODE_TUNED", raising=False)
+    setenv(monkeypatch, "WARPDECODE_TUNED", None)
     (tmp_path / "tuned").mkdir()
     (tmp_path / "cache").mkdir()
     tile = {"BLOCK_I": 2, "BLOCK_H": 512, "num_warps": 2, "num_stages": 1}
@@ -69,15 +80,17 @@ def test_cache_dir_env_then_xdg_then_home(tmp_path, monkeypatch):
 
 
 def test_the_switch_reads_the_env_and_the_context_manager_wins(monkeypatch):
-    monkeypatch.delenv("WARPDECODE_TUNED", raising=False)
+    setenv(monkeypatch, "WARPDECODE_TUNED", None)
     assert configs.sources() == (True, True)
     for value, expected in [("1", (True, True)), ("cache", (False, True)), ("0", (False, False))]:
-        monkeypatch.setenv("WARPDECODE_TUNED", value)
+        setenv(monkeypatch, "WARPDECODE_TUNED", value)
         assert configs.sources() == expected, value
-    monkeypatch.setenv("WARPDECODE_TUNED", "no")
     with pytest.raises(ValueError, match="WARPDECODE_TUNED"):
-        configs.sources()
-    monkeypatch.setenv("WARPDECODE_TUNED", "1")
+        setenv(monkeypatch, "WARPDECODE_TUNED", "no")
+    setenv(monkeypatch, "WARPDECODE_TUNED", "1")
+    for value, expected in [("1", True), ("0", False), (None, False)]:
+        setenv(monkeypatch, "WARPDECODE_AUTOTUNE", value)
+        assert configs.autotune() is expected, value
     with configs.tables(shipped=False, cache=False):
         assert configs.sources() == (False, False)
         with configs.tables(shipped=False, cache=True):
@@ -98,10 +111,10 @@ def test_the_shipped_table_first_then_the_cache(tables, monkeypatch):
     assert "from" not in configs.warp_config(*C, T=1)  # in neither: the defaults
     assert api.crossover(*A) == 16 and api.crossover(*B) == 64
     assert api.crossover(*C) == api.model_crossover(*C)
-    monkeypatch.setenv("WARPDECODE_TUNED", "cache")
+    setenv(monkeypatch, "WARPDECODE_TUNED", "cache")
     assert configs.warp_config(*A, T=1)["from"] == "cache"
     assert api.crossover(*A) == 32
-    monkeypatch.setenv("WARPDECODE_TUNED", "0")
+    setenv(monkeypatch, "WARPDECODE_TUNED", "0")
     assert "from" not in configs.warp_config(*A, T=1) and "from" not in configs.warp_config(*B, T=1)
     assert api.crossover(*A) == api.model_crossover(*A) != 16  # the model, where no table is read
 
@@ -271,9 +284,8 @@ def test_autotune_skips_shapes_a_table_has_and_is_off_by_default(autotune_on, mo
     assert configs.maybe_autotune(*B, 1, torch.bfloat16, torch.device("cuda")) is False  # once per process
     assert autotune_on == [(*B, 1)]
     assert configs.maybe_autotune(*C, 1, torch.bfloat16, torch.device("cpu")) is False  # CPU tensors
-    monkeypatch.setenv("WARPDECODE_TUNED", "0")  # the cache is not read: nothing to tune into
-    assert configs.maybe_autotune(*C, 1, torch.bfloat16, torch.device("cuda")) is False
-    monkeypatch.delenv("WARPDECODE_TUNED")
+    with configs.tables(shipped=False, cache=False):  # the cache is not read: nothing to tune into
+        assert configs.maybe_autotune(*C, 1, torch.bfloat16, torch.device("cuda")) is False
     configs.autotune(False)
     assert configs.maybe_autotune(*C, 1, torch.bfloat16, torch.device("cuda")) is False
     assert autotune_on == [(*B, 1)]

@@ -19,7 +19,8 @@ Two tables are read, in this order, and merged per family and shape (the first t
 Switches:
 
 - ``WARPDECODE_TUNED``: ``1`` (default) both tables, ``cache`` the user's cache only, ``0`` neither
-  (every launch takes the defaults: what benchmarks of the defaults set). In Python,
+  (every launch takes the defaults: what benchmarks of the defaults set). Read when warpdecode is
+  imported, as is the next one (:func:`read_env` reads both again). In Python,
   ``with configs.tables(shipped=False, cache=False): ...`` does the same for a block and wins over
   the variable. :func:`load_tuned` caches one merged table per GPU and setting.
 - ``WARPDECODE_AUTOTUNE=1`` or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes a layer shape
@@ -74,16 +75,14 @@ _SOURCES = {"1": (True, True), "cache": (False, True), "0": (False, False)}
 _tables_override: tuple[bool, bool] | None = None
 
 
+_env_sources = _SOURCES["1"]  # what WARPDECODE_TUNED says, set by read_env()
+
+
 def sources() -> tuple[bool, bool]:
     """(read the shipped table, read the user's cache): :func:`tables` where it is active, else
-    ``$WARPDECODE_TUNED`` (``1`` both, ``cache`` the cache only, ``0`` neither)."""
-    if _tables_override is not None:
-        return _tables_override
-    value = os.environ.get("WARPDECODE_TUNED", "1")
-    try:
-        return _SOURCES[value]
-    except KeyError:
-        raise ValueError(f"WARPDECODE_TUNED must be one of {sorted(_SOURCES)}, got {value!r}") from None
+    ``$WARPDECODE_TUNED`` (``1`` both, ``cache`` the cache only, ``0`` neither) as :func:`read_env`
+    read it."""
+    return _tables_override if _tables_override is not None else _env_sources
 
 
 @contextlib.contextmanager
@@ -116,7 +115,8 @@ def merge_tables(*tables_in_order: dict) -> dict:
 
 
 @functools.cache
-def _load(gpu: str, shipped: bool, cache: bool) -> dict:
+def _load(gpu: str | None, shipped: bool, cache: bool) -> dict:
+    # gpu None: this GPU, its name read once here rather than on every lookup
     return merge_tables(_read(tuned_file(gpu)) if shipped else {}, _read(cache_file(gpu)) if cache else {})
 
 
@@ -126,7 +126,7 @@ def load_tuned(gpu: str | None = None) -> dict:
     makes the next call read the files again."""
     if _runtime.INTERPRET:
         return {}
-    return _load(gpu or _runtime.gpu_name(), *sources())
+    return _load(gpu, *sources())
 
 
 load_tuned.cache_clear = _load.cache_clear
@@ -165,7 +165,7 @@ def _lookup(family: str, H, I, E, K, T):  # noqa: E741
 # ---------------------------------------------------------------------------------------------
 # the autotune opt-in
 
-_autotune = os.environ.get("WARPDECODE_AUTOTUNE", "0") not in ("", "0")
+_autotune = False  # what WARPDECODE_AUTOTUNE or autotune() says
 _autotune_seen: set = set()  # (GPU, shape key, T bucket) decided in this process: tuned, or no need
 _autotune_warned: set = set()  # (GPU, shape key) warned about inside graph capture
 
@@ -177,6 +177,21 @@ def autotune(on: bool | None = None) -> bool:
     if on is not None:
         _autotune = bool(on)
     return _autotune
+
+
+def read_env() -> None:
+    """Read ``WARPDECODE_TUNED`` and ``WARPDECODE_AUTOTUNE``: done once, when warpdecode is
+    imported (the lookups then read no environment); call it again after changing either."""
+    global _env_sources, _autotune
+    value = os.environ.get("WARPDECODE_TUNED", "1")
+    if value not in _SOURCES:
+        raise ValueError(f"WARPDECODE_TUNED must be one of {sorted(_SOURCES)}, got {value!r}")
+    _env_sources = _SOURCES[value]
+    _autotune = os.environ.get("WARPDECODE_AUTOTUNE", "0") not in ("", "0")
+    load_tuned.cache_clear()
+
+
+read_env()
 
 
 def token_bucket(T: int) -> int:
