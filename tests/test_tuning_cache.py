@@ -204,6 +204,15 @@ def test_tune_shape_writes_the_cache_with_its_crossover(fake_gpu, tables):
     assert configs.warp_config(*C, T=2)["tuned_by"] == "warp"
 
 
+def test_tune_shape_of_a_shipped_shape_says_which_table_moe_reads(fake_gpu, tables, capsys):
+    warpdecode.tune(*A, Ts=[1], paths=("warp",))
+    assert "has this shape and is read before the cache: moe runs yours with WARPDECODE_TUNED=cache" in (
+        capsys.readouterr().out)
+    assert configs.warp_config(*A, T=1)["from"] == "shipped"
+    with configs.tables(shipped=False):
+        assert configs.warp_config(*A, T=1)["tuned_by"] == "warp"
+
+
 def test_tune_presets_still_writes_the_shipped_table(fake_gpu, tables):
     from warpdecode.bench import tune
 
