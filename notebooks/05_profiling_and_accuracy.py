@@ -104,7 +104,8 @@ assert derived == stored  # the tuned table holds what the CSV says
 
 # %% [markdown]
 # On the H200, `warpdecode.crossover(H, I, E, K)` returns these values. Anywhere else, with no table
-# for that GPU, it returns a default (`api.DEFAULT_CROSSOVER`), a guess rather than a measurement.
+# for that GPU or shape, it returns what a cost model predicts (`api.model_crossover`: distinct experts
+# read, bytes each path moves, launches), a prediction rather than a measurement.
 #
 # `auto` runs the same kernels as the path it picks, so its time should match that path's. A row
 # where it does not was measured with another crossover table than the one in the tree (its time

@@ -94,6 +94,46 @@ def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
     assert len(calls) == 2
 
 
+def test_tune_shape_on_a_gpu_tunes_that_shape_here_with_its_options(monkeypatch, capsys):
+    import pytest
+
+    from warpdecode.bench import tune
+
+    seen = []
+    monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("spawned"))
+    monkeypatch.setattr(tune, "tune", lambda *a, **k: pytest.fail("tune --shape went to the presets' tuner"))
+    monkeypatch.setattr(tune, "tune_shape", lambda *shape, **k: seen.append((shape, k)))
+    cli.main(["tune", "--shape", "5120", "1408", "60", "6", "--T", "1", "4", "--dtype", "fp16", "--paths", "warp",
+              "expert"])
+    cli.main(["tune", "--shape", "4096", "1536", "128", "8"])
+    assert seen == [((5120, 1408, 60, 6), {"dtype": "fp16", "Ts": [1, 4], "paths": ["warp", "expert"]}),
+                    ((4096, 1536, 128, 8), {"dtype": "bf16", "Ts": None, "paths": list(tune.PATHS)})]
+    with pytest.raises(SystemExit, match="--shape or --presets, not both"):
+        cli.main(["tune", "--shape", "1", "2", "3", "1", "--presets", "olmoe-1b-7b"])
+    # the presets' tuner takes its own buckets and dtype, and says so
+    monkeypatch.setattr(tune, "tune", lambda presets, paths: seen.append(presets))
+    cli.main(["tune", "--presets", "olmoe-1b-7b", "--T", "4"])
+    assert seen[-1] == ["olmoe-1b-7b"]
+    assert "--T ignored: the presets take the default token buckets" in capsys.readouterr().out
+
+
+def test_tune_shape_on_the_cpu_says_what_is_missing_and_writes_nothing(monkeypatch, tmp_path):
+    import pytest
+
+    from warpdecode.bench import tune
+
+    if _runtime.DEFAULT_DEVICE.type == "cuda":
+        pytest.skip("checks the error raised where no CUDA GPU is")
+    monkeypatch.setenv("WARPDECODE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tune, "tune", lambda *a, **k: pytest.fail("tuned without a GPU"))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["tune", "--shape", "5120", "1408", "60", "6"])
+    assert str(e.value).startswith("tune: tune --shape needs a CUDA GPU")
+    assert "torch.cuda.is_available() is False" in str(e.value) and "Nothing was written" in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_retuning_the_pair_keeps_the_schedules_that_still_win(monkeypatch, tmp_path):
     """``tune --paths warp`` alone must not drop the buckets' ``grouped`` and ``fused`` entries
     (OLMoE's grouped schedule at T = 8 and 16 would go with them): a schedule is kept where it
@@ -158,8 +198,8 @@ def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatc
         return t[calls[(T, form)] - 1] if isinstance(t, list) else t
 
     monkeypatch.setattr(tune, "num_copies", lambda shape: 1)
-    monkeypatch.setattr(tune, "make_layers", lambda shape, L: [(None, None)])
-    monkeypatch.setattr(tune, "make_inputs", lambda shape, T, L, seed: [SimpleNamespace(
+    monkeypatch.setattr(tune, "make_layers", lambda shape, L, **k: [(None, None)])
+    monkeypatch.setattr(tune, "make_inputs", lambda shape, T, L, seed, **k: [SimpleNamespace(
         x=T, topk_weights=None, topk_ids=None)])
     monkeypatch.setattr(tune, "_over_layers", lambda fn, xs, *cols: lambda: (fn.keywords["config"], xs[0]))
     monkeypatch.setattr(tune, "_time", fake_time)

@@ -8,10 +8,23 @@ from .presets import MODEL_PRESETS, PRESETS, MoEShape, get_preset
 from .reference import reference_moe, rel_error, rounding_floor
 from .routing import route
 
+
+def tune(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None,  # noqa: E741
+         paths=("warp", "fused", "grouped", "expert", "expert_swap")) -> dict:
+    """Tune one MoE layer shape on this GPU, any shape, and remember it: the fastest launch
+    configurations per token bucket and the measured ``auto`` crossover, written to the user's
+    cache (``warpdecode.configs.cache_file()``), which ``moe`` reads after the shipped tables.
+    ``Ts``: the token buckets (default 1–16 for warp decode, 1–256 for the expert path).
+    Needs a CUDA GPU (raises before writing anything without one); takes minutes. Returns the
+    cached table. The same as ``python -m warpdecode tune --shape H I E K``."""
+    from .bench.tune import tune_shape
+
+    return tune_shape(H, I, E, K, dtype=dtype, Ts=Ts, paths=paths)
+
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_DEVICE", "HAS_GPU", "INTERPRET", "METHODS", "MODEL_PRESETS", "PRESETS", "MoEShape",
     "crossover", "get_preset", "gpu_name", "moe", "pick_method", "reference_moe", "rel_error",
-    "rounding_floor", "route",
+    "rounding_floor", "route", "tune",
 ]

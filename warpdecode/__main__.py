@@ -185,6 +185,16 @@ def _each_in_own_process(argv_of, args, presets: list[str]):
 def cmd_tune(args):
     from .bench import tune
 
+    if args.shape and args.presets:
+        sys.exit("tune: --shape or --presets, not both")
+    if args.shape:
+        try:
+            tune.require_gpu("tune --shape")
+            tune.tune_shape(*args.shape, dtype=args.dtype, Ts=args.T, paths=args.paths)
+        except (RuntimeError, ValueError) as e:
+            sys.exit(f"tune: {e}")
+        return
+    _ignored(args, {"dtype": "the presets are tuned in bf16", "T": "the presets take the default token buckets"})
     if not _on_gpu():
         sys.exit("tune needs a CUDA GPU: it times launch configs, and the CPU interpreter times nothing")
     presets = args.presets or MODEL_PRESETS
@@ -322,11 +332,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "of its own: what an earlier preset allocated changes later timings)")
     b.set_defaults(fn=cmd_bench)
 
-    t = sub.add_parser("tune", help="search launch configs on this GPU, write warpdecode/tuned/<GPU>.json",
-                       description="Time launch configurations on this GPU and write the fastest per token bucket "
-                                   "into warpdecode/tuned/<GPU>.json. Needs a CUDA GPU.")
+    t = sub.add_parser("tune", help="search launch configs on this GPU: presets, or --shape to a cache",
+                       description="Time launch configurations on this GPU and write the fastest per token bucket: "
+                                   "for --presets into warpdecode/tuned/<GPU>.json (the shipped table); for --shape "
+                                   "H I E K (any layer) into the user's cache, $WARPDECODE_CACHE_DIR (default "
+                                   "$XDG_CACHE_HOME/warpdecode or ~/.cache/warpdecode), with the auto crossover "
+                                   "measured at the tuned T's; warpdecode.moe reads it after the shipped table. "
+                                   "Needs a CUDA GPU.")
     t.add_argument("--presets", nargs="+", choices=presets, metavar="PRESET",
                    help=f"layer shapes to tune (default: every model preset); from {presets}")
+    t.add_argument("--shape", nargs=4, type=int, metavar=("H", "I", "E", "K"),
+                   help="one layer shape, any: hidden size, expert intermediate size, experts, experts per token; "
+                        "written to the user's cache")
+    t.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"],
+                   help="the dtype timed with --shape (default bf16; tables are keyed by shape)")
+    t.add_argument("--T", type=int, nargs="+",
+                   help="with --shape, the token buckets to tune (default 1 2 4 8 16 for warp decode, "
+                        "1 8 32 128 256 for the expert path; warp decode takes those ≤ 16)")
     t.add_argument("--paths", nargs="+", default=["warp", "fused", "grouped", "expert", "expert_swap"],
                    choices=["warp", "expert", "fused", "grouped", "expert_swap"],
                    help="warp: the two-kernel pair; fused: the persistent warp schedule, against the tuned pair; "

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from . import configs
 from .checks import check_moe_inputs
 from .configs import load_tuned, shape_key
 from .expert import moe_expert
@@ -12,26 +15,72 @@ from .warp import SCHEDULES, moe_warp
 
 METHODS = ("loop", "expert", "warp", "auto")
 
-#: Where no measured crossover exists (another GPU, another shape), ``auto`` takes warp decode up to
-#: this many tokens. It is a guess, not a measurement; the tuned table replaces it.
-DEFAULT_CROSSOVER = 8
+#: The T grid of measured crossovers (speed.csv's token counts): the model answers on it too.
+T_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+# The cost model's constants, each with where it comes from (NVIDIA H200; another GPU scales them):
+READ_TBPS = 4.53  # HBM read ceiling: ceiling_TBps in experiments/results/NVIDIA_H200/small_reads.csv
+LAUNCH_US = 2.0  # one launch's fixed cost: the intercept of time against bytes in small_reads.csv (6.3, 12.6 MB)
+L2_REREAD_TBPS = 8.0  # an expert's rows read again by another token: the median rate the pair's warp_us at
+#                       T = 2, 4 in tuned/NVIDIA_H200.json crossover_evidence implies past the distinct reads
+WARP_LAUNCHES = 2  # gate/up, down (warpdecode/warp.py)
+EXPERT_LAUNCHES = 4  # align, gate/up, down, reduce, overlapped by PDL (warpdecode/expert.py)
 
 
-def crossover(H: int, I: int, E: int, K: int) -> int:  # noqa: E741
-    """The largest T for which ``auto`` picks ``warp``: measured on this GPU for known shapes
-    (``warpdecode/tuned/<GPU>.json``, written by ``python -m warpdecode bench``), else the default."""
-    return int(load_tuned().get("crossover", {}).get(shape_key(H, I, E, K), DEFAULT_CROSSOVER))
+def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2) -> tuple[float, float]:  # noqa: E741
+    """(warp decode, expert path) modelled µs for T tokens, where nothing is measured.
+
+    Both read each distinct expert the T tokens touch from HBM once, E·(1 − (1 − K/E)^T) of them
+    (:func:`warpdecode.ladder.expected_distinct`), 3·I·H·elem bytes each. Warp decode's pair reads
+    an expert's rows once per (token, slot): the T·K − distinct reads past the first run at
+    ``L2_REREAD_TBPS``, a rate between HBM's and L2's (some of them hit L2, the pair's times show:
+    at T = 4 it moves T·K experts' bytes faster than the read ceiling). The expert path reads each
+    distinct expert once, plus its activations (x gathered, the (T·K, 2I) and (T·K, I)
+    intermediates, the (T·K, H) partial outputs), and pays more launches. The grouped schedule
+    (one read per expert for up to 16 tokens, which the defaults take once tokens share experts:
+    :func:`warpdecode.configs.shares_experts`) is not modelled: the pair's time is an upper bound
+    on warp decode's there, so the modelled crossover errs early, towards the expert path."""
+    from .ladder import expected_distinct  # here: ladder imports the benchmark helpers
+
+    expert_bytes = 3 * I * H * elem
+    distinct = expected_distinct(E, K, T)
+    hbm_us = distinct * expert_bytes / (READ_TBPS * 1e6)
+    warp = WARP_LAUNCHES * LAUNCH_US + hbm_us + (T * K - distinct) * expert_bytes / (L2_REREAD_TBPS * 1e6)
+    act_bytes = T * K * (H + 2 * I + 2 * I + 2 * H) * elem
+    expert = EXPERT_LAUNCHES * LAUNCH_US + hbm_us + act_bytes / (READ_TBPS * 1e6)
+    return warp, expert
 
 
-def pick_method(T: int, H: int, I: int, E: int, K: int) -> str:  # noqa: E741
-    return "warp" if T <= crossover(H, I, E, K) else "expert"
+@functools.cache
+def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2) -> int:  # noqa: E741
+    """The largest T on :data:`T_GRID` up to which :func:`model_us` has warp decode no slower than
+    the expert path at every T of the grid (the rule the measured crossover follows); 0 if none."""
+    best = 0
+    for T in T_GRID:
+        warp, expert = model_us(H, I, E, K, T, elem)
+        if warp > expert:
+            break
+        best = T
+    return best
+
+
+def crossover(H: int, I: int, E: int, K: int, elem: int = 2) -> int:  # noqa: E741
+    """The largest T for which ``auto`` picks ``warp``: measured on this GPU where a table has the
+    shape (``warpdecode/tuned/<GPU>.json``, written by ``python -m warpdecode report``, or the
+    user's cache, written by ``python -m warpdecode tune --shape``), else :func:`model_crossover`."""
+    measured = load_tuned().get("crossover", {}).get(shape_key(H, I, E, K))
+    return int(measured) if measured is not None else model_crossover(H, I, E, K, elem)
+
+
+def pick_method(T: int, H: int, I: int, E: int, K: int, elem: int = 2) -> str:  # noqa: E741
+    return "warp" if T <= crossover(H, I, E, K, elem) else "expert"
 
 
 def run_auto(x, w13, w2, topk_weights, topk_ids):
     """``method="auto"`` on inputs already validated and contiguous (ids int32): warp decode up
     to the crossover, the expert-centric path above it. No checks, no host sync."""
     E, two_i, H = w13.shape
-    m = pick_method(x.shape[0], H, two_i // 2, E, topk_ids.shape[1])
+    m = pick_method(x.shape[0], H, two_i // 2, E, topk_ids.shape[1], x.element_size())
     return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
 
 
@@ -44,7 +93,9 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     Returns y in x's dtype.
 
     method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages),
-    ``"warp"`` (two-kernel warp decode), or ``"auto"`` (warp up to the measured crossover T).
+    ``"warp"`` (two-kernel warp decode), or ``"auto"`` (warp up to :func:`crossover`: measured
+    where a table has the shape, else the cost model's). With ``configs.autotune(True)`` a shape
+    no table has is tuned on the first call that meets it (see ``warpdecode/configs.py``).
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
     act_format: expert only, ``"native"`` or ``"fp8"`` (e4m3 activations, 1×128 block scales).
     schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel with a
@@ -72,6 +123,8 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     x = x.contiguous()
     topk_weights = topk_weights.contiguous()
     topk_ids = topk_ids.to(torch.int32).contiguous()
+    if configs._autotune and method in ("auto", "warp", "expert"):  # off: this one read
+        configs.maybe_autotune(d.H, d.I, d.E, d.K, d.T, x.dtype, x.device)
     if method == "auto":
         return run_auto(x, w13, w2, topk_weights, topk_ids)
     if method == "loop":

@@ -4,16 +4,40 @@ Tuned tables live in ``warpdecode/tuned/<GPU name>.json`` and are written by
 ``python -m warpdecode tune`` (the same search vLLM's ``benchmark_moe.py --tune`` does for its
 ``fused_moe`` configs). An entry is keyed by kernel family and layer shape, and holds a list of
 ``[T_max, config]`` buckets: a call with T tokens takes the first bucket with T ≤ T_max, else the
-last. Shapes or GPUs with no table use the defaults below, which follow vLLM's
-``get_default_config``. The CPU interpreter uses its own small set: there the number of programs,
-not the memory system, sets the time.
+last. Shapes or GPUs with no table use the defaults below, rules derived from the layer shape,
+T and the device (:func:`default_expert`, :func:`warp_config`). The CPU interpreter uses its own
+small set: there the number of programs, not the memory system, sets the time.
+
+Two tables are read, in this order, and merged per family and shape (the first that has a shape wins):
+
+1. the shipped table, ``warpdecode/tuned/<GPU>.json``;
+2. the user's cache, ``<cache dir>/<GPU>.json``, in the same format, written by
+   ``python -m warpdecode tune --shape H I E K`` / :func:`warpdecode.tune` and by the autotune opt-in.
+   The cache dir is ``$WARPDECODE_CACHE_DIR``, else ``$XDG_CACHE_HOME/warpdecode``, else
+   ``~/.cache/warpdecode`` (:func:`cache_dir`).
+
+Switches:
+
+- ``WARPDECODE_TUNED``: ``1`` (default) both tables, ``cache`` the user's cache only, ``0`` neither
+  (every launch takes the defaults: what benchmarks of the defaults set). Read when warpdecode is
+  imported, as is the next one (:func:`read_env` reads both again). In Python,
+  ``with configs.tables(shipped=False, cache=False): ...`` does the same for a block and wins over
+  the variable. :func:`load_tuned` caches one merged table per GPU and setting.
+- ``WARPDECODE_AUTOTUNE=1`` or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes a layer shape
+  neither table has, the first time a call meets it (at that call's token bucket, few
+  repetitions), and writes it to the cache. Never inside CUDA-graph capture (there the defaults
+  run, with one warning per shape) and never in the CPU interpreter. Off, it costs one attribute
+  read per call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
+import os
+import warnings
 from pathlib import Path
 
 import triton
@@ -28,16 +52,103 @@ def shape_key(H: int, I: int, E: int, K: int) -> str:  # noqa: E741
 
 
 def tuned_file(gpu: str | None = None) -> Path:
+    """The shipped table of ``gpu`` (default: this one)."""
     return TUNED_DIR / f"{(gpu or _runtime.gpu_name()).replace(' ', '_')}.json"
 
 
+def cache_dir() -> Path:
+    """The user's cache of tuned tables: ``$WARPDECODE_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/warpdecode``, else ``~/.cache/warpdecode``."""
+    if os.environ.get("WARPDECODE_CACHE_DIR"):
+        return Path(os.environ["WARPDECODE_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "warpdecode"
+
+
+def cache_file(gpu: str | None = None) -> Path:
+    """The user's cached table of ``gpu`` (default: this one), named like the shipped one."""
+    return cache_dir() / tuned_file(gpu).name
+
+
+#: Families merged shape by shape; any other top-level key is taken whole from the first table with it.
+FAMILIES = ("warp", "expert", "expert_fp8", "crossover", "crossover_evidence")
+_SOURCES = {"1": (True, True), "cache": (False, True), "0": (False, False)}
+_tables_override: tuple[bool, bool] | None = None
+
+
+_env_sources = _SOURCES["1"]  # what WARPDECODE_TUNED says, set by read_env()
+
+
+def sources() -> tuple[bool, bool]:
+    """(read the shipped table, read the user's cache): :func:`tables` where it is active, else
+    ``$WARPDECODE_TUNED`` (``1`` both, ``cache`` the cache only, ``0`` neither) as :func:`read_env`
+    read it."""
+    return _tables_override if _tables_override is not None else _env_sources
+
+
+@contextlib.contextmanager
+def tables(shipped: bool = True, cache: bool = True):
+    """Within the block, read the shipped table only if ``shipped`` and the user's cache only if
+    ``cache``; ``tables(shipped=False, cache=False)`` runs every launch on the defaults."""
+    global _tables_override
+    before = _tables_override
+    _tables_override = (bool(shipped), bool(cache))
+    try:
+        yield
+    finally:
+        _tables_override = before
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def merge_tables(*tables_in_order: dict) -> dict:
+    """One table from several, the first that has a family's shape winning that shape."""
+    out: dict = {}
+    for table in reversed(tables_in_order):
+        for family, entries in table.items():
+            if family in FAMILIES and isinstance(entries, dict):
+                out[family] = {**out.get(family, {}), **entries}
+            else:
+                out[family] = entries
+    return out
+
+
 @functools.cache
+def _load(gpu: str | None, shipped: bool, cache: bool) -> dict:
+    # gpu None: this GPU, its name read once here rather than on every lookup
+    return merge_tables(_read(tuned_file(gpu)) if shipped else {}, _read(cache_file(gpu)) if cache else {})
+
+
 def load_tuned(gpu: str | None = None) -> dict:
-    """The tuned table for this GPU, or an empty one."""
+    """This GPU's tuned table (the shipped one, then the user's cache, as :func:`sources` says), or
+    an empty one in the interpreter. Read once per GPU and setting; ``load_tuned.cache_clear()``
+    makes the next call read the files again."""
     if _runtime.INTERPRET:
         return {}
-    path = tuned_file(gpu)
-    return json.loads(path.read_text()) if path.exists() else {}
+    return _load(gpu, *sources())
+
+
+load_tuned.cache_clear = _load.cache_clear
+
+
+def write_cache(table: dict, gpu: str | None = None) -> Path:
+    """Merge ``table`` into the user's cached table of ``gpu`` (its shapes replace the cached
+    ones) and write it in one replace, so that a reader never sees half a file."""
+    path = cache_file(gpu)
+    write_table(path, merge_tables(table, _read(path)))
+    return path
+
+
+def write_table(path: Path, table: dict) -> None:
+    """Write a tuned table in one replace (a reader never sees half a file), and make the next
+    lookup read the files again."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+    tmp.replace(path)
+    load_tuned.cache_clear()
 
 
 def bucket(table: dict, family: str, H, I, E, K, T) -> dict | None:  # noqa: E741
@@ -50,6 +161,86 @@ def bucket(table: dict, family: str, H, I, E, K, T) -> dict | None:  # noqa: E74
 
 def _lookup(family: str, H, I, E, K, T):  # noqa: E741
     return bucket(load_tuned(), family, H, I, E, K, T)
+
+
+# ---------------------------------------------------------------------------------------------
+# the autotune opt-in
+
+_autotune = False  # what WARPDECODE_AUTOTUNE or autotune() says
+_autotune_seen: set = set()  # (GPU, shape key, T bucket) decided in this process: tuned, or no need
+_autotune_warned: set = set()  # (GPU, shape key) warned about inside graph capture
+
+
+def autotune(on: bool | None = None) -> bool:
+    """Turn tuning-on-first-sight on or off (``WARPDECODE_AUTOTUNE=1`` sets it at import);
+    returns the setting. With no argument, only returns it."""
+    global _autotune
+    if on is not None:
+        _autotune = bool(on)
+    return _autotune
+
+
+def read_env() -> None:
+    """Read ``WARPDECODE_TUNED`` and ``WARPDECODE_AUTOTUNE``: done once, when warpdecode is
+    imported (the lookups then read no environment); call it again after changing either."""
+    global _env_sources, _autotune
+    value = os.environ.get("WARPDECODE_TUNED", "1")
+    if value not in _SOURCES:
+        raise ValueError(f"WARPDECODE_TUNED must be one of {sorted(_SOURCES)}, got {value!r}")
+    _env_sources = _SOURCES[value]
+    _autotune = os.environ.get("WARPDECODE_AUTOTUNE", "0") not in ("", "0")
+    load_tuned.cache_clear()
+
+
+read_env()
+
+
+def token_bucket(T: int) -> int:
+    """The T a call's configs are tuned at: the next power of two, at most 256."""
+    return min(256, 1 << max(0, T - 1).bit_length())
+
+
+def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # noqa: E741
+    """Whether autotune has work at T's bucket: the user's cache is read, the shipped table lacks
+    the shape for warp decode or the expert path, and the cache lacks that bucket for it."""
+    shipped_on, cache_on = sources()
+    if not cache_on:  # what it would write is not read
+        return False
+    key, tb = shape_key(H, I, E, K), token_bucket(T)
+    shipped = _load(gpu, shipped_on, False)
+    cached = _read(cache_file(gpu))
+    return any(key not in shipped.get(f, {}) and all(t != tb for t, _ in cached.get(f, {}).get(key, []))
+               for f in ("warp", "expert"))
+
+
+def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> bool:  # noqa: E741
+    """With :func:`autotune` on: tune warp decode and the expert path for this shape at T's
+    bucket where :func:`needs_tuning`, and write the result to the user's cache. Inside CUDA-graph
+    capture it tunes nothing (the defaults run) and warns once per shape; in the CPU interpreter,
+    or off a CUDA device, it does nothing. Returns whether it tuned."""
+    if not _autotune or _runtime.INTERPRET or getattr(device, "type", device) != "cuda":
+        return False
+    import torch
+
+    gpu, key, tb = _runtime.gpu_name(), shape_key(H, I, E, K), token_bucket(T)
+    if (gpu, key, tb) in _autotune_seen:
+        return False
+    if not needs_tuning(H, I, E, K, T, gpu):
+        _autotune_seen.add((gpu, key, tb))
+        return False
+    if torch.cuda.is_current_stream_capturing():
+        if (gpu, key) not in _autotune_warned:
+            _autotune_warned.add((gpu, key))
+            warnings.warn(f"warpdecode autotune: no tuned configs for H={H} I={I} E={E} K={K} at T={T}, and a CUDA "
+                          "graph is being captured, where nothing can be timed: the defaults run. Call the layer "
+                          f"once outside capture, or run: python -m warpdecode tune --shape {H} {I} {E} {K}",
+                          stacklevel=3)
+        return False
+    _autotune_seen.add((gpu, key, tb))
+    from .bench import tune
+
+    tune.autotune_shape(H, I, E, K, tb, dtype=dtype)
+    return True
 
 
 def warp_config(H: int, I: int, E: int, K: int, T: int) -> dict:  # noqa: E741

@@ -45,14 +45,22 @@ def crossover_table(gpu: str, root: Root = None) -> dict:
             continue
         s = get_preset(preset)
         key = shape_key(s.H, s.I, s.E, s.K)
-        best = 0
-        for T in Ts:
-            if warp[T]["median_us"] > expert[T]["median_us"]:
-                break
-            best = T
-        table[key] = best
         evidence[key] = {str(T): {"warp_us": warp[T]["median_us"], "expert_us": expert[T]["median_us"]} for T in Ts}
+        table[key] = crossover_of(evidence[key])
     return {"crossover": table, "crossover_evidence": evidence}
+
+
+def crossover_of(evidence: dict) -> int:
+    """The largest T up to which warp decode is no slower than the expert path at every measured
+    T; ``evidence`` is ``{"T": {"warp_us": …, "expert_us": …}}`` (a time of None: that path failed
+    there, counted as slower). 0 where the expert path wins from T = 1."""
+    best = 0
+    for T in sorted(evidence, key=int):
+        warp, expert = evidence[T]["warp_us"], evidence[T]["expert_us"]
+        if warp is None or (expert is not None and warp > expert):
+            break
+        best = int(T)
+    return best
 
 
 def _with_crossover(gpu: str, root: Root = None) -> tuple[Path, dict, str]:

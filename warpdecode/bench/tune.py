@@ -1,4 +1,6 @@
-"""Search launch configurations on the GPU and write ``warpdecode/tuned/<GPU>.json``.
+"""Search launch configurations on the GPU and write ``warpdecode/tuned/<GPU>.json`` (the presets,
+:func:`tune`) or the user's cache (any layer shape, :func:`tune_shape`, which also measures the
+``auto`` crossover; ``configs.cache_dir``).
 
 The same job as vLLM's ``benchmark_moe.py --tune`` for its ``fused_moe`` configs, for both
 paths: the expert-centric grouped GEMMs get the same tuning effort as warp decode's kernels, or
@@ -10,9 +12,11 @@ candidate the compiler rejects, or whose binary spills registers, is dropped the
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
@@ -21,9 +25,10 @@ from multiprocessing import get_context
 import torch
 import triton
 
+from .. import _runtime, configs
 from .. import expert as ex
 from .. import warp as wp
-from ..configs import default_grouped_down, shape_key, tuned_file
+from ..configs import cache_file, default_grouped_down, shape_key, tuned_file
 from ..kernels import expert as kx
 from ..kernels import warp_grouped as kg
 from ..kernels import warp_pair as kp
@@ -34,6 +39,22 @@ from .workload import make_inputs, make_layers, num_copies
 
 WARP_T = [1, 2, 4, 8, 16]
 EXPERT_T = [1, 8, 32, 128, 256]
+PATHS = ("warp", "fused", "grouped", "expert", "expert_swap")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+#: The dtype of the weights and activations timed (bf16 unless :func:`tune_shape` says otherwise).
+#: Tables are keyed by shape alone: bf16 and fp16 move the same bytes through the same tiles.
+_DTYPE = torch.bfloat16
+
+
+@contextlib.contextmanager
+def _timed_dtype(dtype):
+    global _DTYPE
+    before, _DTYPE = _DTYPE, dtype
+    try:
+        yield
+    finally:
+        _DTYPE = before
 
 
 def _fits(rows: int, warps: int, columns: int) -> bool:
@@ -243,22 +264,22 @@ def _over_layers(fn, *columns):
 def _layer_copies(shape: MoEShape):
     """(L, w13s, w2s): enough weight copies that a timed step reads them from HBM."""
     L = num_copies(shape)
-    layers = make_layers(shape, L)
+    layers = make_layers(shape, L, dtype=_DTYPE)
     return L, [w for w, _ in layers], [w for _, w in layers]
 
 
 def _warp_inputs(shape: MoEShape, T: int, L: int, seed: int = 3000):
     """(xs, topk_ids, topk_weights), one per layer copy, the same draw for every warp tuning pass."""
-    inputs = make_inputs(shape, T, L, seed=seed + T)
+    inputs = make_inputs(shape, T, L, dtype=_DTYPE, seed=seed + T)
     return [i.x for i in inputs], [i.topk_ids for i in inputs], [i.topk_weights for i in inputs]
 
 
 def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
-    return wp.warp_down(wp.warp_gate_up(x, w13, ids, c_gu), w2, ids, tw, c_dn, torch.bfloat16)
+    return wp.warp_down(wp.warp_gate_up(x, w13, ids, c_gu), w2, ids, tw, c_dn, x.dtype)
 
 
 def _grouped_pair(x, w13, w2, ids, tw, c_gu, c_dn):
-    return wp.warp_down_grouped(wp.warp_gate_up_grouped(x, w13, ids, tw, c_gu), w2, ids, c_dn, torch.bfloat16)
+    return wp.warp_down_grouped(wp.warp_gate_up_grouped(x, w13, ids, tw, c_gu), w2, ids, c_dn, x.dtype)
 
 
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):
@@ -375,13 +396,11 @@ def _time_tiles(gemm: str, block_m: int, fn, columns, tiles, reps: int, dropped)
 
 
 def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False, dropped=(), log=print):
-    L = num_copies(shape)
-    layers = make_layers(shape, L)
-    w13s, w2s = [w for w, _ in layers], [w for _, w in layers]
+    L, w13s, w2s = _layer_copies(shape)
     buckets = []
     fmt = "fp8" if fp8 else "native"
     for T in Ts:
-        inputs = make_inputs(shape, T, L, seed=4000 + T)
+        inputs = make_inputs(shape, T, L, dtype=_DTYPE, seed=4000 + T)
         tws = [i.topk_weights for i in inputs]
         best = None
         a_s = [ex.quantize(inp.x, None, fmt) for inp in inputs]  # token rows: the GEMM gathers them
@@ -431,7 +450,7 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, 
     L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
-        inputs = make_inputs(shape, T, L, seed=4000 + T)
+        inputs = make_inputs(shape, T, L, dtype=_DTYPE, seed=4000 + T)
         cols = ([i.x for i in inputs], w13s, w2s, [i.topk_weights for i in inputs], [i.topk_ids for i in inputs])
         forms = [(form, with_swap(cfg, gemms)) for form, gemms in SWAP_FORMS.items()]  # "plain" first
         timed = [[_time(_over_layers(partial(ex.moe_expert, config=c), *cols), reps) for _, c in forms]
@@ -472,30 +491,159 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=prin
     return bad
 
 
-def tune(preset_names: list[str], *, paths=("warp", "fused", "grouped", "expert", "expert_swap"), log=print) -> dict:
-    """Tune the named presets, merge into this GPU's table, write it, and return it."""
-    shapes = [get_preset(n) for n in preset_names]
-    path = tuned_file()
+def require_gpu(what: str = "tune") -> None:
+    """Raise, naming what is missing, unless kernels compile for a CUDA GPU here: tuning times
+    launches, and the CPU interpreter times nothing."""
+    if _runtime.DEFAULT_DEVICE.type == "cuda":
+        return
+    if not torch.cuda.is_available():
+        why = f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
+    else:
+        why = "TRITON_INTERPRET is set, so kernels run in Triton's CPU interpreter"
+    raise RuntimeError(f"{what} needs a CUDA GPU: it times launch configurations, and {why}. Nothing was written.")
+
+
+def shape_of(H: int, I: int, E: int, K: int) -> MoEShape:  # noqa: E741
+    """The layer shape ``H4096-I1536-E128-K8``: any layer, not only a preset."""
+    return MoEShape(f"H{H}-I{I}-E{E}-K{K}", H=H, I=I, E=E, K=K)
+
+
+def _progress(steps: list, desc: str):
+    """(steps, log): a tqdm bar over ``steps`` and its ``write`` where tqdm is installed, else the
+    steps with one line printed as each starts, and print."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        def each():
+            for i, step in enumerate(steps, 1):
+                print(f"[{i}/{len(steps)}] {desc}: {' '.join(map(str, step))}", flush=True)
+                yield step
+
+        return each(), print
+    bar = tqdm(steps, desc=desc, file=sys.stdout)
+    return bar, bar.write
+
+
+def _buckets(Ts):
+    """(warp T's, expert T's) to tune: the defaults, or the T's given (warp decode's up to 16, where
+    it runs; all of them for the expert path)."""
+    if not Ts:
+        return WARP_T, EXPERT_T
+    Ts = sorted(set(Ts))
+    return [t for t in Ts if t <= WARP_T[-1]], Ts
+
+
+def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, log=None) -> dict:
+    """Tune ``shapes`` (preset names or :class:`MoEShape`), merge into the table at ``path``
+    (default: this GPU's shipped table in the package, ``warpdecode/tuned/<GPU>.json``), write it
+    after each shape, and return it. ``Ts`` restricts the token buckets (see :func:`_buckets`);
+    ``crossover``: then time warp decode against the expert path at those T's with the tuned
+    configs, and store ``crossover`` and ``crossover_evidence`` for the shape too."""
+    shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
+    path = path or tuned_file()
     table = json.loads(path.read_text()) if path.exists() else {}
+    warp_T, expert_T = _buckets(Ts)
+    if not warp_T:
+        paths = [p for p in paths if p not in ("warp", "fused", "grouped")]
+    steps = [(s.name, p) for s in shapes for p in PATHS if p in paths] + [(s.name, "crossover") for s in shapes
+                                                                           if crossover]
+    steps, write = _progress(steps, "tune")
+    log = log or write
     dropped = warm_all(shapes, paths, log=log)
-    for shape in shapes:
-        t0 = time.time()
+    by_name = {s.name: s for s in shapes}
+    t0 = time.time()
+    for name, step in steps:
+        shape = by_name[name]
         key = shape_key(shape.H, shape.I, shape.E, shape.K)
-        if "warp" in paths:
+        if step == "warp":
             old = table.setdefault("warp", {}).get(key, [])
-            table["warp"][key] = keep_schedules(old, tune_warp(shape, dropped=dropped, log=log),
+            table["warp"][key] = keep_schedules(old, tune_warp(shape, Ts=warp_T, dropped=dropped, log=log),
                                                 retuned=[p for p in ("fused", "grouped") if p in paths])
-        if "fused" in paths:  # the persistent schedule against the tuned pair
+        elif step == "fused":  # the persistent schedule against the tuned pair
             table["warp"][key] = tune_fused(shape, table["warp"][key], dropped=dropped, log=log)
-        if "grouped" in paths:  # one read of each routed expert's gate/up rows, against the tuned pair
+        elif step == "grouped":  # one read of each routed expert's gate/up rows, against the tuned pair
             table["warp"][key] = tune_grouped(shape, table["warp"][key], dropped=dropped, log=log)
-        if "expert" in paths:
-            table.setdefault("expert", {})[key] = tune_expert(shape, dropped=dropped, log=log)
-        if "expert_swap" in paths:  # SWAP_AB on top of the tuned expert tiles
+        elif step == "expert":
+            table.setdefault("expert", {})[key] = tune_expert(shape, Ts=expert_T, dropped=dropped, log=log)
+        elif step == "expert_swap":  # SWAP_AB on top of the tuned expert tiles
             if key not in table.get("expert", {}):
                 raise ValueError(f"expert_swap refines tuned expert tiles: tune {shape.name} with 'expert' first")
             table["expert"][key] = tune_expert_swap(shape, table["expert"][key], log=log)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(table, indent=1, sort_keys=True))
-        log(f"tuned {shape.name} in {time.time() - t0:.0f} s")
+        else:  # the crossover, timed with what was just written
+            xo, evidence = time_crossover(shape, sorted(set(warp_T) | set(expert_T)), path, log=log)
+            table.setdefault("crossover", {})[key] = xo
+            table.setdefault("crossover_evidence", {})[key] = evidence
+        configs.write_table(path, table)
+        log(f"tuned {shape.name} {step} in {time.time() - t0:.0f} s, wrote {path}")
+        t0 = time.time()
     return table
+
+
+def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
+    """(crossover, evidence): warp decode and the expert path, each as ``moe`` runs them with the
+    configs in ``path`` (the table just written; the shipped one is not read unless ``path`` is it),
+    at each T in ``Ts``; the crossover by :func:`warpdecode.bench.report.crossover_of`."""
+    from .report import crossover_of
+
+    shipped = path == tuned_file()
+    L, w13s, w2s = _layer_copies(shape)
+    evidence = {}
+    with configs.tables(shipped=shipped, cache=not shipped):
+        for T in Ts:
+            xs, ids, tws = _warp_inputs(shape, T, L, seed=1000)
+            t_warp = _time(_over_layers(wp.moe_warp, xs, w13s, w2s, tws, ids), reps)
+            t_expert = _time(_over_layers(ex.moe_expert, xs, w13s, w2s, tws, ids), reps)
+            evidence[str(T)] = {"warp_us": round(t_warp / L, 3) if t_warp else None,
+                                "expert_us": round(t_expert / L, 3) if t_expert else None}
+            log(f"crossover {shape.name} T={T}: warp {evidence[str(T)]['warp_us']} us, "
+                f"expert {evidence[str(T)]['expert_us']} us")
+    w13s = w2s = None
+    torch.cuda.empty_cache()
+    xo = crossover_of(evidence)
+    log(f"crossover {shape.name}: auto takes warp decode up to T = {xo}")
+    return xo, evidence
+
+
+def tune_shape(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None, paths=PATHS, log=None) -> dict:  # noqa: E741
+    """Tune one layer shape, any shape, on this GPU, and write it with its measured ``auto``
+    crossover into the user's cache (``configs.cache_file()``), which ``moe`` reads after the
+    shipped table. ``dtype``: ``"bf16"``/``"fp16"`` or the torch dtype timed. ``Ts``: the token
+    buckets (default warp decode's 1–16 and the expert path's 1–256). Returns the cached table.
+    Raises before writing anything where no CUDA GPU is."""
+    require_gpu("warpdecode.tune")
+    dtype = DTYPES.get(dtype, dtype)
+    if dtype not in DTYPES.values():
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)} (or torch.bfloat16/float16), got {dtype!r}")
+    bad = [p for p in paths if p not in PATHS]
+    if bad:
+        raise ValueError(f"paths must be from {PATHS}, got {bad}")
+    if shape_key(H, I, E, K) in configs._read(tuned_file()).get("warp", {}):
+        print(f"the shipped table {tuned_file()} has this shape and is read before the cache: moe runs yours "
+              "with WARPDECODE_TUNED=cache", flush=True)
+    with _timed_dtype(dtype):
+        return tune([shape_of(H, I, E, K)], paths=paths, Ts=Ts, path=cache_file(), crossover=True, log=log)
+
+
+def merge_buckets(kept, tuned):
+    """``kept`` [[T, config]] with ``tuned``'s buckets added, a T in both taking ``tuned``'s, by T."""
+    by_T = {T: c for T, c in kept} | {T: c for T, c in tuned}
+    return [[T, by_T[T]] for T in sorted(by_T)]
+
+
+def autotune_shape(H: int, I: int, E: int, K: int, T: int, *, dtype=torch.bfloat16, reps: int = 5) -> None:  # noqa: E741
+    """What ``configs.maybe_autotune`` runs: the warp pair (at T ≤ 16) and the expert tiles at
+    the one bucket T, few repetitions, no parallel precompile (it runs inside the caller's
+    process), merged into the user's cache. No crossover is measured from one T: ``auto`` keeps
+    the cost model's for the shape."""
+    shape = shape_of(H, I, E, K)
+    key = shape_key(H, I, E, K)
+    cached = json.loads(cache_file().read_text()) if cache_file().exists() else {}
+    quiet = lambda *a: None  # noqa: E731
+    new = {}
+    with _timed_dtype(dtype):
+        if T <= WARP_T[-1]:
+            new["warp"] = {key: merge_buckets(cached.get("warp", {}).get(key, []),
+                                              tune_warp(shape, Ts=[T], reps=reps, log=quiet))}
+        new["expert"] = {key: merge_buckets(cached.get("expert", {}).get(key, []),
+                                            tune_expert(shape, Ts=[T], reps=reps, log=quiet))}
+    configs.write_cache(new)
