@@ -241,8 +241,21 @@ def test_expert_default_gemm_does_not_spill(built, name):
 
 
 def _weight_load_layouts(ttgir: str) -> set:
-    """The layouts of a warp-decode kernel's weight loads: the loads marked evict_first."""
-    return set(re.findall(r"tt\.load .*evictionPolicy = evict_first .*, (#\w+)>", ttgir))
+    """The layouts of a warp-decode kernel's weight loads: the loads marked evict_first. Triton up to
+    3.8 prints the hint as ``evictionPolicy = evict_first``, 3.9 inside
+    ``{cachePolicy = #tt.cache_policy<cache_modifier = none, eviction_policy = evict_first>}``."""
+    return set(re.findall(r"tt\.load .*(?:evictionPolicy|eviction_policy) = evict_first\b.*, (#\w+)>", ttgir))
+
+
+@pytest.mark.parametrize("line", [
+    "%wv = tt.load %p, %m, %c evictionPolicy = evict_first : tensor<8x8x256x!tt.ptr<bf16>, #blocked1> loc(#loc9)",
+    "%g = tt.load %p, %m, %c {cachePolicy = #tt.cache_policy<cache_modifier = none, eviction_policy = evict_first>}"
+    " : tensor<1x2048x!tt.ptr<bf16>, #blocked> loc(#loc120)",
+])
+def test_weight_load_layouts_reads_both_ttgir_spellings(line):
+    """The eviction hint as Triton 3.6-3.8 (first) and 3.9 (second) print it; a load without it is no weight load."""
+    assert len(_weight_load_layouts(line)) == 1
+    assert not _weight_load_layouts(line.replace("evict_first", "evict_last"))
 
 
 @pytest.mark.parametrize("name", PAIR)
