@@ -342,6 +342,9 @@ def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, 
     return default_expert(H, I, E, K, T, fp8=fp8, elem=elem)
 
 
+#: Shared memory a GEMM's epilogue and layout conversions take beside its pipelined tiles (bytes).
+EPILOGUE_SHARED = 16384
+
 #: What one thread may hold of a GEMM's FP32 accumulators before the tile spills (of Hopper's 255
 #: registers: room for the loads in flight and the addresses).
 ACC_REGS_PER_THREAD = 128
@@ -359,7 +362,8 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     FP32 accumulators are kept within ``ACC_REGS_PER_THREAD``; and the stages, then BLOCK_K, are
     fitted to this device's shared memory per program (``shared_per_block``, default the current
     GPU's; ``elem`` bytes per element), not to an H100's."""
-    budget = int(0.86 * (shared_per_block or _runtime.device_limits()["shared_per_block"]))
+    limits = _runtime.device_limits()
+    budget = (shared_per_block or limits["shared_per_block"]) - EPILOGUE_SHARED
     pairs_per_expert = T * K / max(E, 1)
     # the M tile by the rows an expert's GEMM sees, not by T: twice the mean, so that the experts
     # routed more than the mean still fit one tile (a second tile reads the expert's weights again),
@@ -367,17 +371,25 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     block_m = min(128, max(16, triton.next_power_of_2(math.ceil(2 * pairs_per_expert))))
     group_m = 16 if pairs_per_expert > 128 else 8 if pairs_per_expert > 32 else 1
     acc_regs = ACC_REGS_PER_THREAD if elem <= 2 else ACC_REGS_PER_THREAD // 2
+    # most experts see at most one row: the tile transposed, weight rows on the tensor cores' M side
+    swap = pairs_per_expert <= 0.5 and elem == 2
+    m_blocks = min(T * K, expected_distinct(E, K, T))  # the M tiles at decode: one per routed expert
 
     def tile(n: int, k: int, accumulators: int) -> dict:
         block_n = (128 if T <= 128 else 256) if n >= 4096 else (64 if T <= 64 else 128)
         block_k = 128 if (fp8 or k >= 4096 or T <= 64) else 64
         if elem == 4:  # FP32 operands multiply on FMAs, their K slices held in registers beside the sums
             block_k = min(block_k, 32)
+        # enough programs to fill the GPU twice over while the M tiles are few (decode): narrower N
+        # tiles, longer K steps to keep the bytes in flight
+        while block_m == 16 and block_n > 64 and m_blocks * triton.cdiv(n, block_n) < 2 * limits["sms"]:
+            block_n //= 2
+            block_k = min(2 * block_k, 256, max(32, triton.next_power_of_2(k)))
         warps = 4 if accumulators * block_m * block_n < 8192 else 8
         while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
-        stages = 3
+        stages = 4
         while (block_m * block_k + accumulators * block_k * block_n) * elem * stages > budget:
             if stages > 2:
                 stages -= 1
@@ -385,7 +397,8 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
                 block_k //= 2
             else:
                 break
-        return {"BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group_m, "num_warps": warps, "num_stages": stages,
-                "HALF_M": block_m >= 32}
+        cfg = {"BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group_m, "num_warps": warps, "num_stages": stages,
+               "HALF_M": block_m >= 32}
+        return {**cfg, "SWAP_AB": True} if swap else cfg
 
     return {"BLOCK_M": block_m, "gate_up": tile(I, H, 2), "down": tile(H, I, 1)}
