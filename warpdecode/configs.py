@@ -261,8 +261,11 @@ def warp_config(H: int, I: int, E: int, K: int, T: int) -> dict:  # noqa: E741
     cfg = {
         "gate_up": {"BLOCK_I": 1, "BLOCK_H": min(block_h, triton.next_power_of_2(H)), "num_warps": 1,
                     "num_stages": 1},
-        # four warps, one hidden output each, all K experts' rows in flight
-        "down": {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1},
+        # one hidden output per warp, all K experts' rows in flight: four warps over 256 columns, or,
+        # with few experts per token (K ≤ 4) and long rows, two warps over 512 so that each thread
+        # still has as many bytes in flight (the tuner's picks for Mixtral and gpt-oss-20b)
+        "down": ({"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1} if K <= 4 and I >= 1024
+                 else {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1}),
     }
     if shares_experts(E, K, T):
         cfg["grouped"] = {}  # the grouped schedule, with its default tiles (default_grouped)
@@ -389,9 +392,11 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
         while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
-        stages = 4
+        stages = 4  # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2
         while (block_m * block_k + accumulators * block_k * block_n) * elem * stages > budget:
-            if stages > 2:
+            if block_k > 64:
+                block_k //= 2
+            elif stages > 2:
                 stages -= 1
             elif block_k > 32:
                 block_k //= 2
