@@ -85,3 +85,11 @@ def test_expert_block_m_follows_the_pairs_per_expert():
           for E, K, T in [(128, 8, 1), (128, 8, 64), (128, 8, 256), (8, 2, 64), (8, 2, 256), (8, 2, 4096)]}
     assert bm == {(128, 8, 1): 16, (128, 8, 64): 16, (128, 8, 256): 32, (8, 2, 64): 32, (8, 2, 256): 128,
                   (8, 2, 4096): 128}
+
+
+@pytest.mark.parametrize("T", [1, 2, 8, 256])
+def test_fp8_defaults_step_within_one_activation_scale(T):
+    """FP8 activations carry one scale per 128 columns (expert.quantize): no K step may span two."""
+    for s in SHAPES.values():
+        cfg = configs.default_expert(s["H"], s["I"], s["E"], s["K"], T, fp8=True, shared_per_block=232448)
+        assert all(cfg[g]["BLOCK_K"] <= 128 for g in ("gate_up", "down")), (s, cfg)

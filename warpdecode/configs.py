@@ -378,6 +378,8 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     swap = pairs_per_expert <= 0.5 and elem == 2
     m_blocks = min(T * K, expected_distinct(E, K, T))  # the M tiles at decode: one per routed expert
 
+    k_max = 128 if fp8 else 256  # FP8 activations carry one scale per 128 columns: a K step within one
+
     def tile(n: int, k: int, accumulators: int) -> dict:
         block_n = (128 if T <= 128 else 256) if n >= 4096 else (64 if T <= 64 else 128)
         block_k = 128 if (fp8 or k >= 4096 or T <= 64) else 64
@@ -387,7 +389,7 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
         # tiles, longer K steps to keep the bytes in flight
         while block_m == 16 and block_n > 64 and m_blocks * triton.cdiv(n, block_n) < 2 * limits["sms"]:
             block_n //= 2
-            block_k = min(2 * block_k, 256, max(32, triton.next_power_of_2(k)))
+            block_k = min(2 * block_k, k_max, max(32, triton.next_power_of_2(k)))
         warps = 4 if accumulators * block_m * block_n < 8192 else 8
         while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
