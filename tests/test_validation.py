@@ -211,3 +211,15 @@ def test_nan_in_x_stays_in_its_row(variant, seed):
     others = torch.arange(case.T, device=y.device) != 2
     assert not torch.isnan(y[others]).any(), "NaN leaked into another token's row"
     assert torch.equal(y[others], clean[others])
+
+
+def test_fp8_activations_need_fp8_tensor_cores(monkeypatch):
+    """act_format='fp8' on a GPU older than sm_89 is refused with the reason, before any launch;
+    on sm_89 and newer, and in the interpreter (a CPU device), it is allowed."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    with pytest.raises(ValueError, match=r"act_format='fp8' needs a GPU with FP8 tensor cores.*A100 is 8\.0"):
+        api.check_fp8_device(torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 9))
+    api.check_fp8_device(torch.device("cuda", 0))
+    api.check_fp8_device(torch.device("cpu"))

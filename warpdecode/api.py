@@ -84,6 +84,21 @@ def run_auto(x, w13, w2, topk_weights, topk_ids):
     return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
 
 
+#: The first compute capability whose tensor cores take e4m3 operands (Ada, sm_89; Hopper, sm_90).
+FP8_CAPABILITY = (8, 9)
+
+
+def check_fp8_device(device: torch.device) -> None:
+    """``act_format="fp8"`` needs FP8 tensor cores: on an older GPU (Ampere, sm_80) Triton cannot
+    compile the e4m3 product, so say so before any launch. The interpreter emulates it anywhere."""
+    if device.type == "cuda":
+        cap = torch.cuda.get_device_capability(device)
+        if tuple(cap) < FP8_CAPABILITY:
+            raise ValueError(f"act_format='fp8' needs a GPU with FP8 tensor cores (compute capability "
+                             f"{FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or newer); {torch.cuda.get_device_name(device)} "
+                             f"is {cap[0]}.{cap[1]}: use act_format='native'")
+
+
 def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=None, act_format: str = "native",
         schedule: str | None = None):
     """y (T, H) = Σ_j topk_weights[:, j] · W2[e] (silu(Wg[e] x) ⊙ Wu[e] x), e = topk_ids[:, j].
@@ -117,6 +132,8 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     if act_dtype is not None and method != "warp":
         raise ValueError(f"act_dtype applies to method='warp' only, got method={method!r}")
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
+    if act_format == "fp8":
+        check_fp8_device(x.device)
     if d.T == 0:
         return x.new_empty(0, d.H)
 
