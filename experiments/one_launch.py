@@ -28,6 +28,7 @@ import os
 from functools import partial
 
 import harness
+import knobs
 import torch
 import triton
 import triton.language as tl
@@ -365,57 +366,7 @@ MAX_SPINS = 200_000  # ~0.1-0.2 s of polling, then give up and raise the flag
 MAX_REGS = 128  # the tuned pair's kernels: 96 (gate/up) and 161 (down) registers per thread
 
 
-@triton.jit
-def _gate_up_tile_wait(
-    x_ptr, w13_ptr, topk_ids_ptr, act_ptr,
-    H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-    pair,  # which (token, slot): t = pair // K
-    pid_i,  # which block of BLOCK_I neurons
-    BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
-    WAIT: tl.constexpr,  # gdc_wait before the store: the sentinel fill launched before this one writes there too
-):
-    """The shipped tile (kernels/warp_pair.py ``_gate_up_tile``) with a ``gdc_wait`` before its store."""
-    t = pair // K
-    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
-    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
-    mask_i = offs_i < I
-    offs_h = tl.arange(0, BLOCK_H)
-    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
-    up_ptrs = gate_ptrs + I * stride_wr
-    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
-    acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
-    for h0 in range(0, H, BLOCK_H):
-        mask_h = (h0 + offs_h) < H
-        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
-        mask = mask_i[:, None] & mask_h[None, :]
-        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        acc_g += tl.sum(g.to(tl.float32) * xv[None, :], axis=1)
-        acc_u += tl.sum(u.to(tl.float32) * xv[None, :], axis=1)
-    a = acc_g * tl.sigmoid(acc_g) * acc_u
-    if WAIT:
-        gdc_wait()
-    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
 
-
-@triton.jit(do_not_specialize=["NUM_PAIRS"])
-def gate_up_kernel(
-    x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, NUM_PAIRS, K, stride_xt, stride_we, stride_wr, stride_at,
-    BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, USE_PDL: tl.constexpr,
-    PAIR_FASTEST: tl.constexpr,  # the shipped grid order; False: neuron blocks fastest, one pair after another
-):
-    """The shipped gate/up kernel (kernels/warp_pair.py ``warp_gate_up_kernel``) in either grid order."""
-    if USE_PDL:
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    if PAIR_FASTEST:  # programs side by side read the same neuron rows of every pair (shared experts: L2)
-        pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
-    else:  # programs side by side read consecutive rows of one expert, which streams expert by expert
-        blocks_i = tl.cdiv(I, BLOCK_I)
-        pair, pid_i = pid // blocks_i, pid % blocks_i
-    _gate_up_tile_wait(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pair, pid_i, BLOCK_I, BLOCK_H, False)
 
 
 @triton.jit
@@ -558,8 +509,8 @@ def expert_order_kernel(
     n_gate_up = T * K * blocks_i
     if pid < n_gate_up:  # pair-major: pair 0's neurons first, the token's last expert last
         # the shipped tile; with PDL its store waits for the sentinel fill launched before it
-        _gate_up_tile_wait(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
-                      stride_at, pid // blocks_i, pid % blocks_i, GU_BLOCK_I, GU_BLOCK_H, USE_PDL)
+        knobs.gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
+                           stride_at, pid // blocks_i, pid % blocks_i, GU_BLOCK_I, GU_BLOCK_H, "evict_first", USE_PDL)
     else:
         _down_expert_order(w2_ptr, topk_ids_ptr, topk_weights_ptr, act_bits_ptr, y_ptr, flag_ptr, H, I, T, stride_w2e,
                            stride_w2r, stride_at, stride_yt, pid - n_gate_up, K, BLOCK_H, BLOCK_I, CHUNKS,
@@ -713,10 +664,10 @@ def pair_expert_order(x, w13, w2, topk_weights, topk_ids, gu_cfg: dict, cfg: dic
     pdl = wp.USE_PDL and not INTERPRET_v16
     act_bits, state = _two_kernel_state(x.device, T, K, I)
     act = act_bits.view(torch.float32)
-    gate_up_kernel[(T * K * triton.cdiv(I, gu_cfg["BLOCK_I"]),)](
+    knobs.gate_up_kernel[(T * K * triton.cdiv(I, gu_cfg["BLOCK_I"]),)](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_I=gu_cfg["BLOCK_I"], BLOCK_H=gu_cfg["BLOCK_H"], USE_PDL=pdl,
-        PAIR_FASTEST=cfg.get("pair_fastest", False),
+        PAIR_FASTEST=cfg.get("pair_fastest", False), EVICT="evict_first",
         num_warps=gu_cfg["num_warps"], num_stages=gu_cfg["num_stages"],
     )
     y = _alloc.empty(T, H, dtype=out_dtype, device=x.device)

@@ -28,11 +28,12 @@ from functools import partial
 from pathlib import Path
 
 import harness
+import knobs
 import torch
 import triton
 import triton.language as tl
 from harness import cases, checked_us, row
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.language.extra.cuda import gdc_wait
 
 import warpdecode as wd
 from warpdecode import _alloc, configs
@@ -43,7 +44,6 @@ from warpdecode.bench.tune import _over_layers, _time
 from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
 from warpdecode.configs import warp_config
 from warpdecode.expert import moe_expert
-from warpdecode.kernels.warp_pair import _gate_up_tile
 from warpdecode.presets import get_preset
 from warpdecode.warp import moe_warp
 
@@ -63,42 +63,7 @@ from warpdecode.warp import moe_warp
 # experiments/results/<GPU>/warp_variants.csv: time per layer call, and the fraction of the read ceiling.
 # ==================================================================================================
 
-@triton.jit
-def _gate_up_tile_evict(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pair, pid_i, BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, EVICT: tl.constexpr):
-    """kernels/warp_pair.py ``_gate_up_tile`` with the weight loads' cache policy as a knob."""
-    t = pair // K
-    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
-    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
-    mask_i = offs_i < I
-    offs_h = tl.arange(0, BLOCK_H)
-    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
-    up_ptrs = gate_ptrs + I * stride_wr
-    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
-    acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
-    for h0 in range(0, H, BLOCK_H):
-        mask_h = (h0 + offs_h) < H
-        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
-        mask = mask_i[:, None] & mask_h[None, :]
-        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
-        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy=EVICT)
-        acc_g += tl.sum(g.to(tl.float32) * xv[None, :], axis=1)
-        acc_u += tl.sum(u.to(tl.float32) * xv[None, :], axis=1)
-    a = acc_g * tl.sigmoid(acc_g) * acc_u
-    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
 
-
-@triton.jit(do_not_specialize=["NUM_PAIRS"])
-def gate_up_kernel_evict(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, NUM_PAIRS, K, stride_xt, stride_we, stride_wr,
-                   stride_at, BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, USE_PDL: tl.constexpr,
-                   EVICT: tl.constexpr):
-    """kernels/warp_pair.py ``warp_gate_up_kernel`` with ``EVICT``."""
-    if USE_PDL:
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    _gate_up_tile_evict(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pid % NUM_PAIRS, pid // NUM_PAIRS, BLOCK_I, BLOCK_H, EVICT)
 
 
 @triton.jit
@@ -154,9 +119,9 @@ def pair_with_evict(x, w13, w2, topk_weights, topk_ids, *, config: dict):
     K = topk_ids.shape[1]
     gu, dn = config["gate_up"], config["down"]
     act = _alloc.empty(T * K, I, dtype=torch.float32, device=x.device)
-    gate_up_kernel_evict[(T * K * triton.cdiv(I, gu["BLOCK_I"]),)](
+    knobs.gate_up_kernel[(T * K * triton.cdiv(I, gu["BLOCK_I"]),)](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], USE_PDL=wp.USE_PDL, EVICT=gu["evict"],
+        BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], USE_PDL=wp.USE_PDL, PAIR_FASTEST=True, EVICT=gu["evict"],
         num_warps=gu["num_warps"], num_stages=gu["num_stages"])
     y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
     down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
@@ -205,31 +170,15 @@ def main_v5():
 # For each preset and placement, a spacer of random size is allocated first, so the layer copies
 # land at other addresses; then the tuned pair runs with the gate/up grid in both orders:
 # ``pair`` (the pair index fastest, shipped) and ``neuron`` (one pair's neuron blocks after
-# another: programs side by side read consecutive rows of one expert). Both orders run this file's
-# copy of the gate/up kernel (``gate_up_kernel``, the shipped tile), then the shipped down kernel.
+# another: programs side by side read consecutive rows of one expert). Both orders run the
+# gate/up kernel with its grid order as a knob (``knobs.gate_up_kernel``), then the shipped down kernel.
 #
 #     python experiments/warp_schedule.py --version order [--presets mixtral-8x7b ...] [--placements 4]
 #
 # Writes experiments/results/<GPU>/grid_order.csv: µs per layer, fraction of the read ceiling, by placement.
 # ==================================================================================================
 
-@triton.jit(do_not_specialize=["NUM_PAIRS"])
-def gate_up_kernel_order(
-    x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, NUM_PAIRS, K, stride_xt, stride_we, stride_wr, stride_at,
-    BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, USE_PDL: tl.constexpr,
-    PAIR_FASTEST: tl.constexpr,  # the shipped grid order; False: neuron blocks fastest, one pair after another
-):
-    """The shipped gate/up kernel (kernels/warp_pair.py ``warp_gate_up_kernel``) in either grid order."""
-    if USE_PDL:
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    if PAIR_FASTEST:  # programs side by side read the same neuron rows of every pair (shared experts: L2)
-        pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
-    else:  # programs side by side read consecutive rows of one expert, which streams expert by expert
-        blocks_i = tl.cdiv(I, BLOCK_I)
-        pair, pid_i = pid // blocks_i, pid % blocks_i
-    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pair, pid_i, BLOCK_I, BLOCK_H)
+
 
 
 def pair_in_order(x, w13, w2, topk_ids, topk_weights, c_gu: dict, c_dn: dict, pair_fastest: bool):
@@ -238,9 +187,10 @@ def pair_in_order(x, w13, w2, topk_ids, topk_weights, c_gu: dict, c_dn: dict, pa
     I = w13.shape[1] // 2  # noqa: E741
     K = topk_ids.shape[1]
     act = _alloc.empty(T * K, I, dtype=torch.float32, device=x.device)
-    gate_up_kernel_order[(T * K * triton.cdiv(I, c_gu["BLOCK_I"]),)](
+    knobs.gate_up_kernel[(T * K * triton.cdiv(I, c_gu["BLOCK_I"]),)](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_I=c_gu["BLOCK_I"], BLOCK_H=c_gu["BLOCK_H"], USE_PDL=wp.USE_PDL, PAIR_FASTEST=pair_fastest,
+        EVICT="evict_first",
         num_warps=c_gu["num_warps"], num_stages=c_gu["num_stages"])
     return wp.warp_down(act, w2, topk_ids, topk_weights, c_dn, x.dtype)
 
