@@ -8,7 +8,7 @@ import torch
 
 from . import configs
 from .checks import check_moe_inputs
-from .configs import load_tuned, shape_key
+from .configs import expected_distinct, load_tuned, shape_key
 from .expert import moe_expert
 from .loop import moe_loop
 from .warp import SCHEDULES, moe_warp
@@ -31,7 +31,7 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2) -> tuple[flo
     """(warp decode, expert path) modelled µs for T tokens, where nothing is measured.
 
     Both read each distinct expert the T tokens touch from HBM once, E·(1 − (1 − K/E)^T) of them
-    (:func:`warpdecode.ladder.expected_distinct`), 3·I·H·elem bytes each. Warp decode's pair reads
+    (:func:`warpdecode.configs.expected_distinct`), 3·I·H·elem bytes each. Warp decode's pair reads
     an expert's rows once per (token, slot): the T·K − distinct reads past the first run at
     ``L2_REREAD_TBPS``, a rate between HBM's and L2's (some of them hit L2, the pair's times show:
     at T = 4 it moves T·K experts' bytes faster than the read ceiling). The expert path reads each
@@ -40,8 +40,6 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2) -> tuple[flo
     (one read per expert for up to 16 tokens, which the defaults take once tokens share experts:
     :func:`warpdecode.configs.shares_experts`) is not modelled: the pair's time is an upper bound
     on warp decode's there, so the modelled crossover errs early, towards the expert path."""
-    from .ladder import expected_distinct  # here: ladder imports the benchmark helpers
-
     expert_bytes = 3 * I * H * elem
     distinct = expected_distinct(E, K, T)
     hbm_us = distinct * expert_bytes / (READ_TBPS * 1e6)
