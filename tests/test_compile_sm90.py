@@ -358,3 +358,17 @@ def test_gate_up_tile_fits_32_programs_per_sm(built):
     name = "warp_gate_up_kernel-qwen3-30b-T=1-warp-1x1024"
     assert compiled.ptxas_report(built[name])["registers"] <= 64
     assert compiled.programs_per_sm(built[name]) == 32
+
+
+WIDE_GATE_UP = [n for n in PAIR if SPECS[n].name == "warp_gate_up_kernel" and SPECS[n].constexprs["BLOCK_H"] >= 2048]
+
+
+@pytest.mark.parametrize("name", WIDE_GATE_UP)
+def test_wide_gate_up_step_holds_x_in_its_dtype(built, name):
+    """At 2048 columns per step and one warp, each lane holds 64 gate, 64 up and 64 x values. The
+    tile widens x to FP32 only at the multiply (``warp_pair._gate_up_tile``): an FP32 copy of x
+    held across the step costs 64 more registers, and where the compiler sums a lane's products
+    as a tree rather than an FMA chain (Triton 3.9) that spills. ptxas's report, on every stack."""
+    assert WIDE_GATE_UP  # the tuned table has such tiles
+    report = compiled.ptxas_report(built[name])
+    assert report["spill_stores"] == 0 and report["stack_frame"] == 0, report

@@ -97,12 +97,15 @@ def _gate_up_tile(
     acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
     for h0 in range(0, H, BLOCK_H):
         mask_h = (h0 + offs_h) < H
-        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32)
+        # x stays in its own dtype until the multiply: an FP32 copy of a 2048-column step holds 64
+        # registers per lane, which spills where the compiler sums in-thread products as a tree (Triton 3.9)
+        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0)
         mask = mask_i[:, None] & mask_h[None, :]
         g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
         u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        acc_g += tl.sum(g.to(tl.float32) * xv[None, :], axis=1)  # warp-shuffle reduction: one warp, one row
-        acc_u += tl.sum(u.to(tl.float32) * xv[None, :], axis=1)
+        # warp-shuffle reductions: one warp, one row
+        acc_g += tl.sum(g.to(tl.float32) * xv.to(tl.float32)[None, :], axis=1)
+        acc_u += tl.sum(u.to(tl.float32) * xv.to(tl.float32)[None, :], axis=1)
 
     a = acc_g * tl.sigmoid(acc_g) * acc_u  # SiLU(g)·u in registers
     tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
