@@ -32,12 +32,14 @@ import knobs
 import torch
 import triton
 import triton.language as tl
+from knobs import down_chunk_3d as _down_chunk
+from knobs import down_tile_3d as _down_tile
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import warpdecode as wd
 from warpdecode import _alloc
 from warpdecode import warp as wp
-from warpdecode.kernels.warp_pair import _down_chunk, _down_tile, _gate_up_tile
+from warpdecode.kernels.warp_pair import _gate_up_tile
 
 # ==================================================================================================
 # version 8: Experiment (v8, not shipped): warp decode in one launch, the down programs ordered after every

@@ -35,6 +35,8 @@ import harness
 import torch
 import triton
 import triton.language as tl
+from knobs import down_chunk_3d as _down_chunk
+from knobs import down_tile_3d as _down_tile_3d
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -45,7 +47,6 @@ import warpdecode as wd
 from warpdecode import _alloc, configs
 from warpdecode import warp as wp
 from warpdecode.kernels import warp_pair as kp
-from warpdecode.kernels.warp_pair import _down_chunk
 
 # ==================================================================================================
 # version ladder: Experiment: where does warp decode's down kernel lose to a plain read of its bytes?
@@ -926,11 +927,101 @@ def main_v15():
     harness.save(harness.results_dir() / "down_tma.csv", rows)
 
 
+# ==================================================================================================
+# version 17: the shipped down tile, K 2-D [rows, columns] tiles accumulated slot by slot, against
+#
+# the 3-D [rows, K, columns] tile it replaces (``knobs.down_tile_3d``), each at the tuned config.
+#
+#     python experiments/warp_down.py --version 17 [--presets …] [--T 1 2 4 8 16]
+#     python experiments/warp_down.py --version 17 --check     # both tiles against float64 (interpreter)
+#
+# The 3-D tile has two axes of contiguity 1 (rows, experts). Triton 3.6's coalesce pass orders the
+# rows first (warps over rows, as warp_pair.py documents); 3.8 and 3.9 order the experts first, so
+# the warps go over K, every step's combine crosses warps through shared memory and the FP32
+# accumulator is replicated in each K-warp (registers 95 → 194, the largest tiles spill 8.9 KB).
+# K 2-D tiles leave no tie to break: the same layout, and registers within ±2, on 3.6, 3.8 and 3.9.
+# Result: ``down_2d.csv``.
+
+
+@triton.jit(do_not_specialize=["T"])
+def down_3d_kernel(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, T, stride_at, stride_we,
+                   stride_wr, stride_yt, K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
+                   BLOCK_I: tl.constexpr, USE_PDL: tl.constexpr):
+    """``warp_down_kernel`` over the 3-D tile."""
+    pid = tl.program_id(0)
+    t = pid % T
+    pid_h = pid // T
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I)
+    if USE_PDL:
+        gdc_wait()
+    _down_tile_3d(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
+                  stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "")
+
+
+def down_3d(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Tensor:
+    E, H, I = w2.shape  # noqa: E741
+    T, K = topk_ids.shape
+    y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
+    down_3d_kernel[(T * triton.cdiv(H, cfg["BLOCK_H"]),)](
+        act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], USE_PDL=wp.USE_PDL,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **({"launch_pdl": True} if wp.USE_PDL else {}))
+    return y
+
+
+def check_v17():
+    """The 3-D tile and the shipped K 2-D tiles against float64 at odd shapes: both at FP32 rounding
+    (their sums differ in order: Σ_j first, then into the accumulator, or slot by slot into it)."""
+    gen = torch.Generator().manual_seed(17)
+    for T, H, I, E, K, c in [(1, 40, 48, 5, 2, 16), (3, 24, 40, 7, 7, 16), (2, 16, 64, 3, 1, 32), (2, 8, 33, 6, 3, 16)]:
+        x = torch.randn(T, H, generator=gen)
+        w13 = torch.randn(E, 2 * I, H, generator=gen) / H**0.5
+        w2 = torch.randn(E, H, I, generator=gen) / I**0.5
+        ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
+        tw = torch.rand(T, K, generator=gen)
+        act = wp.warp_gate_up(x, w13, ids, wd.configs.warp_config(H, I, E, K, T)["gate_up"])
+        cfg = {"BLOCK_H": 4, "BLOCK_I": c, "num_warps": 1, "num_stages": 1}
+        with _alloc.poisoned():  # an output element left unwritten is NaN
+            y3 = down_3d(act, w2, ids, tw, cfg, torch.float32)
+            y2 = wp.warp_down(act, w2, ids, tw, cfg, torch.float32)
+        ref = wd.reference_moe(x, w13, w2, tw, ids)
+        err2, err3 = wd.rel_error(y2, ref), wd.rel_error(y3, ref)
+        assert err2 < 1e-5 and err3 < 1e-5, (T, H, I, E, K, c, err2, err3)
+        print(f"T={T} H={H} I={I} E={E} K={K}: 2-D tiles error {err2:.1e}, 3-D tile {err3:.1e}")
+
+
+def main_v17():
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=list(wd.PRESETS))
+    p.add_argument("--T", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args()
+    if args.check:
+        return check_v17()
+
+    from harness import cases, checked_us_or_none, down_runs, row
+
+    rows = []
+    for case in cases(args.presets, args.T):
+        s, T = case.shape, case.T
+        tuned = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)
+        for label, step, _ in down_runs(case, down_3d, [tuned["down"]], prefix="3-D "):
+            res = checked_us_or_none(case, step, label, tol=1.5)
+            if res is None:
+                continue
+            us, err, _ = res
+            rows.append(row(case, variant=label, us=us, err=err))
+            print(f"{s.name:18s} T={T:<3d} {label:60s} {us:8.2f} us {100 * case.floor_us / us:5.1f}% "
+                  f"err/floor {err:.2f}", flush=True)
+    harness.save(harness.results_dir() / "down_2d.csv", rows)
+
+
 VERSIONS = {
     "ladder": (main_ladder, []),
     "13": (main_v13, []),
     "14": (main_v14, []),
     "15": (main_v15, []),
+    "17": (main_v17, []),
 }
 
 

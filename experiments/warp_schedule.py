@@ -85,7 +85,7 @@ def _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, 
 def down_kernel(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, T, stride_at, stride_we, stride_wr,
                 stride_yt, K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
                 USE_PDL: tl.constexpr, EVICT: tl.constexpr):
-    """kernels/warp_pair.py ``warp_down_kernel`` (its ``_down_tile`` inlined) with ``EVICT``."""
+    """The 3-D down tile (``knobs.down_tile_3d``, inlined) with ``EVICT``."""
     pid = tl.program_id(0)
     t = pid % T
     pid_h = pid // T

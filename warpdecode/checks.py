@@ -81,6 +81,9 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = Tr
     for name, w in [("w13", w13), ("w2", w2)]:
         if not w.is_contiguous():
             raise ValueError(f"{name} must be contiguous (kernels stream its rows; a copy would double the memory)")
+    if H * I >= 2**31:
+        raise ValueError(f"w2 must hold fewer than 2**31 elements per expert (H·I = {H}·{I}): "
+                         "the down kernels index within one expert's block in 32 bits")
 
     if check_ids and T > 0 and not _capturing(topk_ids):
         lo, hi = (int(v) for v in torch.aminmax(topk_ids))

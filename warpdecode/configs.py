@@ -299,9 +299,8 @@ def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
         return {"gate_up": {"BLOCK_I": 4, "BLOCK_H": min(128, triton.next_power_of_2(H))},
                 "down": {"BLOCK_H": 4, "BLOCK_I": min(64, triton.next_power_of_2(I))},
                 "num_warps": 4, "programs_per_sm": 1}
-    k_pad = triton.next_power_of_2(K)
     block_i = min(256, triton.next_power_of_2(I))
-    rows = max(1, min(8, 64 * 32 * 8 // (k_pad * block_i)))
+    rows = max(1, min(8, 64 * 32 * 8 // (K * block_i)))
     return {"gate_up": {"BLOCK_I": 8, "BLOCK_H": min(1024, triton.next_power_of_2(H))},
             "down": {"BLOCK_H": rows, "BLOCK_I": block_i}, "num_warps": 8, "programs_per_sm": 2}
 

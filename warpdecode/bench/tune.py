@@ -59,27 +59,24 @@ def _timed_dtype(dtype):
 
 def _fits(rows: int, warps: int, columns: int) -> bool:
     """Every warp has work: a row spreads over at most columns / 256 warps (8 bf16 per lane), the
-    rest stack over rows; more warps than that would hold copies of each other (in the down
-    kernel's [rows, K, columns] tile the compiler puts them over K instead: measured, below)."""
+    rest stack over rows; with more warps than that the compiler spreads them over columns with
+    narrower loads (or they hold copies of each other)."""
     return warps <= rows * max(1, columns // 256)
 
 
 def warp_candidates(H: int, I: int, K: int):  # noqa: E741
     """gate/up: (rows, warps) with one or two rows per warp, or a row spread over 2–8 warps (the
     shape of the one-program-per-tile read), by column width and pipelining depth.
-    down: the same shapes, keeping the [rows, K, columns] tile at ≤ 256 elements per thread. (Down
-    tiles whose warps outnumber rows × column-warps, which the compiler puts over K, are slower
-    everywhere they were timed, up to 10×: every step's sum over K then crosses warps through
-    shared memory; ``down_ladder.csv``.)"""
+    down: the same shapes, keeping the K [rows, columns] tiles of one step at ≤ 256 elements per
+    thread."""
     rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8),
                   (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)]
     gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
                for (r, w), c, s in itertools.product(rows_warps, [256, 512, 1024, 2048], [1, 3])
                if c <= max(256, triton.next_power_of_2(H)) and _fits(r, w, c)]
-    k_pad = triton.next_power_of_2(K)
     down = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": 1}
             for (r, w), c in itertools.product(rows_warps, [256, 512, 1024])
-            if c <= max(256, triton.next_power_of_2(I)) and r * k_pad * c // (32 * w) <= 256
+            if c <= max(256, triton.next_power_of_2(I)) and r * K * c // (32 * w) <= 256
             and _fits(r, w, c)]
     return gate_up, down
 
@@ -88,7 +85,6 @@ def fused_candidates(H: int, I: int, K: int):  # noqa: E741
     """The persistent kernel: warps per program, one gate/up row per warp (or two), a down tile
     of ≤ 128 elements per thread, and how many programs to keep on each SM (the launcher lowers
     that to what the compiled kernel's occupancy allows)."""
-    k_pad = triton.next_power_of_2(K)
     out = []
     for w, gu_rows, gu_cols in [(4, 4, 1024), (4, 8, 1024), (8, 8, 1024), (8, 8, 2048), (8, 16, 1024),
                                 (16, 16, 512), (16, 16, 1024)]:
@@ -96,7 +92,7 @@ def fused_candidates(H: int, I: int, K: int):  # noqa: E741
         for dn_cols in (256, 512):
             if dn_cols > max(256, triton.next_power_of_2(I)):
                 continue
-            dn_rows = max(1, min(w, 128 * 32 * w // (k_pad * dn_cols)))
+            dn_rows = max(1, min(w, 128 * 32 * w // (K * dn_cols)))
             for per_sm in (1, 2, 4):
                 out.append({"gate_up": {"BLOCK_I": gu_rows, "BLOCK_H": gu_cols},
                             "down": {"BLOCK_H": dn_rows, "BLOCK_I": dn_cols},
