@@ -19,6 +19,9 @@
 #   swapab    experiments/expert_path.py --version swap_ab: the expert GEMMs with SWAP_AB (the tile transposed on the tensor cores) against the tuned tiles
 #   draws     experiments/warp_schedule.py --version draws: the tuned schedule choice (pair, grouped, expert) on several routing draws
 #   order     experiments/one_launch.py --version 16: one launch, each down program taking its token's experts as gate/up finishes them (v16)
+#   down2d    experiments/warp_down.py --version 17: the shipped K 2-D down tiles against the 3-D tile they replace (DOWN2D_ARGS)
+#   shapes    tune the real layer shapes that are not presets into a fresh per-user cache (TUNE_SHAPES: "H I E K;…"),
+#             then experiments/defaults.py on them: defaults against tuned, auto against the faster path
 #   bound     experiments/reads.py --version bound: a read of a T = 1 call's bytes with each way to wait after it, in one launch or two (BOUND_ARGS)
 #   profile   experiments/profiling.py --version pair under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
@@ -85,6 +88,15 @@ for stage in "$@"; do
     swapab) experiment swapab expert_path swap_ab swap_ab "${TIMEOUT_SWAPAB:-300}" ${SWAPAB_ARGS:-} ;;
     draws) experiment draws warp_schedule draws schedule_draws "${TIMEOUT_DRAWS:-300}" ${DRAWS_ARGS:-} ;;
     order) experiment order one_launch 16 expert_order "${TIMEOUT_ORDER:-420}" ${ORDER_ARGS:-} ;;
+    down2d) experiment down2d warp_down 17 down_2d "${TIMEOUT_DOWN2D:-300}" ${DOWN2D_ARGS:-} ;;
+    shapes)
+      export WARPDECODE_CACHE_DIR=${WARPDECODE_CACHE_DIR:-/tmp/warpdecode-cache}
+      IFS=';' read -ra tune_shapes <<< "${TUNE_SHAPES:-2048 1408 64 6;2048 1408 60 4;3584 2560 64 8;6144 10752 16 4}"
+      for s in "${tune_shapes[@]}"; do
+        run "tune_${s// /_}" "${TIMEOUT_TUNE_SHAPE:-240}" python3 -m warpdecode tune --shape $s ${TUNE_SHAPE_ARGS:-}
+      done
+      cp "$WARPDECODE_CACHE_DIR"/*.json "$OUT/" 2>/dev/null
+      experiment shapes_defaults defaults defaults defaults "${TIMEOUT_SHAPES:-300}" ${SHAPES_ARGS:-} ;;
     bound) experiment bound reads bound one_launch_bound "${TIMEOUT_BOUND:-400}" ${BOUND_ARGS:-} ;;
     profile)  # --clock-control none: leave the clocks alone
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
