@@ -2,12 +2,7 @@
 experiments vary and the package does not: the weight loads' cache policy (``EVICT``), a
 ``gdc_wait`` before the store (``WAIT``, for a launch whose predecessor writes there too) and the
 grid order (``PAIR_FASTEST``). With ``EVICT="evict_first"``, ``WAIT=False``, ``PAIR_FASTEST=True``
-they are the shipped code.
-
-It also keeps the 3-D down tile ``[BLOCK_H, K_PAD, BLOCK_I]`` (rows × the token's routed experts ×
-columns, the combine a sum over axis 1) that the down and one-launch experiments were measured with.
-The package's down tile is K 2-D tiles instead: on Triton 3.6 the 3-D tile's warps go over rows, but
-later releases break the tie between its two non-contiguous axes the other way (warps over K)."""
+they are the shipped code."""
 
 import triton
 import triton.language as tl
@@ -66,50 +61,3 @@ def gate_up_kernel(
     gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
                  pair, pid_i, BLOCK_I, BLOCK_H, EVICT, False)
 
-
-@triton.jit
-def down_chunk_3d(
-    w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr,
-    t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
-    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
-):
-    """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs, as one [BLOCK_H, K_PAD, BLOCK_I] tile."""
-    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    offs_k = tl.arange(0, K_PAD)
-    mask_k = offs_k < K
-    offs_i = i0 + tl.arange(0, BLOCK_I)
-    e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
-    w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
-              + offs_i[None, None, :])
-    mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
-    return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-
-
-@triton.jit
-def down_tile_3d(
-    act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr,
-    H, I, stride_at, stride_we, stride_wr, stride_yt,
-    t, pid_h,
-    wv,  # the first chunk, down_chunk_3d(..., i0=0), loaded by the caller
-    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
-    ACT_CACHE: tl.constexpr,
-):
-    """y[t, rows] = Σ_j topk_weights[t, j] · w2[e_j, rows, :] · act[t·K + j, :] over 3-D tiles."""
-    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    offs_k = tl.arange(0, K_PAD)
-    mask_k = offs_k < K
-    pairs = t.to(tl.int64) * K + offs_k
-    offs_i = tl.arange(0, BLOCK_I)
-    rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)
-    a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
-    acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
-    for i0 in range(0, I, BLOCK_I):
-        if i0 > 0:
-            wv = down_chunk_3d(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
-                               K, K_PAD, BLOCK_H, BLOCK_I)
-        mask_i = (i0 + offs_i) < I
-        a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0,
-                    cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
-        acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)
-    y = tl.sum(acc, axis=1)
-    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)

@@ -32,14 +32,12 @@ import knobs
 import torch
 import triton
 import triton.language as tl
-from knobs import down_chunk_3d as _down_chunk
-from knobs import down_tile_3d as _down_tile
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import warpdecode as wd
 from warpdecode import _alloc
 from warpdecode import warp as wp
-from warpdecode.kernels.warp_pair import _gate_up_tile
+from warpdecode.kernels.warp_pair import _down_chunk, _down_tile, _gate_up_tile
 
 # ==================================================================================================
 # version 8: Experiment (v8, not shipped): warp decode in one launch, the down programs ordered after every
@@ -125,7 +123,7 @@ def warp_ordered_kernel(
         # the w2 rows do not depend on the intermediate: in flight before the wait
         if PREFETCH_LINES == 0:
             wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD, DN_BLOCK_H,
-                             DN_BLOCK_I)
+                             DN_BLOCK_I, False)
         else:
             _prefetch_w2_l2(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, K, K_PAD, DN_BLOCK_H,
                             PREFETCH_LINES)
@@ -138,9 +136,9 @@ def warp_ordered_kernel(
             tl.atomic_xchg(sync_ptr + 3, 1, sem="relaxed", scope="gpu")
         if PREFETCH_LINES != 0:  # from L2 now
             wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD, DN_BLOCK_H,
-                             DN_BLOCK_I)
+                             DN_BLOCK_I, False)
         _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e, stride_w2r,
-                   stride_yt, t, pid_h, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, ".cg")
+                   stride_yt, t, pid_h, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, ".cg", False)
         tl.debug_barrier()
         finished = tl.atomic_add(sync_ptr + 2, 1, sem="acq_rel", scope="gpu")
         if finished == n_down - 1:  # the last program of the launch: every ticket is taken, every wait over

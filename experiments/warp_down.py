@@ -26,6 +26,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import sys
 from functools import partial
 from pathlib import Path
@@ -35,8 +36,6 @@ import harness
 import torch
 import triton
 import triton.language as tl
-from knobs import down_chunk_3d as _down_chunk
-from knobs import down_tile_3d as _down_tile_3d
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -47,6 +46,7 @@ import warpdecode as wd
 from warpdecode import _alloc, configs
 from warpdecode import warp as wp
 from warpdecode.kernels import warp_pair as kp
+from warpdecode.kernels.warp_pair import _down_chunk
 
 # ==================================================================================================
 # version ladder: Experiment: where does warp decode's down kernel lose to a plain read of its bytes?
@@ -342,19 +342,19 @@ def down_preload_kernel(
     pid = tl.program_id(0)
     t = pid % T
     pid_h = pid // T
-    w0 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I)
+    w0 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I, False)
     w1 = w0
     w2 = w0
     w3 = w0
     if CHUNKS > 1:
         w1 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, BLOCK_I,
-                         K, K_PAD, BLOCK_H, BLOCK_I)
+                         K, K_PAD, BLOCK_H, BLOCK_I, False)
     if CHUNKS > 2:
         w2 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 2 * BLOCK_I,
-                         K, K_PAD, BLOCK_H, BLOCK_I)
+                         K, K_PAD, BLOCK_H, BLOCK_I, False)
     if CHUNKS > 3:
         w3 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 3 * BLOCK_I,
-                         K, K_PAD, BLOCK_H, BLOCK_I)
+                         K, K_PAD, BLOCK_H, BLOCK_I, False)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
 
@@ -528,7 +528,7 @@ def down_chunked_kernel(
     t = rest % T
     pid_h = rest // T
     i0 = c * BLOCK_I
-    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H, BLOCK_I)
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H, BLOCK_I, False)
 
     offs_k = tl.arange(0, K_PAD)
     mask_k = offs_k < K
@@ -928,50 +928,47 @@ def main_v15():
 
 
 # ==================================================================================================
-# version 17: the shipped down tile, K 2-D [rows, columns] tiles accumulated slot by slot, against
+# version 17: the down tile's two forms, each at the tuned config: one [rows, K, columns] tile, or
 #
-# the 3-D [rows, K, columns] tile it replaces (``knobs.down_tile_3d``), each at the tuned config.
+# (``PER_SLOT``) K 2-D [rows, columns] tiles accumulated slot by slot.
 #
 #     python experiments/warp_down.py --version 17 [--presets …] [--T 1 2 4 8 16]
-#     python experiments/warp_down.py --version 17 --check     # both tiles against float64 (interpreter)
+#     python experiments/warp_down.py --version 17 --check     # both forms against float64 (interpreter)
+#     python experiments/warp_down.py --version 17 --from-log LOG --triton 3.8.0 --shipped-form per-slot  # a printout
 #
 # The 3-D tile has two axes of contiguity 1 (rows, experts). Triton 3.6's coalesce pass orders the
 # rows first (warps over rows, as warp_pair.py documents); 3.8 and 3.9 order the experts first, so
 # the warps go over K, every step's combine crosses warps through shared memory and the FP32
 # accumulator is replicated in each K-warp (registers 95 → 194, the largest tiles spill 8.9 KB).
 # K 2-D tiles leave no tie to break: the same layout, and registers within ±2, on 3.6, 3.8 and 3.9.
-# Result: ``down_2d.csv``.
+# Result (``down_2d.csv``, H200): on 3.6 the 3-D tile is faster (the per-slot form 0.94–1.17× its
+# time, 1.10× at T = 1 on most presets); on 3.8 the per-slot form is faster everywhere the tile is
+# large (0.07–0.97× the 3-D tile's time; Qwen3-235B T = 1 87 against 983 µs) and within 0–13 % of
+# 3.6's 3-D tile. So ``PER_SLOT`` follows the Triton release.
 
 
-@triton.jit(do_not_specialize=["T"])
-def down_3d_kernel(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, T, stride_at, stride_we,
-                   stride_wr, stride_yt, K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
-                   BLOCK_I: tl.constexpr, USE_PDL: tl.constexpr):
-    """``warp_down_kernel`` over the 3-D tile."""
-    pid = tl.program_id(0)
-    t = pid % T
-    pid_h = pid // T
-    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I)
-    if USE_PDL:
-        gdc_wait()
-    _down_tile_3d(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
-                  stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "")
+def down_form(per_slot: bool):
+    """The shipped down kernel with its tile in the given form."""
+    def down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Tensor:
+        E, H, I = w2.shape  # noqa: E741
+        T, K = topk_ids.shape
+        y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
+        kp.warp_down_kernel[(T * triton.cdiv(H, cfg["BLOCK_H"]),)](
+            act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
+            K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
+            USE_PDL=wp.USE_PDL, PER_SLOT=per_slot, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            **({"launch_pdl": True} if wp.USE_PDL else {}))
+        return y
+    return down
 
 
-def down_3d(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Tensor:
-    E, H, I = w2.shape  # noqa: E741
-    T, K = topk_ids.shape
-    y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
-    down_3d_kernel[(T * triton.cdiv(H, cfg["BLOCK_H"]),)](
-        act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
-        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], USE_PDL=wp.USE_PDL,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **({"launch_pdl": True} if wp.USE_PDL else {}))
-    return y
+def _form(per_slot: bool) -> str:
+    return "per-slot" if per_slot else "3-D"
 
 
 def check_v17():
-    """The 3-D tile and the shipped K 2-D tiles against float64 at odd shapes: both at FP32 rounding
-    (their sums differ in order: Σ_j first, then into the accumulator, or slot by slot into it)."""
+    """Both forms against float64 at odd shapes (K = 1, K = E, I not a multiple of BLOCK_I): FP32
+    rounding each (their sums differ in order: Σ_j first, then into the accumulator, or slot by slot)."""
     gen = torch.Generator().manual_seed(17)
     for T, H, I, E, K, c in [(1, 40, 48, 5, 2, 16), (3, 24, 40, 7, 7, 16), (2, 16, 64, 3, 1, 32), (2, 8, 33, 6, 3, 16)]:
         x = torch.randn(T, H, generator=gen)
@@ -981,13 +978,36 @@ def check_v17():
         tw = torch.rand(T, K, generator=gen)
         act = wp.warp_gate_up(x, w13, ids, wd.configs.warp_config(H, I, E, K, T)["gate_up"])
         cfg = {"BLOCK_H": 4, "BLOCK_I": c, "num_warps": 1, "num_stages": 1}
-        with _alloc.poisoned():  # an output element left unwritten is NaN
-            y3 = down_3d(act, w2, ids, tw, cfg, torch.float32)
-            y2 = wp.warp_down(act, w2, ids, tw, cfg, torch.float32)
         ref = wd.reference_moe(x, w13, w2, tw, ids)
-        err2, err3 = wd.rel_error(y2, ref), wd.rel_error(y3, ref)
-        assert err2 < 1e-5 and err3 < 1e-5, (T, H, I, E, K, c, err2, err3)
-        print(f"T={T} H={H} I={I} E={E} K={K}: 2-D tiles error {err2:.1e}, 3-D tile {err3:.1e}")
+        errs = {}
+        for per_slot in (True, False):
+            with _alloc.poisoned():  # an output element left unwritten is NaN
+                errs[per_slot] = wd.rel_error(down_form(per_slot)(act, w2, ids, tw, cfg, torch.float32), ref)
+        assert max(errs.values()) < 1e-5, (T, H, I, E, K, c, errs)
+        print(f"T={T} H={H} I={I} E={E} K={K}: per-slot error {errs[True]:.1e}, 3-D {errs[False]:.1e}")
+
+
+#: A line v17 prints per timed run: preset, T, label, config, µs, % of the floor, error over the floor.
+_LINE = re.compile(r"^(?P<preset>\S+)\s+T=(?P<T>\d+)\s+(?P<label>shipped again|shipped|per-slot|3-D)\s*"
+                   r"(?P<config>\{.*?\})?\s+(?P<us>[\d.]+) us\s+(?P<pct>[\d.]+)% err/floor (?P<err>[\d.]+)")
+
+
+def rows_from_log(text: str, *, triton_version: str, torch_version: str, gpu: str, shipped_per_slot: bool):
+    """v17's printout as rows (``shipped`` is the form the release picks, ``shipped_per_slot``)."""
+    rows = []
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        label = m["label"]
+        per_slot = shipped_per_slot if label.startswith("shipped") else label == "per-slot"
+        us, frac = float(m["us"]), round(float(m["pct"]) / 100, 4)
+        rows.append({"experiment": "warp_down", "version": "17", "variant": _form(per_slot) + (
+            " (again)" if label == "shipped again" else ""), "preset": m["preset"], "T": int(m["T"]),
+            "seed": 1000, "config": m["config"] or "", "us": us, "floor_us": round(frac * us, 3),
+            "frac_ceiling": frac, "error_over_floor": float(m["err"]), "gpu": gpu, "torch": torch_version,
+            "triton": triton_version, "run": f"triton {triton_version}"})
+    return rows
 
 
 def main_v17():
@@ -995,17 +1015,28 @@ def main_v17():
     p.add_argument("--presets", nargs="+", default=list(wd.PRESETS))
     p.add_argument("--T", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     p.add_argument("--check", action="store_true")
+    p.add_argument("--from-log", type=Path, help="rows from a run's printout instead of timing")
+    p.add_argument("--triton", help="with --from-log: the Triton release of that run")
+    p.add_argument("--torch", default="2.11.0", help="with --from-log: the torch release of that run")
+    p.add_argument("--gpu", default="NVIDIA H200")
+    p.add_argument("--shipped-form", choices=["per-slot", "3-D"], help="with --from-log: what 'shipped' ran")
     args = p.parse_args()
     if args.check:
         return check_v17()
+    if args.from_log:
+        rows = rows_from_log(args.from_log.read_text(), triton_version=args.triton, torch_version=args.torch,
+                             gpu=args.gpu, shipped_per_slot=args.shipped_form == "per-slot")
+        print(harness.write("down_2d", rows, harness.results_dir(args.gpu) / "down_2d.csv"), len(rows), "rows")
+        return None
 
     from harness import cases, checked_us_or_none, down_runs, row
 
     rows = []
+    other = not kp.PER_SLOT
     for case in cases(args.presets, args.T):
         s, T = case.shape, case.T
         tuned = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)
-        for label, step, _ in down_runs(case, down_3d, [tuned["down"]], prefix="3-D "):
+        for label, step, _ in down_runs(case, down_form(other), [tuned["down"]], prefix=f"{_form(other)} "):
             res = checked_us_or_none(case, step, label, tol=1.5)
             if res is None:
                 continue

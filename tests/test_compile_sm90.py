@@ -273,16 +273,18 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
     last) goes across the 32 lanes of a warp, 8 bf16 (16 bytes) per lane, so one warp spans 256
     columns; a tile wider than that spreads each row over min(num_warps, columns / 256) warps (the
     row's sum then crosses warps through shared memory), and the remaining warps stack over rows.
-    With columns ≤ 256, or one warp, each output row belongs to exactly one warp. The down kernel
-    loads K such [rows, columns of I] tiles, one per routed expert, so the combine over K never
-    leaves a thread."""
+    With columns ≤ 256, or one warp, each output row belongs to exactly one warp. The down kernel's
+    K experts stay inside each thread: its [rows, K, columns] tile has no warp over K, and its
+    ``PER_SLOT`` form is K 2-D [rows, columns] tiles."""
     job = SPECS[name]
     c = job.constexprs
-    # the weight tiles: gate/up [rows, columns of H], down [rows, columns of I]
-    tiles = {"warp_gate_up_kernel": [(c.get("BLOCK_I"), c.get("BLOCK_H"))],
-             "warp_down_kernel": [(c.get("BLOCK_H"), c.get("BLOCK_I"))],
-             "warp_fused_kernel": [(c.get("GU_BLOCK_I"), c.get("GU_BLOCK_H")),
-                                   (c.get("DN_BLOCK_H"), c.get("DN_BLOCK_I"))]}[job.name]
+    down_rank = 2 if c.get("PER_SLOT") else 3
+    # the weight tiles by rank: gate/up [rows, columns of H], down [rows, (K,) columns of I]
+    tiles = {"warp_gate_up_kernel": {2: [(c.get("BLOCK_I"), c.get("BLOCK_H"))]},
+             "warp_down_kernel": {down_rank: [(c.get("BLOCK_H"), c.get("BLOCK_I"))]},
+             "warp_fused_kernel": {2: [(c.get("GU_BLOCK_I"), c.get("GU_BLOCK_H"))]}}[job.name]
+    if job.name == "warp_fused_kernel":
+        tiles.setdefault(down_rank, []).append((c.get("DN_BLOCK_H"), c.get("DN_BLOCK_I")))
     ttgir = built[name].asm["ttgir"]
     layouts = dict(re.findall(r"^(#\w+) = #ttg\.blocked<\{(.*?)\}>", ttgir, re.M))
     used = _weight_load_layouts(ttgir)
@@ -290,16 +292,19 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
     seen = set()
     for layout in used:
         fields = {k: [int(v) for v in vs.split(",")] for k, vs in re.findall(r"(\w+) = \[([\d, ]+)\]", layouts[layout])}
-        assert len(fields["warpsPerCTA"]) == 2, (layout, layouts[layout])  # every weight tile is 2-D
-        assert fields["threadsPerWarp"] == [1, 32] and fields["sizePerThread"][-1] == 8, (layout, layouts[layout])
+        rank = len(fields["warpsPerCTA"])
+        assert rank in tiles, (layout, layouts[layout], tiles)
+        assert fields["threadsPerWarp"][-1] == 32 and fields["sizePerThread"][-1] == 8, (layout, layouts[layout])
+        assert all(t == 1 for t in fields["threadsPerWarp"][:-1]), (layout, layouts[layout])
         matches = []
-        for rows, columns in tiles:
+        for rows, columns in tiles[rank]:
             warps_on_a_row = min(job.num_warps, max(1, columns // 256))
-            if fields["warpsPerCTA"] == [min(rows, job.num_warps // warps_on_a_row), warps_on_a_row]:
-                matches.append((rows, columns))
+            want = [min(rows, job.num_warps // warps_on_a_row)] + [1] * (rank - 2) + [warps_on_a_row]
+            if fields["warpsPerCTA"] == want:  # K (the 3-D tile's middle axis): no warp
+                matches.append((rank, rows, columns))
         assert matches, (layout, layouts[layout], tiles)
         seen.update(matches)
-    assert seen == set(tiles), (seen, tiles)  # every weight tile of the kernel was seen
+    assert seen == {(r, *t) for r, ts in tiles.items() for t in ts}, (seen, tiles)  # every weight tile was seen
 
 
 @pytest.mark.parametrize("name", GEMM)

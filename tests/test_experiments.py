@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("defaults.py", "defaults", "defaults, error", 6),  # every path's default configs, odd shapes
     ("one_launch.py", "16", "no program gave up", 10),  # v16: one launch, down walks experts as gate/up ends them
     ("reads.py", "bound", "scratch at rest", 18),  # a read with each way to wait: nine kinds, two sizes
-    ("warp_down.py", "17", "2-D tiles error", 4),  # v17: the K 2-D down tiles against the 3-D tile
+    ("warp_down.py", "17", "per-slot error", 4),  # v17: the down tile in both forms
 ])
 def test_experiment_checks_pass_in_the_interpreter(script, version, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}

@@ -46,8 +46,10 @@ def code_of(ptx: str) -> str:
 
 
 def knobs(kernel, cfg: dict) -> dict:
-    """The removed knobs, where ``kernel`` still has them, at what the launcher passed for ``cfg``."""
-    old = {"EVICT": cfg.get("evict", "evict_first"), "LEAN": cfg.get("lean", False), "PAIR_FASTEST": True}
+    """The removed knobs, where ``kernel`` still has them, at what the launcher passed for ``cfg``;
+    and the down tile's form (``PER_SLOT``), where the kernel has that."""
+    old = {"EVICT": cfg.get("evict", "evict_first"), "LEAN": cfg.get("lean", False), "PAIR_FASTEST": True,
+           "PER_SLOT": getattr(kp, "PER_SLOT", False)}
     return {k: v for k, v in old.items() if k in kernel.arg_names}
 
 
@@ -65,7 +67,7 @@ def pair_jobs(key, H, I, K, T, cfg):  # noqa: E741
             kp.warp_down_kernel,
             dict(act_ptr=f32, w2_ptr=bf, topk_ids_ptr=i32, topk_weights_ptr=f32, y_ptr=bf, H=H, I=I, T=T,
                  stride_at=I, stride_we=H * I, stride_wr=I, stride_yt=H),
-            dict(K=K, BLOCK_H=d["BLOCK_H"], BLOCK_I=d["BLOCK_I"], USE_PDL=True,
+            dict(K=K, K_PAD=1 << (K - 1).bit_length(), BLOCK_H=d["BLOCK_H"], BLOCK_I=d["BLOCK_I"], USE_PDL=True,
                  **knobs(kp.warp_down_kernel, d)), num_warps=d["num_warps"], num_stages=d["num_stages"])),
     ]
 
@@ -102,8 +104,9 @@ def fused_job(label, H, I, K, T, cfg):  # noqa: E741
         dict(x_ptr=bf, w13_ptr=bf, w2_ptr=bf, topk_ids_ptr=i32, topk_weights_ptr=f32, act_ptr=f32, y_ptr=bf,
              barrier_ptr=i32, H=H, I=I, T=T, stride_xt=H, stride_w13e=2 * I * H, stride_w13r=H, stride_w2e=H * I,
              stride_w2r=I, stride_at=I, stride_yt=H),
-        dict(K=K, GU_BLOCK_I=gu["BLOCK_I"], GU_BLOCK_H=gu["BLOCK_H"],
-             DN_BLOCK_H=dn["BLOCK_H"], DN_BLOCK_I=dn["BLOCK_I"], PHASE=0, MAX_SPINS=1 << 20),
+        dict(K=K, K_PAD=1 << (K - 1).bit_length(), GU_BLOCK_I=gu["BLOCK_I"], GU_BLOCK_H=gu["BLOCK_H"],
+             DN_BLOCK_H=dn["BLOCK_H"], DN_BLOCK_I=dn["BLOCK_I"], PHASE=0, MAX_SPINS=1 << 20,
+             **knobs(kf.warp_fused_kernel, {})),
         num_warps=cfg["num_warps"], num_stages=1))]
 
 

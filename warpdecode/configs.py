@@ -372,7 +372,9 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     # and half-height tiles (HALF_M) where a block's upper half is padding
     block_m = min(128, max(16, triton.next_power_of_2(math.ceil(2 * pairs_per_expert))))
     group_m = 16 if pairs_per_expert > 128 else 8 if pairs_per_expert > 32 else 1
-    acc_regs = ACC_REGS_PER_THREAD if elem <= 2 else ACC_REGS_PER_THREAD // 2
+    # FP32 operands multiply on FMAs, their K slices held in registers beside the sums: a quarter of
+    # the budget (half spills 28 B at 255 registers on Triton 3.8/3.9 at 64 × 128 gate/up tiles)
+    acc_regs = ACC_REGS_PER_THREAD if elem <= 2 else ACC_REGS_PER_THREAD // 4
     # most experts see at most one row: the tile transposed, weight rows on the tensor cores' M side
     swap = pairs_per_expert <= 0.5 and elem == 2
     m_blocks = min(T * K, expected_distinct(E, K, T))  # the M tiles at decode: one per routed expert

@@ -36,11 +36,19 @@ warp-shuffle reduction — literally one warp per output (BLOCK_R = 2·num_warps
 two outputs: two independent load streams, more bytes in flight). A wider tile spreads each row
 over min(num_warps, BLOCK_C / 256) warps, and the row's sum crosses them through a few bytes of
 shared memory; the tuner picks that for some shapes, where more loads in flight per row beat the
-extra step. The down kernel loads one such [rows, columns] tile per routed expert and accumulates
-the K of them into one FP32 tile, so the combine over K never leaves a thread. Every config keeps
-num_warps·256 ≤ BLOCK_R·BLOCK_C, so no warp is left without a 16-byte load per lane.
-``tests/test_compile_sm90.py`` checks this rule on every tuned config; notebook 4 prints the
-layouts (``warpdecode.compiled.layouts``).
+extra step. The down kernel's tile is [rows, K, columns]: the token's K routed experts stay inside
+each thread, so the combine over K is a sum in registers. ``tests/test_compile_sm90.py`` checks this
+rule on every tuned config; notebook 4 prints the layouts (``warpdecode.compiled.layouts``).
+
+That 3-D tile has two axes of equal contiguity (rows, experts), and the compiler's coalesce pass
+breaks the tie: Triton 3.6 orders rows first (warps over rows, as above); 3.8 and later order the
+experts first, so the warps go over K, every step's combine crosses warps through shared memory and
+the accumulator is copied into each K-warp (twice the registers, spills on the largest tiles,
+1.1–14× slower; ``experiments/warp_down.py`` v17). Where that happens (``PER_SLOT``, chosen from the
+Triton release) the down tile is K 2-D [rows, columns] tiles instead, accumulated slot by slot: a
+2-D tile leaves no tie to break. On 3.6 that form is 4–17 % slower than the 3-D tile (each slot's
+intermediate row takes its own trip through shared memory to the tile's layout), so 3.6 keeps the
+3-D tile.
 
 Every weight load is ``evict_first``: each weight byte is read once per call, so it streams past
 L2 and leaves L2 to the intermediate and to rows that tokens share.
@@ -64,6 +72,10 @@ L2 instead of HBM.
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+#: Whether the down tile is K 2-D tiles (Triton ≥ 3.8, whose coalesce pass puts a 3-D tile's warps
+#: over K) or one [rows, K, columns] tile (Triton 3.6, warps over rows); see above.
+PER_SLOT = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
 
 # ---------------------------------------------------------------------------------------------
 # The two tiles both kernels (and warp_persistent.py's) are made of
@@ -116,30 +128,39 @@ def _gate_up_tile(
 def _down_chunk(
     w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr,
     t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
-    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+    PER_SLOT: tl.constexpr,  # the tile's form: see PER_SLOT below
 ):
-    """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs: a tuple of K [BLOCK_H, BLOCK_I]
-    tiles, one per routed expert. Rows past H and columns past I load zeros, so a program with no
-    rows left loads nothing. Each tile is 2-D (rows × columns), so its layout has one answer on every
-    Triton release: rows over warps, columns over lanes (a 3-D [rows, K, columns] tile has two axes
-    of equal contiguity, and releases break that tie differently: warps over K on some)."""
+    """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs (rows of hidden outputs × the token's
+    K routed experts × columns): one [BLOCK_H, K_PAD, BLOCK_I] tile, or with ``PER_SLOT`` a tuple of
+    K [BLOCK_H, BLOCK_I] tiles. Rows past H, slots past K and columns past I load zeros, so a program
+    with no rows left loads nothing."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_i = i0 + tl.arange(0, BLOCK_I)
-    mask = (offs_h < H)[:, None] & (offs_i < I)[None, :]
-    offs = offs_h[:, None] * stride_wr + offs_i[None, :]  # within one expert's [H, I] block: < H·I < 2**31
-    tiles = ()
-    for j in tl.static_range(K):
-        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + j).to(tl.int64)
-        tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0.0,
-                                 eviction_policy="evict_first"),)
-    return tiles
+    if PER_SLOT:
+        mask = (offs_h < H)[:, None] & (offs_i < I)[None, :]
+        offs = offs_h[:, None] * stride_wr + offs_i[None, :]  # within one expert's block: < H·I < 2**31
+        tiles = ()
+        for j in tl.static_range(K):
+            e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + j).to(tl.int64)
+            tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0.0,
+                                     eviction_policy="evict_first"),)
+        return tiles
+    else:
+        offs_k = tl.arange(0, K_PAD)
+        mask_k = offs_k < K
+        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+        w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
+                  + offs_i[None, None, :])
+        mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
+        return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
 
 
 @triton.jit
 def _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
                K: tl.constexpr, BLOCK_I: tl.constexpr, ACT_CACHE: tl.constexpr):
-    """acc += Σ_j w[t, j] · wv[j] · act[tK+j, i0:i0+BLOCK_I], slot by slot: one FMA per weight into
-    the [BLOCK_H, BLOCK_I] FP32 accumulator, so the top-K combine is the accumulation itself."""
+    """``PER_SLOT``: acc += Σ_j w[t, j] · wv[j] · act[tK+j, i0:i0+BLOCK_I], slot by slot, one FMA per
+    weight into the [BLOCK_H, BLOCK_I] FP32 accumulator: the top-K combine is the accumulation."""
     offs_i = i0 + tl.arange(0, BLOCK_I)
     for j in tl.static_range(K):
         pair = t.to(tl.int64) * K + j
@@ -156,20 +177,39 @@ def _down_tile(
     H, I, stride_at, stride_we, stride_wr, stride_yt,
     t, pid_h,
     wv,  # the first chunk, _down_chunk(..., i0=0), loaded by the caller (early, if it can)
-    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
     ACT_CACHE: tl.constexpr,  # "" or ".cg": read the intermediate from L2, past this SM's L1
+    PER_SLOT: tl.constexpr,
 ):
     """y[t, rows] = Σ_j topk_weights[t, j] · w2[e_j, rows, :] · act[t·K + j, :]. Rows go to warps,
-    columns across a warp's lanes; the K experts are a loop unrolled at compile time, so the combine
-    over K happens in each thread's registers, and summing the accumulator over its columns is the
-    dot product, across the warp. The first step is peeled: the loop carries one accumulator, never
-    a tuple of tiles."""
+    the K experts stay inside each thread, columns go across a warp's lanes: the combine over K is
+    in registers, and summing the accumulator over its columns is the dot product, across the warp.
+    With ``PER_SLOT`` the first step is taken before the loop, so the loop carries one accumulator,
+    never a tuple of tiles."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
-                     tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, BLOCK_I, ACT_CACHE)
-    for i0 in range(BLOCK_I, I, BLOCK_I):
-        wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H, BLOCK_I)
-        acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, BLOCK_I, ACT_CACHE)
+    if PER_SLOT:
+        acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
+                         tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, BLOCK_I, ACT_CACHE)
+        for i0 in range(BLOCK_I, I, BLOCK_I):
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
+                             BLOCK_I, PER_SLOT)
+            acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, BLOCK_I, ACT_CACHE)
+    else:
+        offs_k = tl.arange(0, K_PAD)
+        mask_k = offs_k < K
+        pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
+        offs_i = tl.arange(0, BLOCK_I)
+        rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
+        a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
+        acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+        for i0 in range(0, I, BLOCK_I):
+            if i0 > 0:
+                wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
+                                 K, K_PAD, BLOCK_H, BLOCK_I, PER_SLOT)
+            mask_i = (i0 + offs_i) < I
+            a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0,
+                        cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
+            acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
 
     y = tl.sum(acc, axis=1)  # the dot product, across the warp
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
@@ -229,16 +269,19 @@ def warp_down_kernel(
     stride_yt,
     # meta
     K: tl.constexpr,
+    K_PAD: tl.constexpr,  # next power of two ≥ K
     BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
     BLOCK_I: tl.constexpr,  # columns of I per step
     USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
+    PER_SLOT: tl.constexpr,  # the down tile's form (PER_SLOT below)
 ):
     pid = tl.program_id(0)
     t = pid % T  # fastest: tokens side by side share w2 rows of common experts
     pid_h = pid // T
     # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
-    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, BLOCK_H, BLOCK_I)
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I,
+                     PER_SLOT)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
     _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
-               stride_yt, t, pid_h, wv, K, BLOCK_H, BLOCK_I, "")
+               stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", PER_SLOT)
