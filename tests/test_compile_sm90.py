@@ -23,7 +23,7 @@ import re
 import pytest
 import torch
 
-from warpdecode import MoEShape, compiled, configs
+from warpdecode import MoEShape, _runtime, compiled, configs
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_grouped as kg
 from warpdecode.kernels import warp_pair as kp
@@ -97,6 +97,8 @@ SCENARIOS = [
     ("mixtral-T=64-expert-defaults", "expert", MIXTRAL, 64, BF16, {}, DEFAULTS),
     ("h6144-T=256-expert-defaults", "expert", dict(H=6144, I=10752, E=16, K=4), 256, BF16, {}, DEFAULTS),
     ("odd-T=256-expert-defaults-fp32", "expert", ODD, 256, FP32, {}, DEFAULTS),
+    # the expert stage tests' layer (tests/test_expert_stages.py): HALF_M FP32 tiles at 12 pairs per expert
+    ("stage-T=12-expert-defaults-fp32", "expert", dict(H=300, I=88, E=3, K=3), 12, FP32, {}, DEFAULTS),
 ]
 
 
@@ -229,6 +231,7 @@ def test_expert_default_gemm_does_not_spill(built, name):
     report = compiled.ptxas_report(built[name])
     assert report["registers"] > 0, report
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+    assert 0 < built[name].shared <= _runtime.HOPPER_LIMITS["shared_per_block"], built[name].shared
 
 
 def _weight_load_layouts(ttgir: str) -> set:

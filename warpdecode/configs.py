@@ -372,9 +372,7 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     # and half-height tiles (HALF_M) where a block's upper half is padding
     block_m = min(128, max(16, triton.next_power_of_2(math.ceil(2 * pairs_per_expert))))
     group_m = 16 if pairs_per_expert > 128 else 8 if pairs_per_expert > 32 else 1
-    # FP32 operands multiply on FMAs, their K slices held in registers beside the sums: a quarter of
-    # the budget (half spills 28 B at 255 registers on Triton 3.8/3.9 at 64 × 128 gate/up tiles)
-    acc_regs = ACC_REGS_PER_THREAD if elem <= 2 else ACC_REGS_PER_THREAD // 4
+    acc_regs = ACC_REGS_PER_THREAD if elem <= 2 else ACC_REGS_PER_THREAD // 2
     # most experts see at most one row: the tile transposed, weight rows on the tensor cores' M side
     swap = pairs_per_expert <= 0.5 and elem == 2
     m_blocks = min(T * K, expected_distinct(E, K, T))  # the M tiles at decode: one per routed expert
@@ -384,18 +382,20 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     def tile(n: int, k: int, accumulators: int) -> dict:
         block_n = (128 if T <= 128 else 256) if n >= 4096 else (64 if T <= 64 else 128)
         block_k = 128 if (fp8 or k >= 4096 or T <= 64) else 64
-        if elem == 4:  # FP32 operands multiply on FMAs, their K slices held in registers beside the sums
-            block_k = min(block_k, 32)
         # enough programs to fill the GPU twice over while the M tiles are few (decode): narrower N
         # tiles, longer K steps to keep the bytes in flight
         while block_m == 16 and block_n > 64 and m_blocks * triton.cdiv(n, block_n) < 2 * limits["sms"]:
             block_n //= 2
             block_k = min(2 * block_k, k_max, max(32, triton.next_power_of_2(k)))
-        warps = 4 if accumulators * block_m * block_n < 8192 else 8
+        warps = 4 if accumulators * block_m * block_n < (8192 if elem <= 2 else 4096) else 8
         while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
-        stages = 4  # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2
+        if elem == 4:  # FP32 operands multiply on FMAs, their K slices held in registers beside the sums:
+            # 16-deep K steps, ≤ 64 columns and two stages compile without spills (sm_90a, Triton 3.6-3.9)
+            block_k, block_n = 16, min(block_n, 64)
+        # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2
+        stages = 4 if elem <= 2 else 2
         while (block_m * block_k + accumulators * block_k * block_n) * elem * stages > budget:
             if block_k > 64:
                 block_k //= 2
