@@ -47,6 +47,11 @@ shape = wd.get_preset(S.preset)
 print(f"kernels run on: {S.gpu}")
 print(f"layer: {shape.name}  H={shape.H} I={shape.I} E={shape.E} K={shape.K}, bf16")
 
+# %%
+# where this GPU's launch configurations come from: a tuned table, or the defaults and the command
+# that tunes the shapes used here
+print(wd.configs.tuning_note([wd.get_preset(S.preset)]))
+
 # %% [markdown]
 # ## The layer
 #

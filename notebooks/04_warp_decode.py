@@ -51,6 +51,11 @@ s30 = wd.get_preset("qwen3-30b-a3b")
 print(f"kernels run on: {S.gpu}; layer: {shape.name} H={shape.H} I={shape.I} E={shape.E} K={shape.K}")
 
 
+# %%
+# where this GPU's launch configurations come from: a tuned table, or the defaults and the command
+# that tunes the shapes used here
+print(wd.configs.tuning_note([wd.get_preset(S.preset)]))
+
 # %% [markdown]
 # ## The flip
 #

@@ -52,6 +52,11 @@ print(f"kernels run on: {S.gpu}")
 print(f"results shown: {ceiling['gpu']}, torch {ceiling['torch']}, triton {ceiling['triton']}, {ceiling['date']}; "
       f"read ceiling {float(ceiling['read_TBps']):.2f} TB/s")
 
+# %%
+# where this GPU's launch configurations come from: a tuned table, or the defaults and the command
+# that tunes the shapes used here
+print(wd.configs.tuning_note([wd.get_preset(p) for p in wd.MODEL_PRESETS]))
+
 # %% [markdown]
 # ## Time: every path, every preset
 #

@@ -70,6 +70,11 @@ print(f"kernels run on: {S.gpu}")
 print(f"model: {cfg.name}, {cfg.layers} layers, hidden {cfg.hidden}, {cfg.heads} query / {cfg.kv_heads} KV heads "
       f"of {cfg.head_dim}, vocab {cfg.vocab}; MoE E={moe.E} K={moe.K} I={moe.I}")
 
+# %%
+# where this GPU's launch configurations come from: a tuned table, or the defaults and the command
+# that tunes the shapes used here
+print(wd.configs.tuning_note([wd.get_preset(p) for p in wd.MODEL_PRESETS]))
+
 # %% [markdown]
 # ## The byte ledger, and the prediction it makes
 #

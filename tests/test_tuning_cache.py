@@ -389,3 +389,28 @@ def test_the_model_takes_warp_decode_at_one_token_and_the_expert_path_at_many():
         # T = 1: both read the K experts once; warp decode's lead is its two fewer launches
         acts = shape.K * (3 * shape.H + 4 * shape.I) * 2  # x, both intermediates, the partial outputs
         assert expert1 - warp1 == pytest.approx(2 * api.LAUNCH_US + acts / (api.READ_TBPS * 1e6))
+
+
+def test_tuning_note_names_the_table_or_the_defaults_and_the_command(tables):
+    """What a notebook prints first: a shape both tables have reads as tuned; shapes with no warp or
+    no expert entry (C in neither; A has no expert entry in the cache, but the shipped one has) are
+    named, with one command that tunes every one of them into the user's cache."""
+    a, b, c = (SimpleNamespace(name=n, H=s[0], I=s[1], E=s[2], K=s[3]) for n, s in zip("abc", (A, B, C)))
+    assert configs.tuning_note([a, b]).startswith("launch configurations: tuned for Test GPU")
+    note = configs.tuning_note([a, c, b])
+    assert "no tuned table for c on Test GPU" in note and "defaults run" in note
+    assert note.endswith(f"python -m warpdecode tune --shape {C[0]} {C[1]} {C[2]} {C[3]}"), note
+    with configs.tables(shipped=False, cache=False):
+        note = configs.tuning_note([a, c])
+    assert note.endswith(f"tune --shape {A[0]} {A[1]} {A[2]} {A[3]} --shape {C[0]} {C[1]} {C[2]} {C[3]}"), note
+
+
+def test_tune_takes_several_shapes_in_one_command(monkeypatch):
+    from warpdecode import __main__ as cli
+    from warpdecode.bench import tune
+
+    tuned = []
+    monkeypatch.setattr(tune, "require_gpu", lambda what: None)
+    monkeypatch.setattr(tune, "tune_shape", lambda *s, **kw: tuned.append(s))
+    cli.main(["tune", "--shape", *map(str, B), "--shape", *map(str, C)])
+    assert tuned == [B, C]

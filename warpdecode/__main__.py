@@ -190,7 +190,8 @@ def cmd_tune(args):
     if args.shape:
         try:
             tune.require_gpu("tune --shape")
-            tune.tune_shape(*args.shape, dtype=args.dtype, Ts=args.T, paths=args.paths)
+            for shape in args.shape:
+                tune.tune_shape(*shape, dtype=args.dtype, Ts=args.T, paths=args.paths)
         except (RuntimeError, ValueError) as e:
             sys.exit(f"tune: {e}")
         return
@@ -341,9 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Needs a CUDA GPU.")
     t.add_argument("--presets", nargs="+", choices=presets, metavar="PRESET",
                    help=f"layer shapes to tune (default: every model preset); from {presets}")
-    t.add_argument("--shape", nargs=4, type=int, metavar=("H", "I", "E", "K"),
-                   help="one layer shape, any: hidden size, expert intermediate size, experts, experts per token; "
-                        "written to the user's cache")
+    t.add_argument("--shape", nargs=4, type=int, metavar=("H", "I", "E", "K"), action="append",
+                   help="a layer shape, any: hidden size, expert intermediate size, experts, experts per token; "
+                        "written to the user's cache (repeat it for several shapes)")
     t.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"],
                    help="the dtype timed with --shape (default bf16; tables are keyed by shape)")
     t.add_argument("--T", type=int, nargs="+",

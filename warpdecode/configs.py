@@ -163,6 +163,25 @@ def _lookup(family: str, H, I, E, K, T):  # noqa: E741
     return bucket(load_tuned(), family, H, I, E, K, T)
 
 
+def tuning_note(shapes) -> str:
+    """One line on where this GPU's launch configurations for ``shapes`` (MoEShapes, or anything
+    with H, I, E, K) come from: a tuned table (the shipped one or the user's cache), or the defaults,
+    with the one command that tunes the shapes that have none. What a notebook prints first."""
+    shapes = list(shapes)
+    if _runtime.INTERPRET:
+        return "launch configurations: the CPU interpreter's small tiles (nothing to tune without a GPU)"
+    table = load_tuned()
+    missing = [s for s in shapes if not all(shape_key(s.H, s.I, s.E, s.K) in table.get(f, {})
+                                            for f in ("warp", "expert"))]
+    gpu = _runtime.gpu_name()
+    if not missing:
+        return f"launch configurations: tuned for {gpu} ({tuned_file().name} shipped, or {cache_file()})"
+    names = ", ".join(getattr(s, "name", shape_key(s.H, s.I, s.E, s.K)) for s in missing)
+    command = "python -m warpdecode tune " + " ".join(f"--shape {s.H} {s.I} {s.E} {s.K}" for s in missing)
+    return (f"launch configurations: no tuned table for {names} on {gpu}, so the defaults run (rules of the "
+            f"shape, T and this GPU's limits); to tune them here, remembered in {cache_dir()}: {command}")
+
+
 # ---------------------------------------------------------------------------------------------
 # the autotune opt-in
 
