@@ -395,7 +395,7 @@ def test_tuning_note_names_the_table_or_the_defaults_and_the_command(tables):
     """What a notebook prints first: a shape both tables have reads as tuned; shapes with no warp or
     no expert entry (C in neither; A has no expert entry in the cache, but the shipped one has) are
     named, with one command that tunes every one of them into the user's cache."""
-    a, b, c = (SimpleNamespace(name=n, H=s[0], I=s[1], E=s[2], K=s[3]) for n, s in zip("abc", (A, B, C)))
+    a, b, c = (SimpleNamespace(name=n, H=s[0], I=s[1], E=s[2], K=s[3]) for n, s in zip("abc", (A, B, C), strict=True))
     assert configs.tuning_note([a, b]).startswith("launch configurations: tuned for Test GPU")
     note = configs.tuning_note([a, c, b])
     assert "no tuned table for c on Test GPU" in note and "defaults run" in note
