@@ -43,12 +43,12 @@ rule on every tuned config; notebook 4 prints the layouts (``warpdecode.compiled
 That 3-D tile has two axes of equal contiguity (rows, experts), and the compiler's coalesce pass
 breaks the tie: Triton 3.6 orders rows first (warps over rows, as above); 3.8 and later order the
 experts first, so the warps go over K, every step's combine crosses warps through shared memory and
-the accumulator is copied into each K-warp (twice the registers, spills on the largest tiles,
-1.1–14× slower; ``experiments/warp_down.py`` v17). Where that happens (``PER_SLOT``, chosen from the
+the accumulator is copied into each K-warp (twice the registers, spills on the largest tiles, up
+to 15× slower; ``experiments/warp_down.py`` v17). Where that happens (``PER_SLOT``, chosen from the
 Triton release) the down tile is K 2-D [rows, columns] tiles instead, accumulated slot by slot: a
-2-D tile leaves no tie to break. On 3.6 that form is 4–17 % slower than the 3-D tile (each slot's
-intermediate row takes its own trip through shared memory to the tile's layout), so 3.6 keeps the
-3-D tile.
+2-D tile leaves no tie to break. On 3.6 that form takes up to 1.17× the 3-D tile's time (each
+slot's intermediate row takes its own trip through shared memory to the tile's layout), so 3.6
+keeps the 3-D tile.
 
 Every weight load is ``evict_first``: each weight byte is read once per call, so it streams past
 L2 and leaves L2 to the intermediate and to rows that tokens share.
