@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import threading
 
 import torch
 
-from . import configs
+from . import _runtime, configs
 from .checks import check_moe_inputs
 from .configs import expected_distinct, load_tuned, shape_key
 from .expert import moe_expert
@@ -114,6 +115,11 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel with a
     grid barrier) or ``"grouped"`` (two kernels that read each routed expert's rows once for all
     of its tokens); default: what this GPU's tuned table picks for the shape and T.
+
+    No method but ``"loop"`` computes gradients: with grad mode on and an input that requires one,
+    ``moe`` raises instead of returning a ``y`` that would drop it. Meta tensors give the output's
+    shape and dtype without a kernel; views with a pending negation are refused by name. In the
+    CPU interpreter concurrent calls run one at a time.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -132,8 +138,24 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if act_format == "fp8":
         check_fp8_device(x.device)
-    if d.T == 0:
-        return x.new_empty(0, d.H)
+    if method != "loop" and torch.is_grad_enabled() and any(
+            t.requires_grad for t in (x, w13, w2, topk_weights)):
+        raise RuntimeError(
+            f"warpdecode.moe(method={method!r}) computes no gradients and an input requires one: run it under "
+            "torch.no_grad() / torch.inference_mode() (decode), or use method='loop' (autograd through eager "
+            "torch ops) where gradients are needed")
+    if d.T == 0 or x.device.type == "meta":  # meta: the shape and dtype, no kernel
+        return x.new_empty(d.T, d.H)
+    if _runtime.INTERPRET:  # Triton's CPU interpreter keeps global state: one call at a time
+        with _INTERPRETER_LOCK:
+            return _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule)
+    return _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule)
+
+
+_INTERPRETER_LOCK = threading.RLock()
+
+
+def _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule):
 
     x = x.contiguous()
     topk_weights = topk_weights.contiguous()

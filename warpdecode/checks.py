@@ -85,7 +85,12 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = Tr
         raise ValueError(f"w2 must hold fewer than 2**31 elements per expert (H·I = {H}·{I}): "
                          "the down kernels index within one expert's block in 32 bits")
 
-    if check_ids and T > 0 and not _capturing(topk_ids):
+    for name, t in [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights)]:
+        if t.is_neg() or t.is_conj():
+            raise ValueError(f"{name} is a view with a pending {'negation' if t.is_neg() else 'conjugation'} "
+                             f"(torch._neg_view / .conj()): call {name}.resolve_neg() / .resolve_conj() first, "
+                             "the kernels read its storage as it is")
+    if check_ids and T > 0 and not _capturing(topk_ids) and topk_ids.device.type != "meta":
         lo, hi = (int(v) for v in torch.aminmax(topk_ids))
         if lo < 0 or hi >= E:
             raise ValueError(f"topk_ids must lie in [0, E={E}), got values in [{lo}, {hi}]")

@@ -37,14 +37,23 @@ def warpdecode_experts_forward(self, hidden_states: torch.Tensor, top_k_index: t
         raise NotImplementedError(f"{type(self).__name__}: interleaved gate/up rows are not supported")
     x = hidden_states.contiguous()
     w13, w2 = self.gate_up_proj, self.down_proj
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w13, w2, top_k_weights)):
+        raise RuntimeError(
+            f"{type(self).__name__}: the warpdecode experts implementation computes no gradients; generate "
+            "under torch.no_grad() (transformers' generate does), or train with another experts_implementation")
     topk_weights = top_k_weights.float().contiguous()
     topk_ids = top_k_index.to(torch.int32).contiguous()
-    # Shapes and dtypes are checked on every call; the id range is not: the model's router takes a
-    # top-k over E logits, so its ids lie in [0, E) by construction, and reading them back to the
-    # host would cost a device sync per layer per generated token.
+    # Shapes and dtypes are checked on every call; the id range is not read back (a device sync per
+    # layer per generated token). With expert parallelism transformers names a slot whose expert
+    # lives on another rank by the id num_local_experts (= E here) and weight 0: such slots, and any
+    # id outside [0, E), are skipped on the device (weight 0, id 0), so no id outside [0, E) reaches
+    # a kernel.
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, check_ids=False)
     if d.T == 0:
         return torch.zeros_like(hidden_states)
+    local = (topk_ids >= 0) & (topk_ids < d.E)
+    topk_weights = torch.where(local, topk_weights, 0.0)
+    topk_ids = torch.where(local, topk_ids, 0).contiguous()
     return run_auto(x, w13, w2, topk_weights, topk_ids).to(hidden_states.dtype)
 
 

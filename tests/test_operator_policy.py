@@ -1,0 +1,113 @@
+"""What ``moe`` does with inputs an operator meets inside real models: tensors that need gradients
+(a clear error, never a silent ``None``), meta tensors (the output's shape, no kernel), views with a
+pending negation (rejected by name), several Python threads at once (correct), and, through the
+transformers integration, expert-parallel sentinel ids (skipped, never read past ``w13``)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import warpdecode as wd
+from warpdecode.integrations import transformers as wd_hf
+
+DEV = wd.DEFAULT_DEVICE
+KERNEL_METHODS = ["warp", "expert", "auto"]
+
+
+def _layer(T=3, H=40, I=24, E=5, K=2, dtype=torch.float32, seed=0):  # noqa: E741
+    shape = wd.MoEShape("policy", H=H, I=I, E=E, K=K)
+    w13, w2 = (w.to(DEV) for w in shape.weights(dtype=dtype, seed=seed))
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
+    tw, ids = wd.route(torch.randn(T, E, generator=g).to(DEV), K)
+    return x, w13, w2, tw, ids
+
+
+@pytest.mark.parametrize("method", KERNEL_METHODS)
+@pytest.mark.parametrize("which", ["x", "w13", "topk_weights"])
+def test_a_gradient_that_would_be_dropped_is_an_error(method, which):
+    x, w13, w2, tw, ids = _layer()
+    args = dict(x=x, w13=w13, w2=w2, topk_weights=tw)
+    args[which] = args[which].clone().requires_grad_(True)
+    with pytest.raises(RuntimeError, match="computes no gradients"):
+        wd.moe(args["x"], args["w13"], args["w2"], args["topk_weights"], ids, method=method)
+    with torch.no_grad():  # decode: no gradient asked for
+        y = wd.moe(args["x"], args["w13"], args["w2"], args["topk_weights"], ids, method=method)
+    assert wd.rel_error(y, wd.reference_moe(x, w13, w2, tw, ids)) < 1e-5
+
+
+def test_loop_carries_gradients_that_match_float64():
+    x, w13, w2, tw, ids = _layer()
+    leaves = [t.clone().double().requires_grad_(True) for t in (x, w13, w2, tw)]
+    wd.moe(*[t.float() for t in leaves], ids, method="loop").sum().backward()
+    ref = [t.detach().clone().requires_grad_(True) for t in leaves]
+    wd.reference_moe(*ref, ids).sum().backward()
+    for got, want in zip(leaves, ref, strict=True):
+        assert got.grad is not None and wd.rel_error(got.grad, want.grad) < 1e-5
+
+
+@pytest.mark.parametrize("method", ["loop", *KERNEL_METHODS])
+def test_meta_tensors_give_the_output_shape(method):
+    x, w13, w2, tw, ids = (t.to("meta") for t in _layer(T=7, dtype=torch.bfloat16))
+    y = wd.moe(x, w13, w2, tw, ids, method=method)
+    assert y.device.type == "meta" and y.shape == (7, 40) and y.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("which", ["x", "w13", "w2", "topk_weights"])
+def test_a_pending_negation_is_rejected_by_name(which):
+    x, w13, w2, tw, ids = _layer()
+    args = dict(x=x, w13=w13, w2=w2, topk_weights=tw)
+    args[which] = torch._neg_view(args[which])
+    with pytest.raises(ValueError, match=f"^{which} is a view with a pending negation"):
+        wd.moe(args["x"], args["w13"], args["w2"], args["topk_weights"], ids, method="warp")
+    resolved = {k: v.resolve_neg() for k, v in args.items()}
+    y = wd.moe(resolved["x"], resolved["w13"], resolved["w2"], resolved["topk_weights"], ids, method="warp")
+    want = wd.reference_moe(resolved["x"], resolved["w13"], resolved["w2"], resolved["topk_weights"], ids)
+    assert wd.rel_error(y, want) < 1e-5
+
+
+def test_threads_calling_at_once_each_get_their_layer():
+    layers = [_layer(T=t, seed=t) for t in (1, 2, 3, 4)]
+    out, errors = {}, []
+
+    def work(i, method):
+        try:
+            x, w13, w2, tw, ids = layers[i]
+            out[(i, method)] = wd.rel_error(wd.moe(x, w13, w2, tw, ids, method=method),
+                                            wd.reference_moe(x, w13, w2, tw, ids))
+        except Exception as e:  # noqa: BLE001  (reported below, with the thread's inputs)
+            errors.append((i, method, repr(e)))
+
+    threads = [threading.Thread(target=work, args=(i, m)) for i in range(4) for m in ("expert", "warp")] * 1
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(out) == 8 and max(out.values()) < 1e-5, out
+
+
+@pytest.mark.parametrize("sentinel", ["num_local_experts", "large"])
+def test_expert_parallel_sentinel_ids_are_skipped(sentinel):
+    """transformers' expert parallelism names experts on other ranks by the id num_local_experts
+    (weight 0). Those slots add nothing, and nothing reads past w13 (a large id included)."""
+    x, w13, w2, tw, ids = _layer(T=4, E=5, K=3)
+    bad = torch.tensor([[1, 0, 0], [0, 0, 1], [0, 1, 0], [1, 1, 1]], dtype=torch.bool, device=ids.device)
+    ep_ids = torch.where(bad, 5 if sentinel == "num_local_experts" else 10**9, ids.long())
+    ep_tw = torch.where(bad, 0.0, tw)
+    module = SimpleNamespace(gate_up_proj=w13, down_proj=w2)
+    with torch.no_grad():
+        y = wd_hf.warpdecode_experts_forward(module, x, ep_ids, ep_tw)
+    want = wd.reference_moe(x, w13, w2, ep_tw, torch.where(bad, 0, ids.long()))  # weight 0: no share
+    assert not y.isnan().any() and wd.rel_error(y, want) < 1e-5
+
+
+def test_the_integration_refuses_to_drop_gradients():
+    x, w13, w2, tw, ids = _layer()
+    module = SimpleNamespace(gate_up_proj=w13.clone().requires_grad_(True), down_proj=w2)
+    with pytest.raises(RuntimeError, match="computes no gradients"):
+        wd_hf.warpdecode_experts_forward(module, x, ids, tw)
