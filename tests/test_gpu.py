@@ -177,3 +177,26 @@ def test_grid_barriers_opened_every_time():
     assert health, "no fused launch ran"
     for device, count, generation, timed_out in health:
         assert timed_out == 0 and count == 0 and generation > 0, (device, count, generation, timed_out)
+
+
+@pytest.mark.parametrize("preset", ["qwen3-30b-a3b", "mixtral-8x7b"])
+def test_batch_invariant_token_rows_are_the_same_bits_in_every_batch(preset):
+    """With batch_invariant=True token t's output does not depend on the batch around it (T = 1…64,
+    the rows in another order too), where the tuned tiles and schedules change with T; and each
+    call repeats its bits."""
+    shape = warpdecode.get_preset(preset)
+    w13, w2 = shape.weights(dtype=DTYPE, device=DEVICE, seed=11)
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(64, shape.H, generator=g).to(DTYPE).to(DEVICE)
+    tw, ids = warpdecode.route(torch.randn(64, shape.E, generator=g).to(DEVICE), shape.K)
+    alone = torch.cat([warpdecode.moe(x[t:t + 1], w13, w2, tw[t:t + 1], ids[t:t + 1], batch_invariant=True)
+                       for t in range(4)])
+    for T in (2, 4, 8, 16, 33, 64):
+        y = warpdecode.moe(x[:T], w13, w2, tw[:T], ids[:T], batch_invariant=True)
+        assert torch.equal(y[:4], alone[: min(T, 4)]) if T >= 4 else torch.equal(y, alone[:T]), T
+        assert torch.equal(y, warpdecode.moe(x[:T], w13, w2, tw[:T], ids[:T], batch_invariant=True)), T
+        perm = torch.randperm(T, generator=torch.Generator().manual_seed(T)).to(DEVICE)
+        yp = warpdecode.moe(x[:T][perm], w13, w2, tw[:T][perm], ids[:T][perm], batch_invariant=True)
+        assert torch.equal(yp, y[perm]), T
+    ref = warpdecode.reference_moe(x, w13, w2, tw, ids)
+    assert warpdecode.rel_error(y, ref) <= 1.1 * warpdecode.rounding_floor(ref, DTYPE)

@@ -111,3 +111,69 @@ def test_the_integration_refuses_to_drop_gradients():
     module = SimpleNamespace(gate_up_proj=w13.clone().requires_grad_(True), down_proj=w2)
     with pytest.raises(RuntimeError, match="computes no gradients"):
         wd_hf.warpdecode_experts_forward(module, x, ids, tw)
+
+
+def _routed(T, E=7, K=3, H=40, I=24, seed=5):  # noqa: E741
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(T, H, generator=g).to(DEV), *wd.route(torch.randn(T, E, generator=g).to(DEV), K)
+
+
+@pytest.mark.parametrize("method", ["auto", "warp"])
+def test_batch_invariant_gives_each_token_the_same_bits_in_any_batch(method):
+    """Token rows computed alone (T = 1) and inside batches of 2…64 other tokens, in two orders:
+    bitwise the same with batch_invariant=True."""
+    shape = wd.MoEShape("bi", H=40, I=24, E=7, K=3)
+    w13, w2 = (w.to(DEV).to(torch.bfloat16) for w in shape.weights(dtype=torch.float32, seed=3))
+    x, tw, ids = _routed(64)
+    x = x.to(torch.bfloat16)
+    alone = torch.cat([wd.moe(x[t:t + 1], w13, w2, tw[t:t + 1], ids[t:t + 1], method=method, batch_invariant=True)
+                       for t in range(8)])
+    for T in (2, 8, 64):
+        y = wd.moe(x[:T], w13, w2, tw[:T], ids[:T], method=method, batch_invariant=True)
+        assert torch.equal(y[: min(T, 8)], alone[: min(T, 8)]), T
+        perm = torch.randperm(T, generator=torch.Generator().manual_seed(T))
+        yp = wd.moe(x[:T][perm], w13, w2, tw[:T][perm], ids[:T][perm], method=method, batch_invariant=True)
+        assert torch.equal(yp, y[perm]), T
+    assert wd.rel_error(y, wd.reference_moe(x, w13, w2, tw, ids)) <= 1.1 * wd.rounding_floor(
+        wd.reference_moe(x, w13, w2, tw, ids), torch.bfloat16) + 1e-6
+
+
+@pytest.mark.parametrize("kw", [dict(method="expert"), dict(method="loop"), dict(method="warp", schedule="grouped"),
+                                dict(method="warp", schedule="fused")])
+def test_batch_invariant_refuses_what_it_cannot_promise(kw):
+    x, w13, w2, tw, ids = _layer()
+    with pytest.raises(ValueError, match="batch_invariant|grouped"):
+        wd.moe(x, w13, w2, tw, ids, batch_invariant=True, **kw)
+
+
+def test_deterministic_never_runs_the_grouped_schedule(monkeypatch):
+    """The grouped schedule (FP32 atomics) is the one that can change an output's last bit between
+    runs; with deterministic=True a config that picks it runs the pair, and asking for it is an error."""
+    from warpdecode import api
+
+    ran = []
+    monkeypatch.setattr(api, "moe_warp", lambda *a, schedule=None, **k: ran.append(schedule) or a[0])
+    monkeypatch.setattr(api.configs, "warp_config", lambda *a: {"gate_up": {}, "down": {}, "grouped": {}})
+    x, w13, w2, tw, ids = _layer(T=4)
+    wd.moe(x, w13, w2, tw, ids, method="warp", deterministic=True)
+    assert ran == ["split"]
+    with pytest.raises(ValueError, match="neither deterministic"):
+        wd.moe(x, w13, w2, tw, ids, method="warp", schedule="grouped", deterministic=True)
+
+
+def test_batch_invariant_runs_the_pair_at_one_tokens_tiles_whatever_the_batch(monkeypatch):
+    """On a GPU the tuned tiles (and the schedule) change with T; batch_invariant=True takes T = 1's
+    pair tiles at every T, so no sum's order depends on the batch (the bitwise check on the GPU:
+    tests/test_gpu.py)."""
+    from warpdecode import api
+
+    tiles = {1: {"gate_up": {"BLOCK_I": 1}, "down": {"BLOCK_H": 4}},
+             8: {"gate_up": {"BLOCK_I": 4}, "down": {"BLOCK_H": 8}, "grouped": {}}}
+    monkeypatch.setattr(api.configs, "warp_config", lambda H, I, E, K, T: tiles[1 if T == 1 else 8])  # noqa: E741
+    ran = []
+    monkeypatch.setattr(api, "moe_warp", lambda *a, config=None, schedule=None, **k: ran.append((config, schedule))
+                        or a[0])
+    for T in (1, 3, 8, 64):
+        x, w13, w2, tw, ids = _layer(T=T)
+        wd.moe(x, w13, w2, tw, ids, batch_invariant=True)
+    assert ran == [({"gate_up": {"BLOCK_I": 1}, "down": {"BLOCK_H": 4}}, "split")] * 4

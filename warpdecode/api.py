@@ -99,7 +99,7 @@ def check_fp8_device(device: torch.device) -> None:
 
 
 def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=None, act_format: str = "native",
-        schedule: str | None = None):
+        schedule: str | None = None, deterministic: bool = False, batch_invariant: bool = False):
     """y (T, H) = Σ_j topk_weights[:, j] · W2[e] (silu(Wg[e] x) ⊙ Wu[e] x), e = topk_ids[:, j].
 
     x (T, H) bf16/fp16/fp32; w13 (E, 2I, H) gate rows then up rows; w2 (E, H, I), both in x's
@@ -115,6 +115,15 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel with a
     grid barrier) or ``"grouped"`` (two kernels that read each routed expert's rows once for all
     of its tokens); default: what this GPU's tuned table picks for the shape and T.
+
+    deterministic: the same inputs give the same bits on every call. Every path does so except the
+    grouped schedule, which sums experts' shares through FP32 atomics (the order varies at K > 2);
+    ``deterministic=True`` runs the pair instead wherever that schedule would run. Default False.
+    batch_invariant: token t's output is the same bits whatever other tokens share the call: warp
+    decode's pair with the launch configuration of T = 1 at every T (each output is one program's
+    sum in a fixed order; the expert path's tiles and the grouped schedule depend on the batch).
+    It costs speed where the expert path or the grouped schedule would win (T ≳ 8). Implies
+    ``deterministic``.
 
     No method but ``"loop"`` computes gradients: with grad mode on and an input that requires one,
     ``moe`` raises instead of returning a ``y`` that would drop it. Meta tensors give the output's
@@ -135,6 +144,12 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         raise ValueError(f"schedule applies to method='warp' only, got method={method!r}")
     if act_dtype is not None and method != "warp":
         raise ValueError(f"act_dtype applies to method='warp' only, got method={method!r}")
+    if (deterministic or batch_invariant) and schedule == "grouped":
+        raise ValueError("schedule='grouped' sums through FP32 atomics: it is neither deterministic nor batch "
+                         "invariant; leave schedule=None")
+    if batch_invariant and (method not in ("auto", "warp") or schedule == "fused" or act_format != "native"):
+        raise ValueError(f"batch_invariant=True runs warp decode's pair (method 'auto' or 'warp', schedule None or "
+                         f"'split'), got method={method!r}, schedule={schedule!r}, act_format={act_format!r}")
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if act_format == "fp8":
         check_fp8_device(x.device)
@@ -148,20 +163,35 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         return x.new_empty(d.T, d.H)
     if _runtime.INTERPRET:  # Triton's CPU interpreter keeps global state: one call at a time
         with _INTERPRETER_LOCK:
-            return _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule)
-    return _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule)
+            return _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule,
+                        deterministic, batch_invariant)
+    return _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
+                batch_invariant)
 
 
 _INTERPRETER_LOCK = threading.RLock()
 
 
-def _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule):
+def _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
+         batch_invariant):
 
     x = x.contiguous()
     topk_weights = topk_weights.contiguous()
     topk_ids = topk_ids.to(torch.int32).contiguous()
     if configs._autotune and method in ("auto", "warp", "expert"):  # off: this one read
         configs.maybe_autotune(d.H, d.I, d.E, d.K, d.T, x.dtype, x.device)
+    if batch_invariant:  # the pair at T = 1's tiles: nothing in a token's sums depends on the batch
+        one = configs.warp_config(d.H, d.I, d.E, d.K, 1)
+        cfg = {"gate_up": one["gate_up"], "down": one["down"]}
+        return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype or torch.float32, config=cfg,
+                        schedule="split")
+    if deterministic and method in ("auto", "warp") and schedule is None:
+        if method == "auto" and pick_method(d.T, d.H, d.I, d.E, d.K, x.element_size()) == "expert":
+            return moe_expert(x, w13, w2, topk_weights, topk_ids)
+        cfg = configs.warp_config(d.H, d.I, d.E, d.K, d.T)
+        if "grouped" in cfg:
+            return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype or torch.float32,
+                            config=cfg, schedule="split")
     if method == "auto":
         return run_auto(x, w13, w2, topk_weights, topk_ids)
     if method == "loop":
