@@ -177,3 +177,22 @@ def test_batch_invariant_runs_the_pair_at_one_tokens_tiles_whatever_the_batch(mo
         x, w13, w2, tw, ids = _layer(T=T)
         wd.moe(x, w13, w2, tw, ids, batch_invariant=True)
     assert ran == [({"gate_up": {"BLOCK_I": 1}, "down": {"BLOCK_H": 4}}, "split")] * 4
+
+
+@pytest.mark.parametrize("method", ["warp", "expert"])
+def test_moe_traces_whole_under_torch_compile(method):
+    """fullgraph=True: moe is one operator (warpdecode::moe) with a fake kernel for its shape; the
+    validation runs at trace time, the id range on the device (no host sync), and the result is
+    eager's bits."""
+    x, w13, w2, tw, ids = _layer(T=3)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, tw, ids: wd.moe(x, w13, w2, tw, ids, method=method) + 1, fullgraph=True)
+    assert torch.equal(f(x, tw, ids), wd.moe(x, w13, w2, tw, ids, method=method) + 1)
+    with pytest.raises(RuntimeError, match=r"topk_ids must lie in \[0, E=5\)"):
+        f(x, tw, torch.full_like(ids, 5))
+    assert torch.library.opcheck(torch.ops.warpdecode.moe.default, (x, w13, w2, tw, ids.to(torch.int32), method,
+                                                                   None, "native", None, False, False),
+                                 test_utils=("test_schema", "test_faketensor")) is not None
+    # at trace time the clear error ends the trace (under fullgraph, Dynamo reports it as the exception it saw)
+    with pytest.raises(Exception, match=r"method must be one of \('loop', 'expert', 'warp', 'auto'\), got 'nope'"):
+        torch.compile(lambda x: wd.moe(x, w13, w2, tw, ids, method="nope"), fullgraph=True)(x)

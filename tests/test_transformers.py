@@ -116,3 +116,17 @@ def test_unsupported_layout_raises(seed):
     with pytest.raises(NotImplementedError, match="transposed"):
         experts(torch.randn(2, 64, dtype=torch.bfloat16), torch.zeros(2, 3, dtype=torch.long),
                 torch.ones(2, 3, dtype=torch.bfloat16))
+
+
+def test_a_compiled_qwen3_moe_with_warpdecode_experts_matches_eager(seed):
+    """torch.compile(fullgraph=True) around a whole tiny Qwen3-MoE: warpdecode's experts trace as
+    one operator (``warpdecode::moe``), so nothing breaks the graph, and the logits are eager's."""
+    model = _build("qwen3_moe-E7-K3", seed)
+    model.set_experts_implementation("warpdecode")
+    ids = torch.randint(3, 128, (2, 3), generator=torch.Generator().manual_seed(seed))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        want = model(ids).logits
+        got = compiled(ids).logits
+    assert torch.equal(got, want) or warpdecode.rel_error(got.float(), want.float()) <= 1e-2

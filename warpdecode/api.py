@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 import threading
+from typing import Optional
 
 import torch
 
 from . import _runtime, configs
-from .checks import check_moe_inputs
+from .checks import Dims, check_moe_inputs, check_views
 from .configs import expected_distinct, load_tuned, shape_key
 from .expert import moe_expert
 from .loop import moe_loop
@@ -125,6 +126,10 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     It costs speed where the expert path or the grouped schedule would win (T ≳ 8). Implies
     ``deterministic``.
 
+    Under ``torch.compile`` (``fullgraph=True`` too) ``moe`` traces as one operator,
+    ``torch.ops.warpdecode.moe``: its checks run at trace time, the ids' range on the device
+    (``torch._assert_async``, no host sync), and its fake kernel gives the output's shape.
+
     No method but ``"loop"`` computes gradients: with grad mode on and an input that requires one,
     ``moe`` raises instead of returning a ``y`` that would drop it. Meta tensors give the output's
     shape and dtype without a kernel; views with a pending negation are refused by name. In the
@@ -159,17 +164,44 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
             f"warpdecode.moe(method={method!r}) computes no gradients and an input requires one: run it under "
             "torch.no_grad() / torch.inference_mode() (decode), or use method='loop' (autograd through eager "
             "torch ops) where gradients are needed")
+    if torch.compiler.is_compiling():  # traced: one opaque operator, its fake kernel gives the shape
+        return torch.ops.warpdecode.moe(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedule,
+                                        deterministic, batch_invariant)
     if d.T == 0 or x.device.type == "meta":  # meta: the shape and dtype, no kernel
         return x.new_empty(d.T, d.H)
-    if _runtime.INTERPRET:  # Triton's CPU interpreter keeps global state: one call at a time
-        with _INTERPRETER_LOCK:
-            return _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule,
-                        deterministic, batch_invariant)
-    return _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
+    return _run(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
                 batch_invariant)
 
 
 _INTERPRETER_LOCK = threading.RLock()
+
+
+def _run(*args):
+    if _runtime.INTERPRET:  # Triton's CPU interpreter keeps global state: one call at a time
+        with _INTERPRETER_LOCK:
+            return _moe(*args)
+    return _moe(*args)
+
+
+@torch.library.custom_op("warpdecode::moe", mutates_args=())
+def _moe_op(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+            topk_ids: torch.Tensor, method: str, act_dtype: Optional[torch.dtype], act_format: str,  # noqa: UP045
+            schedule: Optional[str], deterministic: bool, batch_invariant: bool) -> torch.Tensor:  # noqa: UP045
+    """``warpdecode.moe`` as one PyTorch operator, what ``torch.compile`` traces (``moe`` validates
+    first, at trace time; the id range is then checked on the device, without a host sync)."""
+    check_views(x=x, w13=w13, w2=w2, topk_weights=topk_weights)
+    T, H = x.shape
+    E, two_i, _ = w13.shape
+    d = Dims(T=T, H=H, I=two_i // 2, E=E, K=topk_ids.shape[1])
+    if T == 0:
+        return x.new_empty(0, H)
+    return _run(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
+                batch_invariant)
+
+
+@_moe_op.register_fake
+def _(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedule, deterministic, batch_invariant):
+    return x.new_empty(x.shape[0], w2.shape[1])
 
 
 def _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,

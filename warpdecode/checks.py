@@ -85,15 +85,15 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = Tr
         raise ValueError(f"w2 must hold fewer than 2**31 elements per expert (H·I = {H}·{I}): "
                          "the down kernels index within one expert's block in 32 bits")
 
-    for name, t in [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights)]:
-        if t.is_neg() or t.is_conj():
-            raise ValueError(f"{name} is a view with a pending {'negation' if t.is_neg() else 'conjugation'} "
-                             f"(torch._neg_view / .conj()): call {name}.resolve_neg() / .resolve_conj() first, "
-                             "the kernels read its storage as it is")
-    if check_ids and T > 0 and not _capturing(topk_ids) and topk_ids.device.type != "meta":
-        lo, hi = (int(v) for v in torch.aminmax(topk_ids))
-        if lo < 0 or hi >= E:
-            raise ValueError(f"topk_ids must lie in [0, E={E}), got values in [{lo}, {hi}]")
+    if not torch.compiler.is_compiling():  # traced: the operator checks the tensors it is given
+        check_views(x=x, w13=w13, w2=w2, topk_weights=topk_weights)
+    if check_ids and T > 0 and topk_ids.device.type != "meta":
+        if torch.compiler.is_compiling() or _capturing(topk_ids):  # no host sync: a device-side assert
+            torch._assert_async(((topk_ids >= 0) & (topk_ids < E)).all(), f"topk_ids must lie in [0, E={E})")
+        else:
+            lo, hi = (int(v) for v in torch.aminmax(topk_ids))
+            if lo < 0 or hi >= E:
+                raise ValueError(f"topk_ids must lie in [0, E={E}), got values in [{lo}, {hi}]")
     return Dims(T=T, H=H, I=I, E=E, K=K)
 
 
@@ -109,5 +109,14 @@ def check_route_inputs(router_logits, top_k):
         raise ValueError(f"top_k must be in [1, E={E}], got {top_k}")
 
 
+def check_views(**tensors) -> None:
+    """The kernels read each tensor's storage as it is: a pending negation or conjugation is refused."""
+    for name, t in tensors.items():
+        if t.is_neg() or t.is_conj():
+            raise ValueError(f"{name} is a view with a pending {'negation' if t.is_neg() else 'conjugation'} "
+                             f"(torch._neg_view / .conj()): call {name}.resolve_neg() / .resolve_conj() first, "
+                             "the kernels read its storage as it is")
+
+
 def _capturing(t: torch.Tensor) -> bool:
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+    return t.is_cuda and not torch.compiler.is_compiling() and torch.cuda.is_current_stream_capturing()

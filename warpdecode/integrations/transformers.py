@@ -54,7 +54,11 @@ def warpdecode_experts_forward(self, hidden_states: torch.Tensor, top_k_index: t
     local = (topk_ids >= 0) & (topk_ids < d.E)
     topk_weights = torch.where(local, topk_weights, 0.0)
     topk_ids = torch.where(local, topk_ids, 0).contiguous()
-    return run_auto(x, w13, w2, topk_weights, topk_ids).to(hidden_states.dtype)
+    if torch.compiler.is_compiling():  # traced (torch.compile): the one operator, as warpdecode.moe traces
+        y = torch.ops.warpdecode.moe(x, w13, w2, topk_weights, topk_ids, "auto", None, "native", None, False, False)
+    else:
+        y = run_auto(x, w13, w2, topk_weights, topk_ids)
+    return y.to(hidden_states.dtype)
 
 
 def register() -> None:
