@@ -34,8 +34,9 @@ def _ndim(name, t, n, shape_doc):
         raise ValueError(f"{name} must be {n}-D {shape_doc}, got shape {tuple(t.shape)}")
 
 
-def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = True) -> Dims:
-    """Validate the layer's inputs and return its dimensions. Raises TypeError/ValueError."""
+def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = True, local: bool = False) -> Dims:
+    """Validate the layer's inputs and return its dimensions. Raises TypeError/ValueError. ``local``:
+    w13/w2 are one rank's share of the experts, so K may exceed their number."""
     for name, t in [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights), ("topk_ids", topk_ids)]:
         _tensor(name, t)
     _ndim("x", x, 2, "(T, H)")
@@ -74,7 +75,7 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = Tr
             f"got {tuple(topk_weights.shape)} and {tuple(topk_ids.shape)}"
         )
     K = topk_ids.shape[1]
-    if not 1 <= K <= E:
+    if not 1 <= K <= (K if local else E):
         raise ValueError(f"top_k (topk_ids.shape[1]) must be in [1, E={E}], got {K}")
     if E < 1 or H < 1 or I < 1:
         raise ValueError(f"w13 and w2 must be non-empty, got w13 {tuple(w13.shape)}")

@@ -225,7 +225,7 @@ def warp_down_grouped(act, w2, topk_ids, cfg: dict, out_dtype) -> torch.Tensor:
 
 
 def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, config: dict | None = None,
-             schedule: str | None = None):
+             schedule: str | None = None, out_dtype=None):
     """Warp decode on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
     act_dtype: the intermediate's dtype between the two phases. FP32 (default) keeps the whole
@@ -234,12 +234,17 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     (one persistent kernel with a grid barrier), ``"grouped"`` (two kernels that read each routed
     expert's rows once for all its tokens, through a scratch of FP32 sums), or None: the tuned
     table's choice for this shape and T (the schedule whose entry the config has), else ``"split"``.
+    out_dtype: y's dtype (default x's); FP32 keeps a partial sum unrounded (``warpdecode.parallel``),
+    where the persistent schedule, which stores x's dtype, gives way to the pair.
     """
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
     cfg = config or warp_config(H, two_i // 2, E, K, T)
     schedule = schedule or schedule_of(cfg)
+    out_dtype = out_dtype or x.dtype
+    if schedule == "fused" and out_dtype != x.dtype:
+        schedule = "split"
     if schedule == "fused":
         return moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg.get("fused") or default_fused(H, two_i // 2, K),
                               act_dtype)
@@ -248,6 +253,6 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
         grouped = cfg.get("grouped", {})
         act = warp_gate_up_grouped(x, w13, topk_ids, topk_weights, grouped.get("gate_up") or default_grouped(wide),
                                    act_dtype)
-        return warp_down_grouped(act, w2, topk_ids, grouped.get("down") or default_grouped_down(wide), x.dtype)
+        return warp_down_grouped(act, w2, topk_ids, grouped.get("down") or default_grouped_down(wide), out_dtype)
     act = warp_gate_up(x, w13, topk_ids, cfg["gate_up"], act_dtype)
-    return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], x.dtype)
+    return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], out_dtype)
