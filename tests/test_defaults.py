@@ -15,8 +15,8 @@ from warpdecode.warp import schedule_of
 
 TABLE = json.loads(configs.tuned_file("NVIDIA H200").read_text())
 SHAPES = {key: {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))} for key in TABLE["warp"]}
-#: opt-in shared memory per program: A100 (sm_80), H100/H200 (sm_90), B200 (sm_100), RTX 50 (sm_120)
-DEVICES = {"sm_80": 166912, "sm_90": 232448, "sm_100": 232448, "sm_120": 101376}
+#: A100 (sm_80), H100/H200 (sm_90), B200 (sm_100), RTX 50 (sm_120): their launch limits
+DEVICES = {f"sm_{arch}": limits for arch, limits in _runtime.ARCH_LIMITS.items()}
 
 
 @pytest.fixture
@@ -65,18 +65,46 @@ def test_gate_up_columns_per_step_are_the_tuners_at_one_token(on_a_gpu):
 @pytest.mark.parametrize("elem", [1, 2, 4])
 @pytest.mark.parametrize("T", [1, 16, 64, 256, 4096])
 def test_expert_defaults_fit_the_device(device, elem, T):
-    """Every default GEMM tile keeps its FP32 accumulators within ACC_REGS_PER_THREAD per thread
-    (half that for FP32 operands) and its pipelined stages within the device's shared memory."""
-    for s in [*SHAPES.values(), dict(H=6144, I=10752, E=16, K=4), dict(H=2880, I=1408, E=61, K=6)]:
-        cfg = configs.default_expert(s["H"], s["I"], s["E"], s["K"], T, elem=elem, shared_per_block=DEVICES[device])
-        for gemm, accumulators in (("gate_up", 2), ("down", 1)):
-            t = cfg[gemm]
-            threads = 32 * t["num_warps"]
-            acc = accumulators * cfg["BLOCK_M"] * t["BLOCK_N"] / threads
-            assert acc <= configs.ACC_REGS_PER_THREAD // (2 if elem == 4 else 1), (s, gemm, cfg)
-            stage = (cfg["BLOCK_M"] * t["BLOCK_K"] + accumulators * t["BLOCK_K"] * t["BLOCK_N"]) * elem
-            assert stage * t["num_stages"] <= DEVICES[device], (device, s, gemm, cfg)
-            assert t["HALF_M"] == (cfg["BLOCK_M"] >= 32)
+    """Every default GEMM tile keeps its FP32 accumulators within what the device's tensor cores
+    leave a thread (ACC_REGS_PER_THREAD with wgmma or tcgen05, half with mma.sync, a quarter for
+    FP32 operands on FMAs, which also keep to 64 rows, eight warps, 32-column K steps) and its
+    pipelined stages within the device's shared memory per program."""
+    limits = DEVICES[device]
+    gpu = mock.Mock(INTERPRET=False, device_limits=lambda: dict(limits))
+    with mock.patch.object(configs, "_runtime", gpu):
+        for s in [*SHAPES.values(), dict(H=6144, I=10752, E=16, K=4), dict(H=2880, I=1408, E=61, K=6)]:
+            cfg = configs.default_expert(s["H"], s["I"], s["E"], s["K"], T, elem=elem)
+            for gemm, accumulators in (("gate_up", 2), ("down", 1)):
+                t = cfg[gemm]
+                threads = 32 * t["num_warps"]
+                acc = accumulators * cfg["BLOCK_M"] * t["BLOCK_N"] / threads
+                assert acc <= configs.acc_regs_per_thread(limits["arch"], elem), (s, gemm, cfg)
+                assert acc <= configs.ACC_REGS_PER_THREAD // (4 if elem == 4 else 1)
+                stage = (cfg["BLOCK_M"] * t["BLOCK_K"] + accumulators * t["BLOCK_K"] * t["BLOCK_N"]) * elem
+                assert stage * t["num_stages"] <= limits["shared_per_block"], (device, s, gemm, cfg)
+                assert t["HALF_M"] == (cfg["BLOCK_M"] >= 32)
+                if elem == 4:
+                    assert cfg["BLOCK_M"] <= 64 and t["num_warps"] == 8 and t["BLOCK_K"] <= 32, (s, gemm, cfg)
+
+
+def test_mma_sync_halves_the_accumulators():
+    """Where mma.sync takes both operands into registers (sm_80, sm_120), half the accumulators of
+    wgmma (sm_90) and tcgen05 (sm_100); FP32 operands on FMAs, a quarter everywhere."""
+    assert {a: configs.acc_regs_per_thread(a, 2) for a in _runtime.ARCH_LIMITS} == {80: 64, 90: 128, 100: 128,
+                                                                                  120: 64}
+    assert {configs.acc_regs_per_thread(a, 4) for a in _runtime.ARCH_LIMITS} == {32}
+
+
+def test_triton_before_3_8_runs_sm100_fp8_gate_up_untransposed():
+    """Triton 3.6's pipeliner rejects the FP8 gate/up GEMM transposed for sm_100a (any stage count):
+    there the defaults keep SWAP_AB for the down GEMM only; from 3.8 on, for both."""
+    gpu = mock.Mock(INTERPRET=False, device_limits=lambda: dict(_runtime.ARCH_LIMITS[100]))
+    for fixed in (False, True):
+        with mock.patch.object(configs, "_runtime", gpu), \
+                mock.patch.object(configs, "SWAP_FP8_GATE_UP_SM100", fixed):
+            cfg = configs.default_expert(2048, 768, 128, 8, 1, fp8=True)
+            assert cfg["gate_up"].get("SWAP_AB", False) is fixed and cfg["down"]["SWAP_AB"] is True
+            assert configs.default_expert(2048, 768, 128, 8, 1)["gate_up"]["SWAP_AB"] is True
 
 
 def test_expert_block_m_follows_the_pairs_per_expert():

@@ -48,17 +48,38 @@ def gpu_name() -> str:
     return "CPU (Triton interpreter)"
 
 
-#: Hopper's (sm_90) limits, used where no GPU reports its own (the interpreter, compile checks).
-HOPPER_LIMITS = {"shared_per_block": 232448, "regs_per_sm": 65536, "sms": 132}
+#: Launch limits by architecture (compute capability as 80, 90, 100, 120), for where no GPU reports its
+#: own (the interpreter, compile checks for another GPU): the most shared memory one program may take
+#: (opt-in) and one SM holds, registers and threads per SM, and the SM count of one GPU of each
+#: (A100, H100/H200, B200, RTX 5090). From the CUDA C++ Programming Guide's "Technical Specifications
+#: per Compute Capability" table, the values cudaDeviceProp and Triton's driver report.
+ARCH_LIMITS = {
+    80: {"arch": 80, "shared_per_block": 166912, "shared_per_sm": 167936, "regs_per_sm": 65536,
+         "threads_per_sm": 2048, "sms": 108},
+    90: {"arch": 90, "shared_per_block": 232448, "shared_per_sm": 233472, "regs_per_sm": 65536,
+         "threads_per_sm": 2048, "sms": 132},
+    100: {"arch": 100, "shared_per_block": 232448, "shared_per_sm": 233472, "regs_per_sm": 65536,
+          "threads_per_sm": 2048, "sms": 148},
+    120: {"arch": 120, "shared_per_block": 101376, "shared_per_sm": 102400, "regs_per_sm": 65536,
+          "threads_per_sm": 1536, "sms": 170},
+}
+
+#: Hopper's (sm_90) limits, used where no GPU reports its own and no other architecture is asked for.
+HOPPER_LIMITS = ARCH_LIMITS[90]
 
 
 def device_limits() -> dict:
-    """The launch limits of the GPU kernels run on: the most shared memory one program may take
-    (bytes, opt-in), registers per SM and the SM count; Hopper's where there is no GPU or an older
-    torch does not report one."""
+    """The launch limits of the GPU kernels run on (the keys of :data:`ARCH_LIMITS`: the compute
+    capability as major·10 + minor; the most shared memory one program may take, bytes, opt-in;
+    shared memory, registers and threads per SM; the SM count); Hopper's where there is no GPU, or
+    for what an older torch does not report."""
     if DEFAULT_DEVICE.type != "cuda":
         return dict(HOPPER_LIMITS)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return {"shared_per_block": getattr(props, "shared_memory_per_block_optin", HOPPER_LIMITS["shared_per_block"]),
-            "regs_per_sm": getattr(props, "regs_per_multiprocessor", HOPPER_LIMITS["regs_per_sm"]),
+    h = HOPPER_LIMITS
+    return {"arch": 10 * props.major + props.minor,
+            "shared_per_block": getattr(props, "shared_memory_per_block_optin", h["shared_per_block"]),
+            "shared_per_sm": getattr(props, "shared_memory_per_multiprocessor", h["shared_per_sm"]),
+            "regs_per_sm": getattr(props, "regs_per_multiprocessor", h["regs_per_sm"]),
+            "threads_per_sm": getattr(props, "max_threads_per_multi_processor", h["threads_per_sm"]),
             "sms": props.multi_processor_count}

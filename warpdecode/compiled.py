@@ -1,11 +1,12 @@
-"""Compile a kernel for Hopper without a GPU, and read what the compiler made of it.
+"""Compile a kernel for a GPU without one, and read what the compiler made of it.
 
-Triton compiles ahead of time for any target: :func:`compile_sm90` runs the real pipeline
+Triton compiles ahead of time for any target: :func:`compile_many` runs the real pipeline
 (Triton IR → TritonGPU IR with layouts → LLVM → PTX → cubin through the ptxas bundled with
-Triton) for sm_90a, specializing arguments the way a launch would (pointers 16-byte aligned,
-integers divisible by 16 marked so). It needs no GPU, so CI checks that every kernel compiles
-for the GPU — the interpreter accepts code the GPU compiler rejects — and notebooks can show
-the layouts and the register report anywhere.
+Triton) for an architecture (``arch``: 80, 90, 100 or 120, compiled as sm_80, sm_90a, sm_100a,
+sm_120a; :func:`compile_sm90` for Hopper), specializing arguments the way a launch would
+(pointers 16-byte aligned, integers divisible by 16 marked so). It needs no GPU, so CI checks
+that every kernel compiles for the GPU — the interpreter accepts code the GPU compiler rejects —
+and notebooks can show the layouts and the register report anywhere.
 
 When this process runs kernels in the CPU interpreter, its kernels are interpreter objects the
 compiler cannot take, so compilation happens in a child process started with the interpreter off.
@@ -14,6 +15,7 @@ compiler cannot take, so compilation happens in a child process started with the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import pickle
@@ -62,24 +64,30 @@ class Job:
     constexprs: dict
     num_warps: int = 4
     num_stages: int = 3
+    arch: int = 90  # compute capability, major·10 + minor: 80, 90, 100, 120
 
 
-def job(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages: int = 3) -> Job:
+#: The architectures the compile checks target (see arch_name).
+ARCHS = (80, 90, 100, 120)
+
+
+def arch_name(arch: int) -> str:
+    """The target Triton compiles ``arch`` for: ``sm_90a``, ``sm_100a``, ``sm_120a`` (the
+    architecture-specific features: wgmma, tcgen05, setmaxnreg), ``sm_80`` (Ampere has no 'a')."""
+    return f"sm_{arch}{'a' if arch >= 90 else ''}"
+
+
+def job(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages: int = 3, arch: int = 90) -> Job:
     """A :class:`Job` for ``kernel``; ``args`` values may be tensors (any device, ``meta`` is fine),
     dtypes, or ints."""
     fn = getattr(kernel, "fn", kernel)
     spec = {k: (v.dtype if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
-    return Job(fn.__module__, fn.__name__, spec, dict(constexprs), num_warps, num_stages)
+    return Job(fn.__module__, fn.__name__, spec, dict(constexprs), num_warps, num_stages, arch)
 
 
-def _compile_here(j: Job) -> Compiled:
-    import importlib
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    kernel = getattr(importlib.import_module(j.module), j.name)
+def _source(kernel, j: Job) -> tuple[dict, dict]:
+    """The signature and the specialization attributes a launch of ``kernel`` with ``j``'s arguments
+    gets: pointers 16-byte aligned, integers divisible by 16 marked so."""
     signature, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in j.constexprs:
@@ -94,25 +102,91 @@ def _compile_here(j: Job) -> Compiled:
             signature[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
             if v % 16 == 0 and name not in kernel.do_not_specialize:
                 attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, attrs
+
+
+def _compile_here(j: Job) -> Compiled:
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = getattr(importlib.import_module(j.module), j.name)
+    signature, attrs = _source(kernel, j)
     src = ASTSource(fn=kernel, signature=signature, constexprs=j.constexprs, attrs=attrs)
-    c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+    c = triton.compile(src, target=GPUTarget("cuda", j.arch, 32),
                        options={"num_warps": j.num_warps, "num_stages": j.num_stages})
     return Compiled(j.name, dict(c.asm), c.metadata.shared, j.num_warps, j.num_stages)
 
 
-def compile_many(jobs: list[Job]) -> list[Compiled]:
-    """Compile every job for sm_90a (in one child process when this one interprets)."""
+def compile_key(j: Job) -> tuple:
+    """What decides a job's binary: two jobs with equal keys compile to the same code (integer
+    arguments count only by their width and their divisibility by 16, as a launch specializes them)."""
+    kind = {k: (str(v) if isinstance(v, torch.dtype) else
+                ("i32" if -(2**31) <= int(v) < 2**31 else "i64", int(v) % 16 == 0)) for k, v in j.args.items()}
+    return (j.module, j.name, repr(sorted(kind.items())), repr(sorted(j.constexprs.items())), j.num_warps,
+            j.num_stages, j.arch)
+
+
+@dataclass
+class CompileError:
+    """A job the compiler rejected: :func:`compile_many` with ``errors="keep"`` returns it in the
+    job's place."""
+
+    name: str
+    arch: int
+    message: str  # the exception, and what the compiler printed before it
+
+
+def _try_compile(j: Job) -> Compiled | CompileError:
+    """:func:`_compile_here`, or what failed: the exception and the compiler's own last lines of
+    stderr (MLIR's pass failures print the reason there, not in the exception)."""
+    with tempfile.TemporaryFile(mode="w+") as err:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            return _compile_here(j)
+        except Exception as e:  # any rejection: a pass failure, an unsupported type, an assertion
+            sys.stderr.flush()
+            err.seek(0)
+            return CompileError(j.name, j.arch, f"{type(e).__name__}: {e}\n{err.read()[-3000:]}".strip())
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def compile_many(jobs: list[Job], *, arch: int | None = None, errors: str = "raise") -> list:
+    """Compile every job for its architecture (``Job.arch``, or ``arch`` for all of them where given),
+    each distinct one once (:func:`compile_key`), in one child process when this one interprets.
+    Returns :class:`Compiled` per job; a job the compiler rejects raises (``errors="raise"``), or
+    (``errors="keep"``) is returned as a :class:`CompileError`, the others compiled all the same."""
+    if errors not in ("raise", "keep"):
+        raise ValueError(f"errors must be 'raise' or 'keep', got {errors!r}")
+    if arch is not None:
+        jobs = [dataclasses.replace(j, arch=arch) for j in jobs]
+    keys = [compile_key(j) for j in jobs]
+    distinct = list({k: j for k, j in zip(keys, jobs, strict=True)}.items())
     if not _runtime.INTERPRET:
-        return [_compile_here(j) for j in jobs]
-    with tempfile.TemporaryDirectory() as d:
-        src, dst = Path(d) / "jobs.pkl", Path(d) / "out.pkl"
-        src.write_bytes(pickle.dumps(jobs))
-        env = {**os.environ, "TRITON_INTERPRET": "0"}
-        res = subprocess.run([sys.executable, "-m", "warpdecode.compiled", str(src), str(dst)], env=env,
-                             capture_output=True, text=True)
-        if res.returncode != 0:
-            raise RuntimeError(f"compiling for sm_90a failed:\n{res.stderr[-4000:]}")
-        return pickle.loads(dst.read_bytes())
+        built = [_try_compile(j) for _, j in distinct]
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = Path(d) / "jobs.pkl", Path(d) / "out.pkl"
+            src.write_bytes(pickle.dumps([j for _, j in distinct]))
+            env = {**os.environ, "TRITON_INTERPRET": "0"}
+            res = subprocess.run([sys.executable, "-m", "warpdecode.compiled", str(src), str(dst)], env=env,
+                                 capture_output=True, text=True)
+            if res.returncode != 0:
+                targets = ", ".join(sorted({arch_name(j.arch) for _, j in distinct}))
+                raise RuntimeError(f"compiling for {targets} failed:\n{res.stderr[-4000:]}")
+            built = pickle.loads(dst.read_bytes())
+    failed = next((c for c in built if isinstance(c, CompileError)), None)
+    if failed and errors == "raise":
+        raise RuntimeError(f"compiling {failed.name} for {arch_name(failed.arch)} failed:\n{failed.message}")
+    by_key = {k: c for (k, _), c in zip(distinct, built, strict=True)}
+    return [by_key[k] for k in keys]
 
 
 def compile_sm90(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages: int = 3) -> Compiled:
@@ -120,18 +194,39 @@ def compile_sm90(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, nu
     return compile_many([job(kernel, args, constexprs, num_warps=num_warps, num_stages=num_stages)])[0]
 
 
-def ptxas_report(compiled: Compiled) -> dict:
-    """Registers per thread, spill bytes and stack frame, from ptxas -v on the kernel's PTX."""
-    from triton.backends.nvidia.compiler import get_ptxas
+def target(compiled: Compiled) -> str:
+    """The architecture the kernel was compiled for, as its PTX names it (``sm_90a``, ``sm_80``)."""
+    return re.search(r"\.target (sm_\w+)", compiled.asm["ptx"]).group(1)
 
-    arch = re.search(r"\.target (sm_\w+)", compiled.asm["ptx"]).group(1)
-    ptxas = get_ptxas(int(re.sub(r"\D", "", arch))).path
-    with tempfile.TemporaryDirectory() as d:
-        ptx = Path(d) / "k.ptx"
-        ptx.write_text(compiled.asm["ptx"])
-        out = subprocess.run([ptxas, "-v", f"--gpu-name={arch}", str(ptx), "-o", str(Path(d) / "k.cubin")],
-                             capture_output=True, text=True, check=True)
-    text = out.stderr + out.stdout
+
+def ptxas_log(compiled: Compiled) -> str:
+    """What ptxas -v says about the kernel's PTX, run as Triton runs it to build the cubin: Triton's
+    own ``make_cubin`` for the PTX's target, so its ptxas (``get_ptxas``: the Blackwell one for
+    sm_100a and sm_120a, on Triton 3.9 for sm_90a too) and its flags (from Triton 3.8,
+    ``--regAllocOptLevel=2``, without which ptxas 13 reports spills at 128 registers that the
+    cubin Triton launches does not have)."""
+    import io
+
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    arch = int(re.sub(r"\D", "", target(compiled)))
+    backend = CUDABackend(GPUTarget("cuda", arch, 32))
+    opt = backend.parse_options({"num_warps": compiled.num_warps, "num_stages": compiled.num_stages})
+    log, before = io.StringIO(), knobs.nvidia.dump_ptxas_log
+    knobs.nvidia.dump_ptxas_log = True  # make_cubin prints ptxas's log to stdout
+    try:
+        with contextlib.redirect_stdout(log):
+            backend.make_cubin(compiled.asm["ptx"], {}, opt, arch)
+    finally:
+        knobs.nvidia.dump_ptxas_log = before
+    return log.getvalue()
+
+
+def ptxas_report(compiled: Compiled) -> dict:
+    """Registers per thread, spill bytes and stack frame, from :func:`ptxas_log`."""
+    text = ptxas_log(compiled)
 
     def num(pattern):
         m = re.search(pattern, text)
@@ -146,9 +241,13 @@ def ptxas_report(compiled: Compiled) -> dict:
 
 
 def programs_per_sm(compiled: Compiled) -> int:
-    """How many programs of ``compiled`` one Hopper SM holds at once (:func:`warpdecode.warp.programs_per_sm`
-    with the register count ptxas reports)."""
-    return _wp.programs_per_sm(ptxas_report(compiled)["registers"], compiled.num_warps, compiled.shared)
+    """How many programs of ``compiled`` one SM of its architecture holds at once
+    (:func:`warpdecode.warp.programs_per_sm` with the register count ptxas reports and the SM's
+    limits, ``_runtime.ARCH_LIMITS``)."""
+    limits = _runtime.ARCH_LIMITS[int(re.sub(r"\D", "", target(compiled)))]
+    return _wp.programs_per_sm(ptxas_report(compiled)["registers"], compiled.num_warps, compiled.shared,
+                               regs=limits["regs_per_sm"], threads=limits["threads_per_sm"],
+                               smem=limits["shared_per_sm"])
 
 
 def layouts(compiled: Compiled) -> list[str]:
@@ -181,22 +280,25 @@ class _Recorder:
 
 
 @contextlib.contextmanager
-def _as_on_a_gpu(gpu_name: str, launches: list):
-    """warpdecode's Python side as it runs on ``gpu_name`` (its tuned table, programmatic
-    dependent launch, tensor-core GEMMs), every kernel replaced by a recorder; all undone on exit."""
-    gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, HAS_PDL=True, USE_PDL=True,
+def _as_on_a_gpu(gpu_name: str, launches: list, arch: int = 90):
+    """warpdecode's Python side as it runs on ``gpu_name`` (its tuned table), a GPU of architecture
+    ``arch`` (its limits, ``_runtime.ARCH_LIMITS``, for the defaults; programmatic dependent launch
+    from sm_90 on; tensor-core GEMMs), every kernel replaced by a recorder; all undone on exit."""
+    limits = _runtime.ARCH_LIMITS[arch]
+    pdl = arch >= 90
+    gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, HAS_PDL=pdl, USE_PDL=pdl,
                                         gpu_name=lambda: gpu_name, DEFAULT_DEVICE=torch.device("cuda"),
-                                        device_limits=lambda: dict(_runtime.HOPPER_LIMITS))
+                                        device_limits=lambda: dict(limits))
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(configs, "_runtime", gpu_runtime))
         stack.enter_context(mock.patch.object(_ex, "_runtime", gpu_runtime))
         stack.enter_context(mock.patch.object(_wp, "_runtime", gpu_runtime))
-        stack.enter_context(mock.patch.object(_wp, "USE_PDL", True))
-        # the persistent kernel's grid and barrier buffer, as on a 132-SM H200, without a GPU
+        stack.enter_context(mock.patch.object(_wp, "USE_PDL", pdl))
+        # the persistent kernel's grid and barrier buffer, as on that GPU's SMs, without a GPU
         stack.enter_context(mock.patch.object(_wp, "barrier_state", lambda *a, **k: torch.empty(
             3, dtype=torch.int32, device="meta")))
         stack.enter_context(mock.patch.object(_wp, "fused_grid", lambda kernel, args, meta, cfg, device: (
-            cfg["programs_per_sm"] * 132,)))
+            cfg["programs_per_sm"] * limits["sms"],)))
         for mod in (_kx, _kp, _kg, _kf):
             for name in dir(mod):
                 if name.endswith("_kernel"):
@@ -213,22 +315,28 @@ class Launch:
     job: Job  # what to hand compiled.compile_many
 
 
-def _job(kernel, args, kwargs) -> Job:
+def _job(kernel, args, kwargs, arch: int = 90) -> Job:
     params = inspect.signature(kernel.fn).parameters
     bound_args = inspect.signature(kernel.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in params})
     is_constexpr = {n: p.annotation in (tl.constexpr, "tl.constexpr") for n, p in params.items()}
     constexprs = {n: v for n, v in bound_args.arguments.items() if is_constexpr[n]}
     runtime = {n: v for n, v in bound_args.arguments.items() if not is_constexpr[n]}
     return job(kernel, runtime, constexprs, num_warps=kwargs.get("num_warps", 4),
-               num_stages=kwargs.get("num_stages", 3))
+               num_stages=kwargs.get("num_stages", 3), arch=arch)
 
 
-def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bfloat16,
+def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bfloat16, arch: int = 90,
                     config: dict | None = None, **options) -> list[Launch]:
     """The kernel launches ``path`` ("warp" or "expert") makes for ``shape`` and T on ``gpu_name``,
-    with the configs its launchers pick there (``configs.warp_config`` / ``expert_config`` from
-    ``warpdecode/tuned/<gpu_name>.json``, unless ``config`` is given). Runs on ``meta`` tensors,
-    launches nothing, and works on any machine."""
+    a GPU of architecture ``arch`` (80, 90, 100, 120; its jobs compile for it), with the configs its
+    launchers pick there (``configs.warp_config`` / ``expert_config`` from
+    ``warpdecode/tuned/<gpu_name>.json``, else the defaults from that architecture's limits, unless
+    ``config`` is given). Runs on ``meta`` tensors, launches nothing, and works on any machine.
+    ``act_format="fp8"`` below sm_89 is refused, as ``warpdecode.moe`` refuses it there."""
+    from .api import FP8_CAPABILITY
+
+    if options.get("act_format") == "fp8" and arch < 10 * FP8_CAPABILITY[0] + FP8_CAPABILITY[1]:
+        raise ValueError(f"act_format='fp8' needs FP8 tensor cores, which {arch_name(arch)} does not have")
     s = shape  # a MoEShape (or anything with H, I, E, K)
     meta = dict(device="meta")
     x = torch.empty(T, s.H, dtype=dtype, **meta)
@@ -236,14 +344,14 @@ def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bflo
     topk_weights = torch.empty(T, s.K, dtype=torch.float32, **meta)
     topk_ids = torch.empty(T, s.K, dtype=torch.int32, **meta)
     launches = []
-    with _as_on_a_gpu(gpu_name, launches):
+    with _as_on_a_gpu(gpu_name, launches, arch):
         run = _wp.moe_warp if path == "warp" else _ex.moe_expert
         run(x, w13, w2, topk_weights, topk_ids, config=config, **options)
-    return [Launch(k.fn.__name__, tuple(grid), _job(k, a, kw)) for k, grid, a, kw in launches]
+    return [Launch(k.fn.__name__, tuple(grid), _job(k, a, kw, arch)) for k, grid, a, kw in launches]
 
 
 if __name__ == "__main__":  # the child process of compile_many
     from warpdecode import compiled  # by its package name, so the results unpickle in the parent
 
     jobs = pickle.loads(Path(sys.argv[1]).read_bytes())
-    Path(sys.argv[2]).write_bytes(pickle.dumps([compiled._compile_here(j) for j in jobs]))
+    Path(sys.argv[2]).write_bytes(pickle.dumps([compiled._try_compile(j) for j in jobs]))

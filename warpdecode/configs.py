@@ -341,7 +341,9 @@ def default_grouped_down(wide: bool = False) -> dict:
     """The grouped down kernel's launch configuration where no tuned one exists: 128 hidden
     outputs × 64 columns, four warps, four stages (its best tile at Mixtral T=8 and OLMoE T=4 on
     the H200, ``experiments/results/NVIDIA_H200/grouped_down.csv``, and close to the tuner's picks,
-    ``logs/tune_grouped_v12.log``). ``wide``: 32 × 32, two stages."""
+    ``logs/tune_grouped_v12.log``). ``wide`` (products on FMAs: FP32 weights, or fp16 weights with
+    an FP32 intermediate): 32 × 32, two stages, a tile no tensor core takes (at 128 rows Triton 3.6
+    gives FP32 operands to sm_100a's tensor cores as tf32, ``input_precision="ieee"`` or not)."""
     if _runtime.INTERPRET:
         return {"BLOCK_H": 16, "BLOCK_I": 16, "num_warps": 4, "num_stages": 1}
     if wide:
@@ -366,9 +368,31 @@ def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, 
 #: Shared memory a GEMM's epilogue and layout conversions take beside its pipelined tiles (bytes).
 EPILOGUE_SHARED = 16384
 
-#: What one thread may hold of a GEMM's FP32 accumulators before the tile spills (of Hopper's 255
-#: registers: room for the loads in flight and the addresses).
+#: What one thread may hold of a GEMM's FP32 accumulators before the tile spills (of the 255
+#: registers: room for the loads in flight and the addresses) where the tensor cores read both
+#: operands from shared memory: wgmma (sm_90), tcgen05 (sm_100, at the 64-row tiles where this binds).
 ACC_REGS_PER_THREAD = 128
+
+
+def acc_regs_per_thread(arch: int, elem: int) -> int:
+    """:data:`ACC_REGS_PER_THREAD` on a GPU of architecture ``arch`` (80, 90, 100, 120) with
+    ``elem``-byte weights: half of it where mma.sync takes both operands into registers too (sm_80,
+    sm_120), a quarter for FP32 operands, multiplied on FMAs with their K slices in registers beside
+    the sums. ptxas's counts on each architecture (tests/test_compile_arch.py): the next wider tile
+    reaches 255 registers and spills there (Mixtral T = 256 on sm_80 and sm_120; FP32 on sm_100).
+
+    FP32 tiles also keep to 64 rows, eight warps and 32-column K steps (:func:`default_expert`):
+    over the four architectures and Triton 3.6, 3.8 and 3.9, ptxas spills 4-24 B of some 64-row
+    tiles with 16-column K steps and of 128-row ones (holding 128 registers, for two programs per
+    SM), and four-warp tiles reach 255 registers and spill on sm_120a."""
+    if elem == 4:
+        return ACC_REGS_PER_THREAD // 4
+    return ACC_REGS_PER_THREAD if 90 <= arch < 120 else ACC_REGS_PER_THREAD // 2
+
+
+#: Triton before 3.8 fails to pipeline the FP8 gate/up GEMM transposed (SWAP_AB) for sm_100a at any
+#: stage count (TritonGPUPipeline: "Operations must be in the schedule"); there it runs untransposed.
+SWAP_FP8_GATE_UP_SM100 = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
 
 
 def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
@@ -380,41 +404,42 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     own N and K. BLOCK_M follows the pairs each expert sees rather than T, as the H200 tuner's
     picks do (``tuned/NVIDIA_H200.json``). Two guards that vLLM's one-GEMM rule does not need: the
     gate/up GEMM holds two accumulators (gate and up, for SiLU·up in its epilogue), so a tile's
-    FP32 accumulators are kept within ``ACC_REGS_PER_THREAD``; and the stages, then BLOCK_K, are
-    fitted to this device's shared memory per program (``shared_per_block``, default the current
-    GPU's; ``elem`` bytes per element), not to an H100's."""
+    FP32 accumulators are kept within :func:`acc_regs_per_thread` of this device's architecture;
+    and the stages, then BLOCK_K, are fitted to its shared memory per program (``shared_per_block``,
+    default the current GPU's; ``elem`` bytes per element), not to an H100's."""
     limits = _runtime.device_limits()
+    arch = limits.get("arch", 90)
     budget = (shared_per_block or limits["shared_per_block"]) - EPILOGUE_SHARED
     pairs_per_expert = T * K / max(E, 1)
     # the M tile by the rows an expert's GEMM sees, not by T: twice the mean, so that the experts
     # routed more than the mean still fit one tile (a second tile reads the expert's weights again),
     # and half-height tiles (HALF_M) where a block's upper half is padding
     block_m = min(128, max(16, triton.next_power_of_2(math.ceil(2 * pairs_per_expert))))
+    if elem == 4:  # FP32 operands, on FMAs: 64 rows, eight warps, 32-column K steps (acc_regs_per_thread)
+        block_m = min(block_m, 64)
     group_m = 16 if pairs_per_expert > 128 else 8 if pairs_per_expert > 32 else 1
-    acc_regs = ACC_REGS_PER_THREAD if elem <= 2 else ACC_REGS_PER_THREAD // 2
+    acc_regs = acc_regs_per_thread(arch, elem)
     # most experts see at most one row: the tile transposed, weight rows on the tensor cores' M side
     swap = pairs_per_expert <= 0.5 and elem == 2
+    swap_gate_up = swap and (SWAP_FP8_GATE_UP_SM100 or not fp8 or not 100 <= arch < 120)
     m_blocks = min(T * K, expected_distinct(E, K, T))  # the M tiles at decode: one per routed expert
 
-    k_max = 128 if fp8 else 256  # FP8 activations carry one scale per 128 columns: a K step within one
+    # FP8 activations carry one scale per 128 columns: a K step within one; FP32 operands: 32 columns
+    k_max = 32 if elem == 4 else 128 if fp8 else 256
 
-    def tile(n: int, k: int, accumulators: int) -> dict:
+    def tile(n: int, k: int, accumulators: int, swap: bool) -> dict:
         block_n = (128 if T <= 128 else 256) if n >= 4096 else (64 if T <= 64 else 128)
-        block_k = 128 if (fp8 or k >= 4096 or T <= 64) else 64
+        block_k = min(128 if (fp8 or k >= 4096 or T <= 64) else 64, k_max)
         # enough programs to fill the GPU twice over while the M tiles are few (decode): narrower N
         # tiles, longer K steps to keep the bytes in flight
         while block_m == 16 and block_n > 64 and m_blocks * triton.cdiv(n, block_n) < 2 * limits["sms"]:
             block_n //= 2
             block_k = min(2 * block_k, k_max, max(32, triton.next_power_of_2(k)))
-        warps = 4 if accumulators * block_m * block_n < (8192 if elem <= 2 else 4096) else 8
+        warps = 4 if accumulators * block_m * block_n < 8192 and elem <= 2 else 8
         while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
-        if elem == 4:  # FP32 operands multiply on FMAs, their K slices held in registers beside the sums:
-            # 16-deep K steps, ≤ 64 columns and two stages compile without spills (sm_90a, Triton 3.6-3.9)
-            block_k, block_n = 16, min(block_n, 64)
-        # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2
-        stages = 4 if elem <= 2 else 2
+        stages = 4  # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2
         while (block_m * block_k + accumulators * block_k * block_n) * elem * stages > budget:
             if block_k > 64:
                 block_k //= 2
@@ -428,4 +453,4 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
                "HALF_M": block_m >= 32}
         return {**cfg, "SWAP_AB": True} if swap else cfg
 
-    return {"BLOCK_M": block_m, "gate_up": tile(I, H, 2), "down": tile(H, I, 1)}
+    return {"BLOCK_M": block_m, "gate_up": tile(I, H, 2, swap_gate_up), "down": tile(H, I, 1, swap)}

@@ -249,10 +249,12 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
         return moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg.get("fused") or default_fused(H, two_i // 2, K),
                               act_dtype)
     if schedule == "grouped":
-        wide = x.dtype == torch.float32
         grouped = cfg.get("grouped", {})
-        act = warp_gate_up_grouped(x, w13, topk_ids, topk_weights, grouped.get("gate_up") or default_grouped(wide),
-                                   act_dtype)
-        return warp_down_grouped(act, w2, topk_ids, grouped.get("down") or default_grouped_down(wide), out_dtype)
+        act = warp_gate_up_grouped(x, w13, topk_ids, topk_weights,
+                                   grouped.get("gate_up") or default_grouped(x.dtype == torch.float32), act_dtype)
+        # the FMA tile wherever the down kernel's products run on FMAs (FP32 weights, or an intermediate
+        # stored in another dtype than the weights: kernels/warp_grouped.py _mma)
+        on_fmas = w2.dtype == torch.float32 or act.dtype != w2.dtype
+        return warp_down_grouped(act, w2, topk_ids, grouped.get("down") or default_grouped_down(on_fmas), out_dtype)
     act = warp_gate_up(x, w13, topk_ids, cfg["gate_up"], act_dtype)
     return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], out_dtype)
