@@ -48,6 +48,9 @@ from warpdecode import warp as wp
 from warpdecode.kernels import warp_pair as kp
 from warpdecode.kernels.warp_pair import _down_chunk
 
+#: Gluon's CTA-wide barrier: ``thread_barrier`` in Triton 3.6, ``barrier`` from 3.8 on (the API is experimental)
+_thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
 # ==================================================================================================
 # version ladder: Experiment: where does warp decode's down kernel lose to a plain read of its bytes?
 #
@@ -818,7 +821,7 @@ def down_cpasync_kernel(
     if USE_PDL:
         _gdc_wait()
     async_copy.wait_group(0)
-    gl.thread_barrier()  # every thread's copies landed before any thread reads them
+    _thread_barrier()  # every thread's copies landed before any thread reads them
     _fold_and_store(tiles, act_ptr, topk_weights_ptr, y_ptr, H, I, t, h0, stride_at, stride_yt,
                     K, BLOCK_H, BOX_I, N_BOX)
 
