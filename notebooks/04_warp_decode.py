@@ -250,8 +250,10 @@ for name, lns in jobs.items():
         r = compiled.ptxas_report(c)
         ce = ln.job.constexprs
         tile = (f"[{ce['BLOCK_I']}, {ce['BLOCK_H']}]" if ln.kernel == "warp_gate_up_kernel"
-                else f"{ce['K']} × [{ce['BLOCK_H']}, {ce['BLOCK_I']}]")
-        weight_layout = next((L for L in compiled.layouts(c) if "sizePerThread = [1, 8]" in L), "(no [1, 8] layout)")
+                else f"{ce['K']} × [{ce['BLOCK_H']}, {ce['BLOCK_I']}]" if ce["PER_SLOT"]
+                else f"[{ce['BLOCK_H']}, {ce['K_PAD']}, {ce['BLOCK_I']}]")
+        weight_layout = next((L for L in compiled.layouts(c) if "sizePerThread = [1, 8]" in L
+                              or "sizePerThread = [1, 1, 8]" in L), "(no [1, 8] layout)")
         print(f"{name} · {ln.kernel}: tile {tile}, {ln.job.num_warps} warps → {r['registers']} registers/thread, "
               f"{r['spill_stores']} B spilled, {c.shared} B shared, loads {sorted(set(compiled.global_loads(c)))} bits")
         print(f"    {weight_layout.split(' = ', 1)[-1]}")
@@ -260,9 +262,12 @@ for name, lns in jobs.items():
 # What to read in it:
 #
 # - **4 rows × 256, 4 warps**: `warpsPerCTA = [4, 1]`: one warp per row, the ideal as written.
-#   The down kernel loads K such `[rows, columns]` tiles, one per routed expert, in the same layout
-#   and adds them into one FP32 tile: each thread sums the K experts' products of its own elements
-#   (the combine costs no communication at all).
+#   The down kernel's `[rows, K, columns]` tile gets `sizePerThread = [1, 1, 8]`,
+#   `warpsPerCTA = [4, 1, 1]`: rows over warps, the K experts inside each thread (the combine costs
+#   no communication at all), columns over lanes. Where the Triton release would put that tile's
+#   warps over K (3.8 and later: `warp_pair.PER_SLOT`), the kernel loads K `[rows, columns]` tiles
+#   in the gate/up tile's layout instead and adds them into one FP32 tile, the same combine in each
+#   thread's registers.
 # - **tuned, T = 1 and T = 4**: one row, one warp, and a step of many 256-column pieces: the single
 #   warp walks the row piece by piece, each lane holding several 16-byte loads per projection, and
 #   the sum still never leaves the warp. The down kernel stacks its rows over its warps. Longer rows
