@@ -439,7 +439,9 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
         while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
-        stages = 4  # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2
+        # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2; FP32 tiles of
+        # 32 rows on FMAs two stages (four spilled 28 B at 255 registers, 32 × 64 gate/up tiles, sm_90a)
+        stages = 2 if elem == 4 and block_m <= 32 else 4
         while (block_m * block_k + accumulators * block_k * block_n) * elem * stages > budget:
             if block_k > 64:
                 block_k //= 2
