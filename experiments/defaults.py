@@ -2,6 +2,7 @@
 shapes that are not presets.
 
     python experiments/defaults.py [--T 1 2 4 ...] [--shapes NAME ...] [--reps 50]
+    python experiments/defaults.py --version down [--T 1 2 4] [--shapes NAME ...]
     TRITON_INTERPRET=1 python experiments/defaults.py --check     # the defaults' results, on the CPU
 
 For each shape and T: warp decode, the expert-centric path and ``auto``, once with the shipped
@@ -11,6 +12,13 @@ times them (CUDA-graph replays over rotated layer copies, the read ceiling measu
 ``experiments/results/<GPU>/defaults.csv`` (``tables`` = ``tuned`` or ``off``). The summary it
 prints last: per shape and T the defaults' time over the tuned one (presets), the expert path's
 fraction of the ceiling at T ≥ 32, and ``auto`` over the faster of its two paths.
+
+``--version down``: the data behind warp decode's default down tile. On every shape, at the T's
+where the defaults run the pair (T = 1, 2, 4), the pair with its default gate/up tile and each of
+``DOWN_TILES`` as its down tile, checked against float64 and timed as ``harness.checked_us`` times
+(CUDA graph over rotated layer copies). Rows: ``experiments/results/<GPU>/down_defaults.csv``
+(schema ``harness.COLUMNS``); the summary printed last: per shape and T, each tile's time over the
+fastest, the default tile marked.
 """
 
 from __future__ import annotations
@@ -33,6 +41,12 @@ SHAPES = [
     wd.MoEShape("dbrx", H=6144, I=10752, E=16, K=4),
 ]
 ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+#: Down tiles timed by ``--version down``: the tuner's picks at T ≤ 4 on the ten shapes
+#: (``tuned/NVIDIA_H200.json``, ``results/NVIDIA_H200/tuned_shapes_cache.json``) and the defaults' tiles.
+DOWN_TILES = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": 1}
+              for r, c, w in [(4, 256, 4), (8, 256, 4), (2, 512, 2), (4, 512, 2), (8, 512, 4), (8, 512, 8),
+                              (16, 512, 8)]]
 
 
 def no_tables():
@@ -57,7 +71,8 @@ def check():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", default="defaults", choices=["defaults"], help="the one measurement here")
+    p.add_argument("--version", default="defaults", choices=["defaults", "down"],
+                   help="defaults against tuned (default), or the down tiles behind the default")
     p.add_argument("--check", action="store_true", help="check the defaults' results (CPU interpreter)")
     p.add_argument("--T", type=int, nargs="+", default=ALL_T)
     p.add_argument("--shapes", nargs="+", help="preset or extra shape names (default: the six presets and SHAPES)")
@@ -73,6 +88,8 @@ def main(argv=None):
     extra = {s.name: s for s in SHAPES}
     names = args.shapes or [*wd.MODEL_PRESETS, *extra]
     shapes = [extra.get(n) or wd.get_preset(n) for n in names]
+    if args.version == "down":
+        return down_tiles(shapes, [t for t in args.T if t <= 4] if args.T != ALL_T else [1, 2, 4])
     ceiling = read_ceiling(4.0)
     print(f"read ceiling {ceiling:.3f} TB/s", flush=True)
     rows = []
@@ -110,6 +127,46 @@ def summary(rows):
             print(f"{preset:20s} {T:4d}   {ratio(preset, T, 'warp'):>12s}  {ratio(preset, T, 'expert'):>16s}  "
                   f"{100 * frac.get((preset, T, 'expert', 'off'), 0):10.1f}%  {auto_over(preset, T, 'off'):>16s}  "
                   f"{auto_over(preset, T, 'tuned'):>18s}")
+
+def down_tiles(shapes, Ts):
+    """``--version down``: the pair with its default gate/up tile and each of :data:`DOWN_TILES`."""
+    import harness
+
+    from warpdecode import warp as wp
+
+    rows = []
+    with no_tables():
+        for case in harness.cases(shapes, Ts):
+            s = case.shape
+            default = configs.warp_config(s.H, s.I, s.E, s.K, case.T)
+            gate_up = default["gate_up"]
+            for cfg in DOWN_TILES:
+                if cfg["BLOCK_I"] > max(256, 2 * s.I):
+                    continue
+
+                def pair(x, w13, w2, tw, ids, cfg=cfg, gate_up=gate_up):
+                    return wp.warp_down(wp.warp_gate_up(x, w13, ids, gate_up), w2, ids, tw, cfg, x.dtype)
+
+                got = harness.checked_us_or_none(case, pair, str(cfg))
+                if got is None:
+                    continue
+                us, err, _ = got
+                label = "default" if cfg == default["down"] else "tile"
+                rows.append(harness.row(case, us=us, err=err, experiment="defaults", version="down", variant=label,
+                                        config=str(cfg), detail=str({"gate_up": gate_up})))
+                print(f"{s.name} T={case.T} down {cfg}: {us:.2f} us ({label})", flush=True)
+            harness.write("down_defaults", rows)
+    print("\nshape                  T  " + "  ".join(f"{c['BLOCK_H']}x{c['BLOCK_I']}/{c['num_warps']}w"
+                                                   for c in DOWN_TILES))
+    for key in dict.fromkeys((r["preset"], r["T"]) for r in rows):
+        got = {r["config"]: r for r in rows if (r["preset"], r["T"]) == key}
+        best = min(r["us"] for r in got.values())
+        cells = []
+        for c in DOWN_TILES:
+            r = got.get(str(c))
+            cells.append("-" if r is None else f"{r['us'] / best:.3f}{'*' if r['variant'] == 'default' else ' '}")
+        print(f"{key[0]:20s} {key[1]:3d}  " + "  ".join(f"{c:>11s}" for c in cells))
+
 
 if __name__ == "__main__":
     main()

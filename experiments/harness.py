@@ -76,12 +76,12 @@ class Case:
         return sum(torch.unique(i.topk_ids).numel() for i in self.inputs) / len(self.inputs)
 
 
-def cases(presets: list[str], Ts: list[int], *, seeds=(1000,), ceiling: float | None = None):
-    """Yield a :class:`Case` per preset, T and routing seed (inputs drawn at seed + T; the
-    benchmark's is 1000). Each preset's layer copies are made once and freed after its cases."""
+def cases(presets: list, Ts: list[int], *, seeds=(1000,), ceiling: float | None = None):
+    """Yield a :class:`Case` per preset (a name or a :class:`MoEShape`), T and routing seed (inputs
+    drawn at seed + T; the benchmark's is 1000). Each preset's layer copies are made once and freed after its cases."""
     ceiling = ceiling or read_ceiling()
     for name in presets:
-        shape = get_preset(name)
+        shape = name if isinstance(name, MoEShape) else get_preset(name)
         L = num_copies(shape)
         layers = make_layers(shape, L)
         for T in Ts:
