@@ -20,6 +20,7 @@ from warpdecode.configs import shape_key
 
 GPU = warpdecode.DEFAULT_DEVICE.type == "cuda"
 SHIPPED_H200 = Path(warpdecode.__file__).parent / "tuned" / "NVIDIA_H200.json"
+NON_PRESET_H200 = Path(__file__).parents[1] / "experiments" / "results" / "NVIDIA_H200" / "tuned_shapes_cache.json"
 T_GRID = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 A = (4096, 1536, 128, 8)  # qwen3-235b-a22b: in both tables below
@@ -343,42 +344,44 @@ def test_autotune_shape_merges_one_bucket_into_the_cache(fake_gpu, tables):
 # the cost model against the presets' measured crossovers
 
 
-def test_the_cost_model_against_the_presets_measured_crossovers():
-    """The H200 table's measured crossovers (speed.csv, via report) against :func:`api.model_crossover`.
-    "Right": the same T, or one step away on the grid 1, 2, 4, …. The model gets all six within one
-    step and none exactly: it puts the crossover one step early on every preset. At T = 1 it has
-    warp decode 2–4 µs ahead, as measured; by T = 2–4 the two paths are within a few per cent, and
-    the model lets the expert path read at the ceiling where it measures 86–98 % of it there. What
-    the misses cost, on the measured times of every T: at most 5.4 % over the faster path (a
-    constant crossover of T ≤ 8 loses up to 8.9 %)."""
-    table = json.loads(SHIPPED_H200.read_text())
+def test_the_cost_model_against_the_measured_crossovers():
+    """The H200's measured crossovers (the shipped table's six presets, from speed.csv via report; the
+    four other shapes' from ``tune --shape``, kept in experiments/results/NVIDIA_H200/
+    tuned_shapes_cache.json) against :func:`api.model_crossover`. "Right": the same T, or one step
+    away on the grid 1, 2, 4, …. The model gets eight of the ten exactly and the other two one step
+    off (DeepSeek-V3 late, Qwen1.5-MoE early). What the misses cost, on the measured times of every
+    T: at most 3.3 % over the faster path (a constant crossover of T ≤ 8 loses up to 8.9 %). Before the
+    expert path's weight stream was modelled below the ceiling (``EXPERT_READ_FRACTION``), the model
+    got none of the six presets exactly and lost up to 5.4 %."""
+    tables = [json.loads(SHIPPED_H200.read_text()), json.loads(NON_PRESET_H200.read_text())]
     exact = within_one = 0
     lines = []
-    for key, measured in table["crossover"].items():
-        H, I, E, K = (int(kv.split("=")[1]) for kv in key.split(","))  # noqa: E741
-        model = api.model_crossover(H, I, E, K)
-        exact += model == measured
-        within_one += abs(T_GRID.index(model) - T_GRID.index(measured)) <= 1 if model else False
-        lines.append(f"{key:26s} measured {measured:3d}  model {model:3d}")
-        assert model <= measured  # the misses all lean the same way: expert a step early
-    print("\n".join(lines) + f"\nexact {exact}/6, within one step {within_one}/6")
-    assert len(table["crossover"]) == 6
-    assert within_one == 6
-    assert exact == 0
+    for table in tables:
+        for key, measured in table["crossover"].items():
+            H, I, E, K = (int(kv.split("=")[1]) for kv in key.split(","))  # noqa: E741
+            model = api.model_crossover(H, I, E, K)
+            exact += model == measured
+            within_one += abs(T_GRID.index(model) - T_GRID.index(measured)) <= 1 if model else False
+            lines.append(f"{key:26s} measured {measured:3d}  model {model:3d}")
+    print("\n".join(lines) + f"\nexact {exact}/10, within one step {within_one}/10")
+    assert [len(t["crossover"]) for t in tables] == [6, 4]
+    assert within_one == 10
+    assert exact >= 8
 
     def worst_loss(crossover_of_shape):
         """The most ``auto`` with that crossover loses against the faster path, over the evidence."""
         worst = 0.0
-        for key, times in table["crossover_evidence"].items():
-            xo = crossover_of_shape(*(int(kv.split("=")[1]) for kv in key.split(",")))
-            for T, t in times.items():
-                picked = t["warp_us"] if int(T) <= xo else t["expert_us"]
-                worst = max(worst, picked / min(t["warp_us"], t["expert_us"]) - 1)
+        for table in tables:
+            for key, times in table["crossover_evidence"].items():
+                xo = crossover_of_shape(*(int(kv.split("=")[1]) for kv in key.split(",")))
+                for T, t in times.items():
+                    picked = t["warp_us"] if int(T) <= xo else t["expert_us"]
+                    worst = max(worst, picked / min(t["warp_us"], t["expert_us"]) - 1)
         return worst
 
     model, constant = worst_loss(api.model_crossover), worst_loss(lambda *shape: 8)
     print(f"worst loss against the faster path: model {model:.1%}, T <= 8 {constant:.1%}")
-    assert model < 0.055 and model < constant
+    assert model < 0.05 and model < constant
 
 
 def test_the_model_takes_warp_decode_at_one_token_and_the_expert_path_at_many():
@@ -388,7 +391,9 @@ def test_the_model_takes_warp_decode_at_one_token_and_the_expert_path_at_many():
         assert warp1 < expert1 and warp256 > 2 * expert256, shape.name
         # T = 1: both read the K experts once; warp decode's lead is its two fewer launches
         acts = shape.K * (3 * shape.H + 4 * shape.I) * 2  # x, both intermediates, the partial outputs
-        assert expert1 - warp1 == pytest.approx(2 * api.LAUNCH_US + acts / (api.READ_TBPS * 1e6))
+        weights = shape.K * 3 * shape.H * shape.I * 2 / (api.READ_TBPS * 1e6)
+        assert expert1 - warp1 == pytest.approx(2 * api.LAUNCH_US + acts / (api.READ_TBPS * 1e6)
+                                                + weights * (1 / api.EXPERT_READ_FRACTION - 1))
 
 
 def test_tuning_note_names_the_table_or_the_defaults_and_the_command(tables):

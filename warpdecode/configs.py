@@ -280,15 +280,34 @@ def warp_config(H: int, I: int, E: int, K: int, T: int) -> dict:  # noqa: E741
     cfg = {
         "gate_up": {"BLOCK_I": 1, "BLOCK_H": min(block_h, triton.next_power_of_2(H)), "num_warps": 1,
                     "num_stages": 1},
-        # one hidden output per warp, all K experts' rows in flight: four warps over 256 columns, or,
-        # with few experts per token (K ≤ 4) and long rows, two warps over 512 so that each thread
-        # still has as many bytes in flight (the tuner's picks for Mixtral and gpt-oss-20b)
-        "down": ({"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1} if K <= 4 and I >= 1024
-                 else {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1}),
+        "down": default_down(H, I, K),
     }
     if shares_experts(E, K, T):
         cfg["grouped"] = {}  # the grouped schedule, with its default tiles (default_grouped)
     return cfg
+
+
+#: The bytes of weight rows the down kernel's whole grid must have in flight to hold the read ceiling
+#: (Little's law: an H200's read ceiling times a loaded HBM latency near 1.5 µs). Its first step
+#: loads H·K rows × BLOCK_I columns; at 256 columns of bf16, deepseek-v2-lite's 6.3 MB fell short
+#: (1.10-1.12× the best tile at T = 1-4) and Qwen3-30B-A3B's and OLMoE's 8.4 MB did not
+#: (``experiments/results/NVIDIA_H200/down_defaults.csv``, ``experiments/defaults.py --version down``).
+DOWN_IN_FLIGHT = 7e6
+
+
+def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
+    """The down kernel's tile where no tuned one exists: one hidden output per warp, all K experts'
+    rows in flight, four warps over 256 columns; with few experts per token (K ≤ 4) and long rows
+    two warps over 512, so that each thread still has as many bytes in flight (the tuner's picks
+    for Mixtral, gpt-oss-20b and dbrx); where the grid's first step would hold less than
+    :data:`DOWN_IN_FLIGHT` (few rows: small H·K), 512 columns on four warps, twice the bytes per
+    step. Over the ten shapes of ``down_defaults.csv`` at T = 1, 2, 4 this rule is within 5.3 % of
+    the best of seven tiles everywhere (the single tile 4×256 on four warps: 22 %)."""
+    if K <= 4 and I >= 1024:
+        return {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1}
+    if H * K * 256 * 2 < DOWN_IN_FLIGHT and I >= 512:
+        return {"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1}
 
 
 #: The sharing past which the grouped schedule reads fewer bytes than the pair by enough to win:
@@ -402,8 +421,10 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     (BLOCK_N 64, or 128 past T = 64, and for N ≥ 4096 128, or 256 past T = 128; BLOCK_K 128 at
     decode T ≤ 64 or K ≥ 4096, else 64; GROUP_M by pairs per expert; 3 stages), with each GEMM's
     own N and K. BLOCK_M follows the pairs each expert sees rather than T, as the H200 tuner's
-    picks do (``tuned/NVIDIA_H200.json``). Two guards that vLLM's one-GEMM rule does not need: the
-    gate/up GEMM holds two accumulators (gate and up, for SiLU·up in its epilogue), so a tile's
+    picks do (``tuned/NVIDIA_H200.json``), and so does GROUP_M (1 unless an expert spans several M
+    tiles). Two guards that vLLM's one-GEMM rule does not need: the gate/up GEMM holds two
+    accumulators (gate and up, for SiLU·up in its epilogue), so its tile of N < 4096 stays at 64
+    columns past T = 64 (2 × 64 rows of w13, what vLLM's 128 reads), and a tile's
     FP32 accumulators are kept within :func:`acc_regs_per_thread` of this device's architecture;
     and the stages, then BLOCK_K, are fitted to its shared memory per program (``shared_per_block``,
     default the current GPU's; ``elem`` bytes per element), not to an H100's."""
@@ -417,7 +438,11 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     block_m = min(128, max(16, triton.next_power_of_2(math.ceil(2 * pairs_per_expert))))
     if elem == 4:  # FP32 operands, on FMAs: 64 rows, eight warps, 32-column K steps (acc_regs_per_thread)
         block_m = min(block_m, 64)
-    group_m = 16 if pairs_per_expert > 128 else 8 if pairs_per_expert > 32 else 1
+    # M tiles grouped only where one expert's rows span several (they then share its weight tiles):
+    # otherwise each M tile is another expert and grouping only scatters the weight stream (the
+    # tuner picks GROUP_M = 1 in 52 of the 54 buckets at T ≥ 32 over the ten shapes; dbrx at T = 256
+    # reads at 80 % of the ceiling with GROUP_M = 8, 86 % with 1)
+    group_m = 8 if 2 * pairs_per_expert > 128 else 1
     acc_regs = acc_regs_per_thread(arch, elem)
     # most experts see at most one row: the tile transposed, weight rows on the tensor cores' M side
     swap = pairs_per_expert <= 0.5 and elem == 2
@@ -428,14 +453,16 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     k_max = 32 if elem == 4 else 128 if fp8 else 256
 
     def tile(n: int, k: int, accumulators: int, swap: bool) -> dict:
-        block_n = (128 if T <= 128 else 256) if n >= 4096 else (64 if T <= 64 else 128)
-        block_k = min(128 if (fp8 or k >= 4096 or T <= 64) else 64, k_max)
+        block_n = (128 if T <= 128 else 256) if n >= 4096 else (64 if T <= 64 or accumulators == 2 else 128)
+        # vLLM's 64-deep K steps past T = 64 only where the M tile is tall (64 rows and more): with 16-32
+        # rows the tuner keeps 128 (9 of the 10 shapes at T = 128)
+        block_k = min(128 if (fp8 or k >= 4096 or T <= 64 or block_m <= 32) else 64, k_max)
         # enough programs to fill the GPU twice over while the M tiles are few (decode): narrower N
         # tiles, longer K steps to keep the bytes in flight
         while block_m == 16 and block_n > 64 and m_blocks * triton.cdiv(n, block_n) < 2 * limits["sms"]:
             block_n //= 2
             block_k = min(2 * block_k, k_max, max(32, triton.next_power_of_2(k)))
-        warps = 4 if accumulators * block_m * block_n < 8192 and elem <= 2 else 8
+        warps = 4 if accumulators * block_m * block_n <= 8192 and elem <= 2 else 8
         while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
