@@ -113,7 +113,7 @@ def warp_ordered_kernel(
     ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed", scope="gpu")
     if ticket < n_gate_up:
         _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
-                      stride_at, ticket % n_pairs, ticket // n_pairs, GU_BLOCK_I, GU_BLOCK_H)
+                      stride_at, ticket % n_pairs, ticket // n_pairs, GU_BLOCK_I, GU_BLOCK_H, GU_BLOCK_H)
         tl.debug_barrier()  # every warp of this program has issued its stores
         tl.atomic_add(sync_ptr + 1, 1, sem="release", scope="gpu")
     else:

@@ -63,3 +63,25 @@ def test_warp_same_expert_in_two_slots(schedule, seed):
 
     ratio = warpdecode.rel_error(y, ref) / warpdecode.rounding_floor(ref, torch.bfloat16)
     assert ratio <= limit(torch.bfloat16, "warp", case.K), ratio
+
+
+@pytest.mark.parametrize("slices", [1, 2, 4], ids=["one-load", "2-slices", "4-slices"])
+def test_warp_gate_up_in_slices_matches_float64(slices, seed):
+    """The gate/up step loaded in slices (``SUB_H``, what Triton ≥ 3.8 runs: see
+    ``warp_pair.gate_up_slice``) computes silu(gate)·up as the one-load step does, at an H that
+    ends in a partial step and a partial slice, with an I that ends in a partial block; poisoned."""
+    from warpdecode import warp as wp
+
+    T, H, I, E, K = 3, 2880 // 8 + 5, 23, 5, 2  # noqa: E741  H = 365: 256-column steps, last one partial
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, H, generator=gen).bfloat16()
+    w13 = (torch.randn(E, 2 * I, H, generator=gen) * H**-0.5).bfloat16()
+    ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
+    cfg = {"BLOCK_I": 4, "BLOCK_H": 256, "num_warps": 1, "num_stages": 1, "SUB_H": 256 // slices}
+    with _alloc.poisoned():
+        act = wp.warp_gate_up(x, w13, ids, cfg)
+    w = w13.double()[ids.long().flatten()]  # (T*K, 2I, H)
+    h = torch.einsum("prh,ph->pr", w, x.double().repeat_interleave(K, 0))
+    ref = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
+    err = ((act.double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-6, err  # an FP32 intermediate, FP32 sums: no bf16 rounding after the inputs

@@ -37,7 +37,7 @@ def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
     kp.warp_gate_up_kernel[grid](
         x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL,
+        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL, SUB_H=kp.gate_up_slice(cfg),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return act

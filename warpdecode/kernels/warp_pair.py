@@ -77,6 +77,27 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 #: over K) or one [rows, K, columns] tile (Triton 3.6, warps over rows); see above.
 PER_SLOT = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
 
+#: Whether the compiler sums a lane's products as a tree (Triton ≥ 3.8) rather than as a chain of FMAs
+#: (3.6): where it does, the gate/up step is loaded in slices (``SUB_H``, see ``_gate_up_tile``).
+TREE_SUMS = PER_SLOT
+
+
+def gate_up_slice(cfg: dict) -> int:
+    """SUB_H of a gate/up launch config: BLOCK_H (one load per step) where the compiler chains a
+    lane's products into FMAs by itself; else 256 columns per warp that spans a row (the tile's
+    layout, eight bf16 per lane), so that the step's slices keep its layout. A config may name its
+    own (``cfg["SUB_H"]``). Compiled for sm_90a (Qwen3-30B-A3B's 2048-column step, one warp): Triton
+    3.8 with slices 128 FMAs, 27 adds, 69 registers; without, 64 FMAs, 67 multiplies, 75 adds and
+    102 registers; Triton 3.6 without, 126 FMAs, 13 adds, 96 registers."""
+    if "SUB_H" in cfg:
+        return cfg["SUB_H"]
+    rows, cols, warps = cfg["BLOCK_I"], cfg["BLOCK_H"], cfg["num_warps"]
+    if not TREE_SUMS:
+        return cols
+    warps_per_row = max(1, min(warps // rows, cols // 256)) if warps > rows else 1
+    return min(cols, 256 * warps_per_row)
+
+
 # ---------------------------------------------------------------------------------------------
 # The two tiles both kernels (and warp_persistent.py's) are made of
 
@@ -88,6 +109,7 @@ def _gate_up_tile(
     pair,  # which (token, slot): t = pair // K
     pid_i,  # which block of BLOCK_I neurons
     BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
+    SUB_H: tl.constexpr,  # columns of one load: BLOCK_H, or a slice whose products chain into FMAs (below)
 ):
     """silu(gate)·up of neurons [pid_i·BLOCK_I, +BLOCK_I) of one (token, slot) pair.
 
@@ -95,7 +117,15 @@ def _gate_up_tile(
     at once (five shuffles per row and step). Two [BLOCK_I, BLOCK_H] FP32 tile accumulators, summed
     once at the end, would take per lane twice as many registers as the bf16 weights it loads each
     step, which caps how many programs, and so how many bytes in flight, an SM holds; here the
-    registers go to loads in flight instead."""
+    registers go to loads in flight instead.
+
+    Each lane holds BLOCK_H / (32 · warps per row) columns of a row per step. Triton 3.6 sums a
+    lane's products one after another (one FMA each); from 3.8 it sums them as a tree (a multiply
+    and an add each, for 64 products 64 FMAs, 67 multiplies and 75 adds where 3.6 has 126 FMAs).
+    With SUB_H < BLOCK_H the step is loaded in BLOCK_H / SUB_H slices of the same layout (SUB_H =
+    256 columns per warp of a row: eight per lane) and the slices' products accumulate element
+    by element into a [BLOCK_I, SUB_H] partial, which is one FMA chain on every release; one sum of
+    that partial per step, then the shuffles, as before."""
     t = pair // K
     e = tl.load(topk_ids_ptr + pair).to(tl.int64)
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -108,17 +138,37 @@ def _gate_up_tile(
 
     acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
-    for h0 in range(0, H, BLOCK_H):
-        mask_h = (h0 + offs_h) < H
-        # x stays in its own dtype until the multiply: an FP32 copy of a 2048-column step holds 64
-        # registers per lane, which spills where the compiler sums in-thread products as a tree (Triton 3.9)
-        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0)
-        mask = mask_i[:, None] & mask_h[None, :]
-        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
-        # warp-shuffle reductions: one warp, one row
-        acc_g += tl.sum(g.to(tl.float32) * xv.to(tl.float32)[None, :], axis=1)
-        acc_u += tl.sum(u.to(tl.float32) * xv.to(tl.float32)[None, :], axis=1)
+    if SUB_H == BLOCK_H:
+        for h0 in range(0, H, BLOCK_H):
+            mask_h = (h0 + offs_h) < H
+            # x stays in its own dtype until the multiply: an FP32 copy of a 2048-column step holds 64
+            # registers per lane, which spills where the compiler sums in-thread products as a tree (3.9)
+            xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0)
+            mask = mask_i[:, None] & mask_h[None, :]
+            g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+            u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+            # warp-shuffle reductions: one warp, one row
+            acc_g += tl.sum(g.to(tl.float32) * xv.to(tl.float32)[None, :], axis=1)
+            acc_u += tl.sum(u.to(tl.float32) * xv.to(tl.float32)[None, :], axis=1)
+    else:
+        offs_s = tl.arange(0, SUB_H)
+        gate_rows = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr  # [BLOCK_I, 1]
+        up_rows = gate_rows + I * stride_wr
+        x_row = x_ptr + t.to(tl.int64) * stride_xt
+        for h0 in range(0, H, BLOCK_H):
+            part_g = tl.zeros([BLOCK_I, SUB_H], dtype=tl.float32)
+            part_u = tl.zeros([BLOCK_I, SUB_H], dtype=tl.float32)
+            for c in tl.static_range(BLOCK_H // SUB_H):
+                offs = h0 + c * SUB_H + offs_s
+                mask_h = offs < H
+                xv = tl.load(x_row + offs, mask=mask_h, other=0.0).to(tl.float32)
+                mask = mask_i[:, None] & mask_h[None, :]
+                g = tl.load(gate_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+                u = tl.load(up_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+                part_g += g.to(tl.float32) * xv[None, :]
+                part_u += u.to(tl.float32) * xv[None, :]
+            acc_g += tl.sum(part_g, axis=1)
+            acc_u += tl.sum(part_u, axis=1)
 
     a = acc_g * tl.sigmoid(acc_g) * acc_u  # SiLU(g)·u in registers
     tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
@@ -240,6 +290,7 @@ def warp_gate_up_kernel(
     BLOCK_I: tl.constexpr,  # neurons per program (rows of the tile)
     BLOCK_H: tl.constexpr,  # columns of H per step
     USE_PDL: tl.constexpr,  # let the down kernel launch early (GPU only)
+    SUB_H: tl.constexpr = None,  # columns of one load, a slice of BLOCK_H (_gate_up_tile); None: BLOCK_H
 ):
     if USE_PDL:
         gdc_launch_dependents()
@@ -247,7 +298,7 @@ def warp_gate_up_kernel(
     # the pair fastest: programs side by side read the same neuron rows of every pair (shared experts: L2)
     pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
     _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pair, pid_i, BLOCK_I, BLOCK_H)
+                  pair, pid_i, BLOCK_I, BLOCK_H, BLOCK_H if SUB_H is None else SUB_H)
 
 
 @triton.jit(do_not_specialize=["T"])
