@@ -194,7 +194,8 @@ def test_quantize_native_is_identity():
 
 def _stage_inputs(T, K, E, dtype, seed, fp8):
     H, I = 300, 88  # H crosses two 128-column scale groups; both odd multiples of 4
-    cfg = expert_config(H, I, E, K, T, fp8=fp8)  # its BLOCK_M grows with the pairs per expert (GPU defaults)
+    # its BLOCK_M grows with the pairs per expert (GPU defaults); FP32 weights take their own tiles, as moe's do
+    cfg = expert_config(H, I, E, K, T, fp8=fp8, elem=torch.empty((), dtype=dtype).element_size())
     topk_ids, al, g = _aligned(T, K, E, seed, block_m=cfg["BLOCK_M"])
     x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
     w13, w2 = (w.to(DEV) for w in warpdecode.MoEShape("stage", H=H, I=I, E=E, K=K).weights(dtype=dtype, seed=seed))
