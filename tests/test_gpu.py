@@ -298,7 +298,7 @@ def test_moe_in_a_cuda_graph_replays_new_inputs(method, T):
 
 def test_a_tiny_qwen3_moe_compiled_with_cuda_graphs_generates_eagers_tokens():
     """transformers' compiled decode, as bench/hf_generate.py runs it: a static cache and
-    CompileConfig(fullgraph=True, dynamic=False, mode="reduce-overhead") around a tiny float32
+    CompileConfig(fullgraph=True, mode="reduce-overhead") around a tiny float32
     Qwen3-MoE with warpdecode's experts. One graph, no cudagraph skip; the greedy tokens are eager
     generate's on the same cache, and every step's logits are eager's within float32 noise."""
     pytest.importorskip("transformers")

@@ -1,7 +1,7 @@
 """The generate benchmark's parts that need no GPU (warpdecode/bench/hf_generate.py): the model
 configurations against the presets' layer shapes and the real models' sizes, how many layers fit,
-Amdahl's law, random weights, and ``generate`` on the static cache with the decode step compiled
-whole (``fullgraph=True``) around warpdecode's experts, giving eager ``generate``'s tokens."""
+Amdahl's law, random weights, and the benchmark's loop on a tiny model: ``generate`` on the static
+cache with the decode step compiled whole (``fullgraph=True``) around warpdecode's experts."""
 
 from __future__ import annotations
 
@@ -54,31 +54,28 @@ def test_the_weights_are_random():
     assert not torch.equal(a, b) and a.dtype == torch.bfloat16
 
 
-def test_generate_on_the_static_cache_compiled_whole_gives_eager_tokens():
-    """What the benchmark's compiled path runs, on the CPU: ``generate_kwargs('reduce-overhead')``
-    (static cache, ``CompileConfig(fullgraph=True, dynamic=False)``), Dynamo's eager backend in place
-    of Inductor + CUDA graphs. The decode step is one graph (nothing breaks it), and the greedy
-    tokens are those of eager ``generate`` on the same static cache."""
-    from torch._dynamo.utils import counters
-
-    import warpdecode.integrations.transformers as wd_hf
-
-    wd_hf.register()
-    small = {**TINY, "moe_intermediate_size": 16}
-    model = hg.make_model(2, "qwen3-30b-a3b", device="cpu", dtype=torch.float32, **small)
-    model.set_experts_implementation("warpdecode")
-    ids = torch.randint(3, 128, (1, 4), generator=torch.Generator().manual_seed(0))  # few programs to interpret
-    kw = hg.generate_kwargs("reduce-overhead", 4)
-    cc = kw["compile_config"]
-    assert kw["cache_implementation"] == "static" and cc.fullgraph and cc.dynamic is False
-    assert cc.mode == "reduce-overhead"
-    cc.backend, cc.mode, cc._compile_all_devices = "eager", None, True
-    torch._dynamo.reset()
-    counters.clear()
-    with torch.no_grad():
-        want = model.generate(ids, attention_mask=torch.ones_like(ids), **{**kw, "disable_compile": True})
-        got = model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
-    assert counters["stats"]["unique_graphs"] == 1  # the decode step traced, once, whole
-    assert got.shape == (1, 8) and torch.equal(got, want)
-    assert hg.generate_kwargs("none", 4)["disable_compile"] and "cache_implementation" not in hg.generate_kwargs(
-        "none", 4)
+def test_the_benchmark_loop_end_to_end_on_the_cpu():
+    """generate_speed as the GPU runs it (the static cache, the decode step compiled with
+    ``fullgraph=True``), on a tiny float32 Qwen3-MoE on the CPU with Dynamo's eager backend in place
+    of Inductor and CUDA graphs: a row per (impl, batch), none lost to an error; batch 1 compiles
+    one whole graph for its shapes, batch 2 one for any batch size (nothing breaks the graph around
+    warpdecode's experts, or fullgraph would raise); both implementations generate the same greedy
+    tokens; warpdecode's rows hold the measured speed-up and Amdahl's prediction from grouped_mm's."""
+    kw = hg.generate_kwargs("reduce-overhead", 3)
+    assert kw["cache_implementation"] == "static" and kw["compile_config"].fullgraph
+    assert kw["compile_config"].mode == "reduce-overhead" and kw["compile_config"].backend == "inductor"
+    eager = hg.generate_kwargs("none", 3)
+    assert eager["disable_compile"] and "cache_implementation" not in eager
+    rows = hg.generate_speed(name="qwen3-30b-a3b", layers=1, batches=(1, 2), new_tokens=3, prompt_len=2, repeats=1,
+                             device="cpu", dtype=torch.float32, backend="eager", moe_reps=1,
+                             overrides={**TINY, "moe_intermediate_size": 16})
+    assert [(r["impl"], r["batch"]) for r in rows] == [("grouped_mm", 1), ("grouped_mm", 2), ("warpdecode", 1),
+                                                       ("warpdecode", 2)]
+    for r in rows:
+        assert r["graphs_compiled"] == 1 and r["cudagraph_skips"] == 0 and r["cache"] == "static", r
+        assert r["tokens_per_s"] > 0 and 0 < r["moe_share"] and r["layers"] == 1
+    for gm, w in zip(rows[:2], rows[2:], strict=True):
+        assert w["same_tokens_as_grouped_mm"] == 1.0
+        assert w["speedup_over_grouped_mm"] == pytest.approx(w["tokens_per_s"] / gm["tokens_per_s"], rel=1e-3)
+        assert w["amdahl_predicted"] == pytest.approx(hg.amdahl(gm["moe_share"], gm["moe_us"] / w["moe_us"]),
+                                                      rel=1e-3)

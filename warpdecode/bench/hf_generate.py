@@ -5,10 +5,12 @@ Two ways ``generate`` runs here (the ``compile`` column):
 
 - ``reduce-overhead`` (default): the fast path transformers documents. A static KV cache
   (``cache_implementation="static"``) makes every decode step the same shapes, and
-  ``compile_config=CompileConfig(fullgraph=True, dynamic=False, mode="reduce-overhead")`` has
-  ``generate`` run the decode step's forward through ``torch.compile``: Inductor, then CUDA graphs
-  (cudagraph trees). The prefill runs eagerly. warpdecode's experts trace as one operator,
-  ``warpdecode::moe``.
+  ``compile_config=CompileConfig(fullgraph=True, mode="reduce-overhead")`` has ``generate`` run
+  the decode step's forward through ``torch.compile``: Inductor, then CUDA graphs (cudagraph
+  trees); the prefill runs eagerly. warpdecode's experts trace as one operator, ``warpdecode::moe``.
+  ``dynamic`` stays transformers' default (None): the first batch size compiles a graph for its
+  shapes, the second one graph for any batch size, which later batch sizes reuse (CUDA graphs are
+  recorded per shape either way); ``graphs_compiled`` counts the graphs each row's calls compiled.
 - ``none``: eager ``generate`` with the dynamic cache, bound by the host's Python.
 
 Models (:data:`MODELS`): Qwen3-30B-A3B, OLMoE-1B-7B and Mixtral-8x7B configurations, built on the
@@ -113,53 +115,76 @@ def experts_modules(model) -> list:
 
 def experts_us(model, batch: int, impl: str, *, reps: int = 50, seed: int = 0) -> float:
     """µs of one decode step's expert layers alone: every layer's experts module on ``batch``
-    random hidden states and random top-k routing (a draw per layer; bf16 weights and int64 ids,
-    as the models pass them), called through ``impl``, captured in one CUDA graph and replayed."""
+    random hidden states and random top-k routing (a draw per layer; weights in the model's dtype
+    and int64 ids, as the models pass them), called through ``impl``, captured in one CUDA graph and
+    replayed (on the CPU: the median of ``reps`` eager calls)."""
     from .timing import capture, time_replays
 
-    cfg = model.config
+    cfg, dev = model.config, model.device
     E = getattr(cfg, "num_experts", None) or cfg.num_local_experts
     K = cfg.num_experts_per_tok
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=dev).manual_seed(seed)
     calls = []
     for m in experts_modules(model):
-        x = torch.randn(batch, cfg.hidden_size, device="cuda", dtype=model.dtype, generator=g)
-        w, ids = torch.randn(batch, E, device="cuda", generator=g).softmax(-1).topk(K, dim=-1)
+        x = torch.randn(batch, cfg.hidden_size, device=dev, dtype=model.dtype, generator=g)
+        w, ids = torch.randn(batch, E, device=dev, generator=g).softmax(-1).topk(K, dim=-1)
         calls.append((m, x, ids, (w / w.sum(-1, keepdim=True)).to(model.dtype)))
     model.set_experts_implementation(impl)
+
+    def step():
+        return [m(x, ids, w) for m, x, ids, w in calls]
+
     with torch.no_grad():
-        graph, _ = capture(lambda: [m(x, ids, w) for m, x, ids, w in calls])
+        if dev.type != "cuda":
+            times = []
+            for _ in range(reps):
+                t = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - t)
+            return statistics.median(times) * 1e6
+        graph, _ = capture(step)
         us = time_replays(graph, reps=reps).median_us
     del graph
     return us
 
 
-def step_clock():
+def step_clock(device="cuda"):
     """A logits processor that records a CUDA event each time ``generate`` has a new token's
-    logits: the decode steps' time without a host sync (the events are read after the call)."""
+    logits: the decode steps' time without a host sync (the events are read after the call). On
+    the CPU it records the host's clock."""
     from transformers import LogitsProcessor
+
+    cuda = torch.device(device).type == "cuda"
 
     class StepClock(LogitsProcessor):
         def __init__(self):
             self.events: list = []
 
         def __call__(self, input_ids, scores):
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
+            if cuda:
+                e = torch.cuda.Event(enable_timing=True)
+                e.record()
+            else:
+                e = time.perf_counter()
             self.events.append(e)
             return scores
 
         def decode_s(self) -> tuple[float, int]:
             """(seconds from the first new token's logits to the last, decode steps between them)."""
-            torch.cuda.synchronize()
-            return self.events[0].elapsed_time(self.events[-1]) / 1e3, len(self.events) - 1
+            first, last = self.events[0], self.events[-1]
+            if cuda:
+                torch.cuda.synchronize()
+                return first.elapsed_time(last) / 1e3, len(self.events) - 1
+            return last - first, len(self.events) - 1
 
     return StepClock()
 
 
-def generate_kwargs(compile: str, new_tokens: int, clock=None) -> dict:
+def generate_kwargs(compile: str, new_tokens: int, clock=None, *, backend: str = "inductor") -> dict:
     """``generate``'s arguments: greedy, exactly ``new_tokens``; ``compile="reduce-overhead"`` the
-    static cache and the compiled decode step, ``"none"`` eager with the dynamic cache."""
+    static cache and the compiled decode step (``fullgraph=True``; ``dynamic`` transformers'
+    default), ``"none"`` eager with the dynamic cache. ``backend`` other than Inductor (Dynamo's
+    ``"eager"``, to check the trace on the CPU) takes no mode and compiles on any device."""
     from transformers import CompileConfig, LogitsProcessorList
 
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
@@ -167,9 +192,11 @@ def generate_kwargs(compile: str, new_tokens: int, clock=None) -> dict:
         kw["logits_processor"] = LogitsProcessorList([clock])
     if compile == "none":
         kw["disable_compile"] = True
-    else:
-        kw.update(cache_implementation="static",
-                  compile_config=CompileConfig(fullgraph=True, dynamic=False, mode=compile))
+        return kw
+    cc = CompileConfig(fullgraph=True, mode=compile)
+    if backend != "inductor":
+        cc.backend, cc.mode, cc._compile_all_devices = backend, None, True
+    kw.update(cache_implementation="static", compile_config=cc)
     return kw
 
 
@@ -182,10 +209,12 @@ def _reset_compiled(model):
 
 def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, batches=(1, 4, 16),
                    new_tokens: int = 64, prompt_len: int = 32, impls=("grouped_mm", "warpdecode"),
-                   repeats: int = 3, compile: str = "reduce-overhead", emit=None):
-    """One row per (batch, impl), in that order (see the module's docstring); ``emit``, if given,
+                   repeats: int = 3, compile: str = "reduce-overhead", emit=None, device="cuda",
+                   dtype=torch.bfloat16, backend: str = "inductor", moe_reps: int = 50, overrides=None):
+    """One row per (impl, batch), batch sizes inner (see the module's docstring); ``emit``, if given,
     receives each row as it is measured, so a run cut short keeps what it measured. ``layers=None``:
-    as many as the GPU's free memory holds (:func:`fit_layers`)."""
+    as many as the GPU's free memory holds (:func:`fit_layers`). ``device``, ``dtype``,
+    ``backend`` and ``overrides`` (config fields) let the same loop run a tiny model on the CPU."""
     import transformers
     from torch._dynamo.utils import counters
 
@@ -196,68 +225,38 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
     register()
     if layers is None:
         free, _ = torch.cuda.mem_get_info()
-        layers = fit_layers(name, free)
+        layers = fit_layers(name, free, dtype=dtype)
     t0 = time.perf_counter()
-    model = make_model(layers, name)
+    model = make_model(layers, name, device=device, dtype=dtype, **(overrides or {}))
     print(f"{name}: {layers} layers, {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters, "
           f"built in {time.perf_counter() - t0:.1f} s", flush=True)
-    cfg = model.config
     info = {**meta(), "transformers": transformers.__version__}
-    cache = "dynamic" if compile == "none" else "static"
-    clock = step_clock()
-    rows = []
-    for batch in batches:
-        ids = torch.randint(3, cfg.vocab_size, (batch, prompt_len), device="cuda",
-                            generator=torch.Generator(device="cuda").manual_seed(batch))
-        mask = torch.ones_like(ids)
-        outs, by_impl = {}, {}
-        for impl in impls:
-            model.set_experts_implementation(impl)
-            _reset_compiled(model)
-            counters.clear()
-            kw = generate_kwargs(compile, new_tokens, clock)
-            try:
-                with torch.no_grad():
-                    torch.cuda.synchronize()
-                    t = time.perf_counter()
-                    model.generate(ids, attention_mask=mask, **kw)  # warm-up: compiles, records the graphs
-                    torch.cuda.synchronize()
-                    first = time.perf_counter() - t
-                    walls, decode = [], []
-                    for _ in range(repeats):
-                        clock.events.clear()
-                        torch.cuda.synchronize()
-                        t = time.perf_counter()
-                        out = model.generate(ids, attention_mask=mask, **kw)
-                        torch.cuda.synchronize()
-                        walls.append(time.perf_counter() - t)
-                        decode.append(clock.decode_s())
-                moe = experts_us(model, batch, impl)
-            except Exception as e:  # the row is missing and the log says why; the next one runs
-                print(f"ERROR {name} L={layers} batch={batch} {impl} ({compile}): {type(e).__name__}: {e}"[:2000],
-                      flush=True)
-                torch.cuda.synchronize()
+    clock = step_clock(device)
+    rows, outs, base = [], {}, {}  # outs: each (impl, batch)'s generated tokens
+    run = dict(compile=compile, new_tokens=new_tokens, prompt_len=prompt_len, repeats=repeats, clock=clock,
+               counters=counters, outs=outs, backend=backend, moe_reps=moe_reps)
+    for impl in impls:  # batch sizes inner: a graph compiled for any batch size serves the later ones
+        model.set_experts_implementation(impl)
+        _reset_compiled(model)
+        counters.clear()
+        for batch in batches:
+            row = _generate_row(model, name, layers, batch, impl, **run)
+            if row is None:
                 continue
-            outs[impl] = out[:, prompt_len:]
-            step_s = statistics.median(s / n for s, n in decode)
-            row = {"model": f"{name} shapes", "layers": layers, "batch": batch, "prompt": prompt_len,
-                   "new_tokens": new_tokens, "impl": impl, "compile": compile, "cache": cache,
-                   "seconds": round(statistics.median(walls), 4),
-                   "tokens_per_s": round(statistics.median(batch * n / s for s, n in decode), 1),
-                   "step_us": round(step_s * 1e6, 1), "first_call_s": round(first, 2),
-                   "moe_us": round(moe, 1), "moe_share": round(moe / (step_s * 1e6), 4),
-                   "graphs": counters["stats"]["unique_graphs"],
-                   "cudagraph_skips": counters["inductor"]["cudagraph_skips"], **info}
-            by_impl[impl] = row
-            base = by_impl.get(impls[0])
-            if impl != impls[0] and base is not None:
-                row["speedup_over_" + impls[0]] = round(row["tokens_per_s"] / base["tokens_per_s"], 4)
-                row["amdahl_predicted"] = round(amdahl(base["moe_share"], base["moe_us"] / row["moe_us"]), 4)
-                row["same_tokens_as_" + impls[0]] = round((outs[impl] == outs[impls[0]]).float().mean().item(), 4)
+            row.update(info)
+            if impl == impls[0]:
+                base[batch] = row
+            elif batch in base:
+                b = base[batch]
+                row["speedup_over_" + impls[0]] = round(row["tokens_per_s"] / b["tokens_per_s"], 4)
+                row["amdahl_predicted"] = round(amdahl(b["moe_share"], b["moe_us"] / row["moe_us"]), 4)
+                row["same_tokens_as_" + impls[0]] = round(
+                    (outs[impl, batch] == outs[impls[0], batch]).float().mean().item(), 4)
             rows.append(row)
-            print(f"generate {name} L={layers} batch={batch} {impl} ({compile}, {cache} cache): "
-                  f"{row['tokens_per_s']:.1f} tok/s, {row['step_us']:.0f} us/step, first call {first:.1f} s; "
-                  f"expert layers {moe:.0f} us ({100 * row['moe_share']:.0f}% of the step)"
+            print(f"generate {name} L={layers} batch={batch} {impl} ({compile}, {row['cache']} cache): "
+                  f"{row['tokens_per_s']:.1f} tok/s, {row['step_us']:.0f} us/step, first call "
+                  f"{row['first_call_s']:.1f} s ({row['graphs_compiled']} graphs compiled); expert layers "
+                  f"{row['moe_us']:.0f} us ({100 * row['moe_share']:.0f}% of the step)"
                   + (f"; speed-up {row['speedup_over_' + impls[0]]:.3f}x, Amdahl predicts "
                      f"{row['amdahl_predicted']:.3f}x; same tokens {100 * row['same_tokens_as_' + impls[0]]:.0f}%"
                      if "amdahl_predicted" in row else ""), flush=True)
@@ -265,3 +264,48 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
                 emit(row)
         _reset_compiled(model)
     return rows
+
+
+def _generate_row(model, name, layers, batch, impl, *, compile, new_tokens, prompt_len, repeats, clock, counters,
+                  outs, backend, moe_reps) -> dict | None:
+    """One (batch, impl): a warm-up call, ``repeats`` timed calls, the expert layers alone. None
+    (and the error printed) if it fails, so the next one runs."""
+    dev = model.device
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    ids = torch.randint(3, model.config.vocab_size, (batch, prompt_len), device=dev,
+                        generator=torch.Generator(device=dev).manual_seed(batch))
+    mask = torch.ones_like(ids)
+    kw = generate_kwargs(compile, new_tokens, clock, backend=backend)
+    graphs = counters["stats"]["unique_graphs"]
+    try:
+        with torch.no_grad():
+            sync()
+            t = time.perf_counter()
+            model.generate(ids, attention_mask=mask, **kw)  # warm-up: compiles, records the CUDA graphs
+            sync()
+            first = time.perf_counter() - t
+            walls, decode = [], []
+            for _ in range(repeats):
+                clock.events.clear()
+                sync()
+                t = time.perf_counter()
+                out = model.generate(ids, attention_mask=mask, **kw)
+                sync()
+                walls.append(time.perf_counter() - t)
+                decode.append(clock.decode_s())
+        moe = experts_us(model, batch, impl, reps=moe_reps)
+    except Exception as e:
+        print(f"ERROR {name} L={layers} batch={batch} {impl} ({compile}): {type(e).__name__}: {e}"[:2000], flush=True)
+        sync()
+        return None
+    outs[impl, batch] = out[:, prompt_len:]
+    step_s = statistics.median(s / n for s, n in decode)
+    return {"model": f"{name} shapes", "layers": layers, "batch": batch, "prompt": prompt_len,
+            "new_tokens": new_tokens, "impl": impl, "compile": compile,
+            "cache": "dynamic" if compile == "none" else "static",
+            "seconds": round(statistics.median(walls), 4),
+            "tokens_per_s": round(statistics.median(batch * n / s for s, n in decode), 1),
+            "step_us": round(step_s * 1e6, 1), "first_call_s": round(first, 2),
+            "moe_us": round(moe, 1), "moe_share": round(moe / (step_s * 1e6), 4),
+            "graphs_compiled": counters["stats"]["unique_graphs"] - graphs,
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}
