@@ -281,6 +281,7 @@ SPECS = {
     "grid_order.csv": ("warp_schedule", "order", "order", None, {}, None),
     "grouped_down.csv": ("warp_schedule", _grouped_down, "kind", "config", {}, None),
     "schedule_draws.csv": ("warp_schedule", "draws", "form", None, {}, None),
+    "batch_invariance.csv": ("warp_schedule", "invariant", "form", None, {}, None),
     "align_variants.csv": ("expert_path", "align", "kind", None, {}, None),
     "expert_tiles.csv": ("expert_path", "tiles", "variant", "config", {}, _expert_tiles),
     "expert_pdl.csv": ("expert_path", "pdl", "variant", None, {}, _expert_pdl),

@@ -4,6 +4,7 @@
     python experiments/warp_schedule.py --version order [--placements 4]
     python experiments/warp_schedule.py --version heat [--seconds 10] [--pause 20]
     python experiments/warp_schedule.py --version draws [--seeds 1000 3000 6000]
+    python experiments/warp_schedule.py --version invariant [--presets …] [--T 1 4 16 64]
 
 - 5: the weight loads' L2 policy, A/B against the tuned pair through this file's copy of the
   gate/up kernel with the policy as a knob. No consistent gain: the package loads evict_first.
@@ -14,8 +15,11 @@
   the process's memory history, so every preset is measured in its own process.
 - draws: the pair, the grouped schedule and the expert path on six routing draws. The tuner's
   two-draw choice is the majority's everywhere.
+- invariant: what ``batch_invariant=True`` costs: ``moe`` with it (the pair at T = 1's tiles at
+  every T) against ``moe`` without it (``auto``: the tuned schedule, or the expert path past the
+  crossover), per preset at T = 1, 4, 16, 64.
 
-Rows: experiments/results/<GPU>/{warp_variants,grid_order,schedule_draws}.csv.
+Rows: experiments/results/<GPU>/{warp_variants,grid_order,schedule_draws,batch_invariance}.csv.
 """
 
 from __future__ import annotations
@@ -329,11 +333,52 @@ def main_draws():
     harness.save(harness.results_dir() / "schedule_draws.csv", rows)
 
 
+# ==================================================================================================
+# version invariant: What batch_invariant=True costs.
+#
+# ``batch_invariant=True`` gives a token the same bits in any batch by running warp decode's pair
+# with T = 1's launch configuration at every T (warpdecode/api.py). Against it, the same call
+# without it (``auto``: the tuned pair or grouped schedule up to the crossover, the expert path
+# past it). Both through the operator ``torch.ops.warpdecode.moe``, what a compiled model runs (no
+# validation, no host sync), timed over the case's layer copies in CUDA graphs, each output checked
+# against float64 first.
+#
+#     python experiments/warp_schedule.py --version invariant [--presets …] [--T 1 4 16 64] [--reps 60]
+#
+# Rows: experiments/results/<GPU>/batch_invariance.csv (``form`` auto or batch_invariant; detail:
+# the invariant form's time over auto's, ``cost``). The CSV is written after every case.
+# ==================================================================================================
+
+def main_invariant():
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=wd.MODEL_PRESETS)
+    p.add_argument("--T", type=int, nargs="+", default=[1, 4, 16, 64])
+    p.add_argument("--reps", type=int, default=60)
+    args = p.parse_args()
+    path = harness.results_dir() / "batch_invariance.csv"
+    rows = []
+    for case in cases(args.presets, args.T):
+        times = {}
+        for form, invariant in (("auto", False), ("batch_invariant", True)):
+            def fn(x, w13, w2, tw, ids, invariant=invariant):
+                return torch.ops.warpdecode.moe(x, w13, w2, tw, ids, "auto", None, "native", None, False, invariant)
+
+            us, err, _ = checked_us(case, fn, form, tol=8.0, reps=args.reps)
+            times[form] = us
+            rows.append(row(case, form=form, us=us, err=err,
+                            cost=round(us / times["auto"], 4) if invariant else None))
+        print(f"{case.shape.name:16s} T={case.T:3d} "
+              + "  ".join(f"{f} {t:9.2f} us ({100 * case.floor_us / t:5.1f}%)" for f, t in times.items())
+              + f"  cost {times['batch_invariant'] / times['auto']:.3f}x", flush=True)
+        harness.save(path, rows)
+
+
 VERSIONS = {
     "5": (main_v5, []),
     "order": (main_order, []),
     "heat": (main_heat, []),
     "draws": (main_draws, []),
+    "invariant": (main_invariant, []),
 }
 
 

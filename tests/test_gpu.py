@@ -181,22 +181,149 @@ def test_grid_barriers_opened_every_time():
 
 @pytest.mark.parametrize("preset", ["qwen3-30b-a3b", "mixtral-8x7b"])
 def test_batch_invariant_token_rows_are_the_same_bits_in_every_batch(preset):
-    """With batch_invariant=True token t's output does not depend on the batch around it (T = 1…64,
-    the rows in another order too), where the tuned tiles and schedules change with T; and each
-    call repeats its bits."""
+    """With batch_invariant=True token t's output does not depend on the batch around it: at every
+    T = 1…64 each row is the bits of that token computed alone (T = 1), where the tuned tiles and
+    schedules change with T; rows in another order give the same rows, and each call repeats its bits."""
     shape = warpdecode.get_preset(preset)
     w13, w2 = shape.weights(dtype=DTYPE, device=DEVICE, seed=11)
     g = torch.Generator().manual_seed(12)
     x = torch.randn(64, shape.H, generator=g).to(DTYPE).to(DEVICE)
     tw, ids = warpdecode.route(torch.randn(64, shape.E, generator=g).to(DEVICE), shape.K)
     alone = torch.cat([warpdecode.moe(x[t:t + 1], w13, w2, tw[t:t + 1], ids[t:t + 1], batch_invariant=True)
-                       for t in range(4)])
-    for T in (2, 4, 8, 16, 33, 64):
+                       for t in range(64)])
+    for T in range(1, 65):
         y = warpdecode.moe(x[:T], w13, w2, tw[:T], ids[:T], batch_invariant=True)
-        assert torch.equal(y[:4], alone[: min(T, 4)]) if T >= 4 else torch.equal(y, alone[:T]), T
+        assert torch.equal(y, alone[:T]), T
+    for T in (2, 8, 33, 64):
+        y = warpdecode.moe(x[:T], w13, w2, tw[:T], ids[:T], batch_invariant=True)
         assert torch.equal(y, warpdecode.moe(x[:T], w13, w2, tw[:T], ids[:T], batch_invariant=True)), T
         perm = torch.randperm(T, generator=torch.Generator().manual_seed(T)).to(DEVICE)
         yp = warpdecode.moe(x[:T][perm], w13, w2, tw[:T][perm], ids[:T][perm], batch_invariant=True)
         assert torch.equal(yp, y[perm]), T
     ref = warpdecode.reference_moe(x, w13, w2, tw, ids)
     assert warpdecode.rel_error(y, ref) <= 1.1 * warpdecode.rounding_floor(ref, DTYPE)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA graphs: moe under torch.compile(mode="reduce-overhead") and in a raw capture, and a model
+# whose decode step transformers compiles with CUDA graphs
+
+#: (method, T) on qwen3-30b-a3b: the pair at T = 1, the expert path, auto where the tuned table
+#: runs the grouped schedule (T = 16; its FP32 atomics may change a last bit between runs at K = 8)
+GRAPH_CASES = [("warp", 1), ("expert", 8), ("auto", 16)]
+GRAPH_PRESET = "qwen3-30b-a3b"
+
+
+def _graph_layer():
+    shape = warpdecode.get_preset(GRAPH_PRESET)
+    if _weights.get("name") != ("graphs", GRAPH_PRESET):
+        _weights.clear()
+        _cases.clear()
+        torch.cuda.empty_cache()
+        _weights.update(name=("graphs", GRAPH_PRESET), w=shape.weights(dtype=DTYPE, device=DEVICE, seed=31))
+    return shape, *_weights["w"]
+
+
+def _fresh(shape, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, shape.H, generator=g).to(DTYPE).to(DEVICE)
+    tw, ids = warpdecode.route(torch.randn(T, shape.E, generator=g).to(DEVICE), shape.K)
+    return x, tw, ids
+
+
+def _runs_atomics(shape, method, T) -> bool:
+    """Whether moe(method) at T runs the grouped schedule, whose sum order varies at K > 2."""
+    picked = warpdecode.pick_method(T, shape.H, shape.I, shape.E, shape.K) if method == "auto" else method
+    return (picked == "warp" and shape.K > 2
+            and "grouped" in warpdecode.configs.warp_config(shape.H, shape.I, shape.E, shape.K, T))
+
+
+def _same_as_eager(got, x, w13, w2, tw, ids, method, shape, T):
+    want = warpdecode.moe(x, w13, w2, tw, ids, method=method)
+    if not _runs_atomics(shape, method, T):
+        assert torch.equal(got, want), (method, T)
+        return
+    ref = warpdecode.reference_moe(x, w13, w2, tw, ids)
+    ratio = warpdecode.rel_error(got, ref) / warpdecode.rounding_floor(ref, DTYPE)
+    assert ratio <= WARP_FLOOR_CLAIM, (method, T, ratio)
+
+
+@pytest.mark.parametrize("method,T", GRAPH_CASES, ids=[f"{m}-T={T}" for m, T in GRAPH_CASES])
+def test_moe_compiled_with_cuda_graphs_matches_eager(method, T):
+    """torch.compile(mode="reduce-overhead", fullgraph=True): warpdecode::moe inside Inductor's
+    CUDA graphs (no host sync, nothing that makes cudagraph trees skip the graph). Five calls, each
+    with fresh inputs copied into the same static buffers (the decode loop's pattern): each output
+    is eager's bits (or, for the grouped schedule's atomics, within warp decode's error claim)."""
+    from torch._dynamo.utils import counters
+
+    shape, w13, w2 = _graph_layer()
+    for w in (w13, w2):
+        torch._dynamo.mark_static_address(w)
+    torch._dynamo.reset()
+    counters.clear()
+    f = torch.compile(lambda x, tw, ids: warpdecode.moe(x, w13, w2, tw, ids, method=method),
+                      mode="reduce-overhead", fullgraph=True, dynamic=False)
+    x_s, tw_s, ids_s = (t.clone() for t in _fresh(shape, T, 0))
+    with torch.no_grad():
+        for call in range(1, 6):
+            x, tw, ids = _fresh(shape, T, call)
+            x_s.copy_(x), tw_s.copy_(tw), ids_s.copy_(ids)
+            got = f(x_s, tw_s, ids_s).clone()  # the graph's output buffer is rewritten by the next replay
+            _same_as_eager(got, x, w13, w2, tw, ids, method, shape, T)
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("method,T", GRAPH_CASES, ids=[f"{m}-T={T}" for m, T in GRAPH_CASES])
+def test_moe_in_a_cuda_graph_replays_new_inputs(method, T):
+    """A raw torch.cuda.graph capture of moe on static buffers; each replay after new inputs are
+    copied in (the output poisoned with NaN first, so an element the graph does not write fails)
+    gives eager's result for those inputs."""
+    from warpdecode.bench.timing import capture
+
+    shape, w13, w2 = _graph_layer()
+    x_s, tw_s, ids_s = (t.clone() for t in _fresh(shape, T, 0))
+    with torch.no_grad():
+        graph, (y,) = capture(lambda: [warpdecode.moe(x_s, w13, w2, tw_s, ids_s, method=method)])
+        for call in range(1, 5):
+            x, tw, ids = _fresh(shape, T, 100 + call)
+            x_s.copy_(x), tw_s.copy_(tw), ids_s.copy_(ids)
+            y.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            _same_as_eager(y.clone(), x, w13, w2, tw, ids, method, shape, T)
+    del graph
+
+
+def test_a_tiny_qwen3_moe_compiled_with_cuda_graphs_generates_eagers_tokens():
+    """transformers' compiled decode, as bench/hf_generate.py runs it: a static cache and
+    CompileConfig(fullgraph=True, mode="reduce-overhead") around a tiny float32
+    Qwen3-MoE with warpdecode's experts. One graph, no cudagraph skip; the greedy tokens are eager
+    generate's on the same cache, and every step's logits are eager's within float32 noise."""
+    pytest.importorskip("transformers")
+    from torch._dynamo.utils import counters
+
+    import warpdecode.integrations.transformers as wd_hf
+    from warpdecode.bench import hf_generate as hg
+
+    wd_hf.register()
+    tiny = dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=48, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, vocab_size=128, num_experts=7, num_experts_per_tok=3)
+    model = hg.make_model(2, "qwen3-30b-a3b", device=DEVICE, dtype=torch.float32, **tiny)
+    model.set_experts_implementation(wd_hf.NAME)
+    ids = torch.randint(3, 128, (3, 5), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    kw = dict(hg.generate_kwargs("reduce-overhead", 12), attention_mask=torch.ones_like(ids),
+              return_dict_in_generate=True, output_logits=True)
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        want = model.generate(ids, **{**kw, "disable_compile": True})
+        for _ in range(2):  # the second call replays the recorded graphs
+            got = model.generate(ids, **kw)
+            assert torch.equal(got.sequences, want.sequences)
+            for step, (a, b) in enumerate(zip(got.logits, want.logits, strict=True)):
+                assert warpdecode.rel_error(a, b) <= 1e-4, step
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    torch._dynamo.reset()

@@ -29,6 +29,11 @@
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
 #   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
 #   e2e       whole decode steps (E2E_ARGS): tokens/s, per-layer error vs float64, HF generate
+#   generate  GEN_BUDGET seconds in all (default 460): the CUDA-graph and batch-invariance GPU tests, batch
+#             invariance's cost (experiments/warp_schedule.py --version invariant), then compiled static-cache
+#             HF generate, grouped_mm against warpdecode: qwen3-30b-a3b at batch 1 4 16, olmoe-1b-7b and
+#             mixtral-8x7b at batch 1, GEN_LAYERS layers each (default 4; empty: as many as fit), the last
+#             model given what time is left
 #   notebooks execute notebooks/*.ipynb in place (carry .whl with the Jupyter wheels)
 #   crossover derive the auto crossover from results/<GPU>/speed.csv into the tuned table
 #   pack      everything written (logs, CSV, tuned table) into $OUT/run.tar.gz: one file back
@@ -44,7 +49,7 @@ run() {  # run NAME LIMIT CMD...: time-limited, logged to $OUT/NAME.log
   local name=$1 limit=$2; shift 2
   echo "=== $name (limit ${limit}s): $*"
   local t0=$SECONDS
-  timeout "$limit" "$@" > >(tee "$OUT/$name.log") 2>&1
+  timeout -k 15 "$limit" "$@" > >(tee "$OUT/$name.log") 2>&1
   local rc=$?
   echo "=== $name rc=$rc in $((SECONDS - t0))s"
 }
@@ -124,6 +129,22 @@ for stage in "$@"; do
     e2e)
       run "${E2E_NAME:-e2e}" "${TIMEOUT_E2E:-300}" python3 -m warpdecode e2e ${E2E_ARGS:-}
       cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+    generate)  # each part capped, and never past the stage's deadline; rows are written as they are measured
+      gen_end=$((SECONDS + ${GEN_BUDGET:-460}))
+      cap() { local rest=$((gen_end - SECONDS)); [ "$rest" -lt 20 ] && rest=20; echo $(( $1 < rest ? $1 : rest )); }
+      gen_layers=${GEN_LAYERS-4}
+      run gen_tests "$(cap "${TIMEOUT_GEN_TESTS:-120}")" python3 -m pytest -m gpu -v -rfEx -p no:cacheprovider \
+          tests/test_gpu.py -k "${GEN_TESTS_K:-cuda_graph or batch_invariant or runs_on_the_gpu}"
+      run invariant "$(cap "${TIMEOUT_INVARIANT:-100}")" python3 experiments/warp_schedule.py --version invariant \
+          --reps 40 ${INVARIANT_ARGS:-}
+      cp "experiments/$GPU_DIR/batch_invariance.csv" "$OUT/" 2>/dev/null
+      for spec in "qwen3-30b-a3b:1 4 16:${TIMEOUT_GEN_QWEN:-170}" "olmoe-1b-7b:1:${TIMEOUT_GEN_OLMOE:-90}" \
+                  "mixtral-8x7b:1:600"; do
+        IFS=: read -r hf_model batches limit <<< "$spec"
+        run "gen_${hf_model%%-*}" "$(cap "$limit")" python3 -m warpdecode e2e --what generate --hf-models "$hf_model" \
+            --hf-batch $batches ${gen_layers:+--hf-layers $gen_layers} ${GEN_ARGS:-}
+      done
+      cp "$GPU_DIR/hf_generate.csv" "$OUT/" 2>/dev/null ;;
     notebooks)  # needs the Jupyter wheels in .whl (carry it)
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
       run notebooks "${TIMEOUT_NB:-300}" env PYTHONPATH=/tmp/site:$PYTHONPATH python3 tools/run_notebooks.py

@@ -223,7 +223,9 @@ def cmd_e2e(args):
         _ignored(args, {"layers": f"the {CPU_PRESET!r} model runs all its layers",
                         "T": "it sets decode speed's token counts (timed)",
                         "ctx": "it sets decode speed's contexts (timed)",
-                        "hf_layers": "HF generate is timed", "root": "a CPU run writes only where --out says"})
+                        **{k: "HF generate is timed" for k in ("hf_models", "hf_layers", "hf_batch", "hf_compile",
+                                                                "hf_new_tokens", "hf_repeats")},
+                        "root": "a CPU run writes only where --out says"})
         if "errors" not in what:
             sys.exit("e2e: nothing to run without a CUDA GPU (only --what errors runs on the CPU)")
         what = ["errors"]
@@ -247,9 +249,14 @@ def cmd_e2e(args):
                      ceiling_tbps=read_ceiling(), compile=args.compile,
                      emit=lambda row: data.merge_write(out / "e2e_speed.csv", [row]))
     if "generate" in what:
-        from .bench.hf_generate import generate_speed
+        from .bench.hf_generate import MODELS, generate_speed
 
-        data.merge_write(out / "hf_generate.csv", generate_speed(layers=args.hf_layers))
+        for hf_model in args.hf_models:
+            layers = None if args.hf_layers is None else min(args.hf_layers, MODELS[hf_model][2]["num_hidden_layers"])
+            generate_speed(name=hf_model, layers=layers, batches=args.hf_batch, new_tokens=args.hf_new_tokens,
+                           repeats=args.hf_repeats, compile=args.hf_compile,
+                           emit=lambda row: data.merge_write(out / "hf_generate.csv", [row]))
+            torch.cuda.empty_cache()
     print(f"wrote {out}" if out else "nothing written (--out DIR writes e2e_errors.csv there)")
 
 
@@ -365,7 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="The minimal decoder (warpdecode.model) end to end: decode tokens/s per MoE "
                                    "method (speed), every layer's error against the same model in float64 "
                                    "(errors), and Hugging Face generate with grouped_mm against warpdecode "
-                                   f"(generate). Without a GPU: errors only, on the {CPU_PRESET!r} model, with "
+                                   "(generate: a static cache and the decode step compiled with CUDA graphs, "
+                                   "tokens/s, the expert layers' share and Amdahl's prediction). "
+                                   f"Without a GPU: errors only, on the {CPU_PRESET!r} model, with "
                                    "a progress bar.")
     e.add_argument("--model", default="qwen3-30b-a3b",
                    help=f"decoder config from warpdecode.model.MODELS (default qwen3-30b-a3b; {CPU_PRESET!r} on "
@@ -379,8 +388,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="context lengths (filled KV cache) for speed (default 512 4096; GPU only)")
     e.add_argument("--err-T", type=int, default=4, help="tokens per decode step for errors (default 4)")
     e.add_argument("--steps", type=int, default=8, help="decode steps fed to the error study (default 8)")
-    e.add_argument("--hf-layers", type=int, default=8,
-                   help="layers of the Hugging Face model for generate (default 8; GPU only)")
+    hf_models = ["qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"]
+    e.add_argument("--hf-models", nargs="+", default=hf_models[:1], choices=hf_models, metavar="MODEL",
+                   help=f"Hugging Face model configurations for generate, random weights (default qwen3-30b-a3b; "
+                        f"from {hf_models}; GPU only)")
+    e.add_argument("--hf-layers", type=int,
+                   help="layers of each model for generate, at most its own (default: as many as the GPU's free "
+                        "memory holds; GPU only)")
+    e.add_argument("--hf-batch", type=int, nargs="+", default=[1, 4, 16],
+                   help="sequences per generate call (default 1 4 16; GPU only)")
+    e.add_argument("--hf-compile", default="reduce-overhead", choices=["reduce-overhead", "none"],
+                   help="reduce-overhead: a static cache and the decode step through torch.compile with CUDA graphs "
+                        "(fullgraph), as transformers documents; none: eager with the dynamic cache (default "
+                        "reduce-overhead; GPU only)")
+    e.add_argument("--hf-new-tokens", type=int, default=64, help="tokens generated per call (default 64; GPU only)")
+    e.add_argument("--hf-repeats", type=int, default=3,
+                   help="timed generate calls after the warm-up, the median taken (default 3; GPU only)")
     e.add_argument("--compile", action="store_true",
                    help="run each layer's dense code (norms, QKV, RoPE, residual, routing) through torch.compile; "
                         "attention and the MoE layer stay as they are (falls back to eager, with a warning)")

@@ -75,7 +75,7 @@ KEYS = {
     "ceiling.csv": ("gpu",),
     "e2e_speed.csv": ("model", "layers", "T", "ctx", "method", "dense"),
     "e2e_errors.csv": ("model", "T", "steps", "method", "dense", "layer"),
-    "hf_generate.csv": ("model", "layers", "batch", "impl"),
+    "hf_generate.csv": ("model", "layers", "batch", "impl", "compile", "cache"),
     "small_reads.csv": ("bytes",),
     "warp_variants.csv": ("preset", "T", "variant"),
     "ordered_launch.csv": ("preset", "T", "kind"),
