@@ -370,13 +370,19 @@ def test_wide_gate_up_step_holds_x_in_its_dtype(built, name):
     assert report["spill_stores"] == 0 and report["stack_frame"] == 0, report
 
 
-@pytest.mark.parametrize("name", WIDE_GATE_UP)
+#: gate/up tiles whose lanes hold 64 or more columns of a step (warp_pair.gate_up_slice slices those)
+DEEP_GATE_UP = [n for n in WIDE_GATE_UP
+                if SPECS[n].constexprs["BLOCK_I"] * SPECS[n].constexprs["BLOCK_H"] >= 64 * 32 * SPECS[n].num_warps]
+
+
+@pytest.mark.parametrize("name", DEEP_GATE_UP)
 def test_wide_gate_up_sums_a_lanes_products_in_fma_chains(built, name):
     """Each lane's gate and up products of a step are summed one FMA each, not as a tree of
     multiplies and adds: Triton 3.6 chains them by itself; from 3.8 the step is loaded in slices
     that accumulate element by element (``warp_pair.gate_up_slice``). A tree costs a multiply and
     an add per product, and all of a step's products live at once (102 registers against 69 at
     Qwen3-30B-A3B's 2048-column step on Triton 3.8). Counted in the PTX, on every stack."""
+    assert DEEP_GATE_UP  # the tuned table has such tiles
     ptx = built[name].asm["ptx"]
     job = SPECS[name]
     per_lane = 2 * job.constexprs["BLOCK_I"] * job.constexprs["BLOCK_H"] // (32 * job.num_warps)  # gate and up

@@ -462,7 +462,10 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
         while block_m == 16 and block_n > 64 and m_blocks * triton.cdiv(n, block_n) < 2 * limits["sms"]:
             block_n //= 2
             block_k = min(2 * block_k, k_max, max(32, triton.next_power_of_2(k)))
-        warps = 4 if accumulators * block_m * block_n <= 8192 and elem <= 2 else 8
+        # eight warps past 8192 accumulators (FP8 activations from 8192: their scales sit beside the sums,
+        # and four warps spilled 24 B of Mixtral T = 64's gate/up tile on sm_100a and sm_120a, Triton 3.8)
+        warps = 4 if (accumulators * block_m * block_n < 8192 if fp8 else
+                      accumulators * block_m * block_n <= 8192) and elem <= 2 else 8
         while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))

@@ -92,7 +92,9 @@ def gate_up_slice(cfg: dict) -> int:
     if "SUB_H" in cfg:
         return cfg["SUB_H"]
     rows, cols, warps = cfg["BLOCK_I"], cfg["BLOCK_H"], cfg["num_warps"]
-    if not TREE_SUMS:
+    # slices only where a lane holds 64 or more of a step's columns (Qwen3-30B-A3B's 2048 on one warp):
+    # at 32 (1024 columns) the tree takes 64 registers and the slices 72, fewer programs per SM
+    if not TREE_SUMS or rows * cols < 64 * 32 * warps:
         return cols
     warps_per_row = max(1, min(warps // rows, cols // 256)) if warps > rows else 1
     return min(cols, 256 * warps_per_row)
