@@ -268,14 +268,20 @@ def quantize(w: torch.Tensor, format: str = "block128", *, gate_up: bool = False
     if not bool(torch.isfinite(w).all()):
         raise ValueError(f"{name} holds non-finite values: no FP8 scale represents them")
     fn = _quantize_block128 if format == "block128" else _quantize_mxfp8
-    if gate_up:  # gate and up rows quantized as the separate projections they are in a checkpoint
-        if w.shape[1] % 2:
-            raise ValueError(f"{name} must have an even number of rows (2I), got {tuple(w.shape)}")
-        (qg, sg), (qu, su) = (fn(half) for half in w.chunk(2, dim=1))
-        q, s = torch.cat([qg, qu], dim=1), torch.cat([sg, su], dim=1)
-    else:
-        q, s = fn(w)
-    return CLASSES[format](q, s.contiguous(), dtype=w.dtype, gate_up=gate_up, name=name)
+    if gate_up and w.shape[1] % 2:
+        raise ValueError(f"{name} must have an even number of rows (2I), got {tuple(w.shape)}")
+    cls = CLASSES[format]
+    q = torch.empty(w.shape, dtype=FP8, device=w.device)
+    s = torch.empty(cls.scale_shape_for(w.shape, gate_up),
+                    dtype=torch.float32 if format == "block128" else torch.uint8, device=w.device)
+    for e in range(w.shape[0]):  # one expert at a time: the FP32 working copy stays one expert's size
+        if gate_up:  # gate and up rows quantized as the separate projections they are in a checkpoint
+            (qg, sg), (qu, su) = (fn(half) for half in w[e:e + 1].chunk(2, dim=1))
+            q[e], s[e] = torch.cat([qg, qu], dim=1)[0], torch.cat([sg, su], dim=1)[0]
+        else:
+            (qe, se) = fn(w[e:e + 1])
+            q[e], s[e] = qe[0], se[0]
+    return cls(q, s, dtype=w.dtype, gate_up=gate_up, name=name)
 
 
 def quantize_experts(w13: torch.Tensor, w2: torch.Tensor, format: str = "block128") -> tuple[FP8Weights, FP8Weights]:
