@@ -275,25 +275,25 @@ def _gate_up_rows(
     for k0 in range(0, H, BLOCK_K):
         mask_k = (k0 + offs_k) < H
         a = tl.load(a_ptrs + k0, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        a_s = tl.full([ROWS], 1.0, tl.float32)  # FP8 weights: the rows' scales, applied to the product
+        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile
+            if W_FP8:
+                a_s = tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)
+            else:  # dequantized here, exact in bf16
+                a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)[:, None]
+        a = a.to(dot_dtype)
         if SWAP_AB:
             wmask = mask_n[:, None] & mask_k[None, :]
         else:
             wmask = mask_k[:, None] & mask_n[None, :]
         wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
         wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-        if W_FP8:  # BLOCK_K divides W_GROUP_K (and 128): one scale per weight row and per row of a
-            a_s = tl.full([ROWS], 1.0, tl.float32)
-            if A_FP8:
-                a_s = tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)
-            a = a.to(dot_dtype)
+        if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
             sg = _w_scales(gs_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
             su = _w_scales(us_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
             acc_g = _scaled_mma(a, wg, acc_g, a_s, sg, PRECISION, SWAP_AB)
             acc_u = _scaled_mma(a, wu, acc_u, a_s, su, PRECISION, SWAP_AB)
         else:
-            if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
-                a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)[:, None]
-            a = a.to(dot_dtype)
             acc_g = _mma(a, wg, acc_g, PRECISION, SWAP_AB)
             acc_u = _mma(a, wu, acc_u, PRECISION, SWAP_AB)
 
@@ -415,20 +415,22 @@ def _down_rows(
     for k0 in range(0, I, BLOCK_K):
         mask_k = (k0 + offs_k) < I
         a = tl.load(a_ptrs + k0, mask=valid[:, None] & mask_k[None, :], other=0.0)
+        a_s = tl.full([ROWS], 1.0, tl.float32)  # FP8 weights: the rows' scales, applied to the product
+        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile
+            if W_FP8:
+                a_s = tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)
+            else:  # dequantized here, exact in bf16
+                a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
+        a = a.to(dot_dtype)
         if SWAP_AB:
             w = tl.load(w_ptrs + k0, mask=mask_n[:, None] & mask_k[None, :], other=0.0).to(dot_dtype)
         else:
             w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
-        if W_FP8:  # BLOCK_K divides W_GROUP_K (and 128): one scale per weight row and per row of a
-            a_s = tl.full([ROWS], 1.0, tl.float32)
-            if A_FP8:
-                a_s = tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)
+        if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
             w_s = _w_scales(ws_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
-            acc = _scaled_mma(a.to(dot_dtype), w, acc, a_s, w_s, PRECISION, SWAP_AB)
+            acc = _scaled_mma(a, w, acc, a_s, w_s, PRECISION, SWAP_AB)
         else:
-            if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
-                a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
-            acc = _mma(a.to(dot_dtype), w, acc, PRECISION, SWAP_AB)
+            acc = _mma(a, w, acc, PRECISION, SWAP_AB)
     if SWAP_AB:  # back to (rows, hidden outputs) for the epilogue
         acc = tl.trans(acc)
 
