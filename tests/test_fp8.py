@@ -312,3 +312,46 @@ def test_fp8_default_configs_take_whole_scale_groups():
            "down": {"BLOCK_H": 4, "BLOCK_I": 32, "num_warps": 4, "num_stages": 1}}
     with pytest.raises(ValueError, match="gate_up BLOCK_H=16 must be a multiple of the mxfp8 scale group"):
         warp.moe_warp(*inputs, config=bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# the GPU benchmark's code, driven on the CPU (its timings replaced: the interpreter times nothing)
+
+
+def test_fp8_benchmark_code_paths_and_figures(monkeypatch, tmp_path):
+    """warpdecode.bench.fp8 (what ``tools/gpu.sh fp8`` runs on the H200) on the tiny preset: every
+    phase writes its rows, every row's output is checked against float64, and the bar's figures
+    are computed from the CSVs alone. The timings are stand-ins (one eager call, 1 µs)."""
+    from warpdecode.bench import fp8 as bench
+    from warpdecode.bench.timing import Timing
+
+    def eager(fn, args, reps):
+        return Timing(1.0, 1.0, 1.0, 1), [fn(*a) for a in args][0]
+
+    monkeypatch.setattr(bench, "DEVICE", "cpu")
+    monkeypatch.setattr(bench, "_time", eager)
+    monkeypatch.setattr(bench, "read_ceiling", lambda gb: 4.5)
+    monkeypatch.setattr(bench, "l2_bytes", lambda: 10**5)
+    monkeypatch.setattr(bench, "meta", lambda: {"gpu": "cpu"})
+    monkeypatch.setattr(bench, "SPEED_T", (1, 3))
+    monkeypatch.setattr(bench, "WARP_T", (1,))
+    monkeypatch.setattr(bench, "LESSON_T", (1,))
+    monkeypatch.setattr(bench, "copies", lambda shape, per_expert: 1)
+    # one candidate, the interpreter's tiles (the GPU's one-neuron programs take the interpreter seconds)
+    monkeypatch.setattr(bench, "CANDIDATES", [wd.configs.warp_config(160, 88, 7, 3, 1, weights="block128")])
+    speed_csv, acc_csv = tmp_path / "fp8_speed.csv", tmp_path / "fp8_accuracy.csv"
+    for phase in bench.PHASES:
+        bench.speed(["tiny"], phase, csv_path=speed_csv)
+    bench.accuracy(["tiny"], Ts=(1,), csv_path=acc_csv)
+    speed_rows, acc_rows = bench._read(speed_csv), bench._read(acc_csv)
+    assert {(r["method"], r["weights"]) for r in speed_rows} >= {
+        ("warp", "bf16"), ("warp", "block128"), ("warp", "mxfp8"), ("warp_tiles", "block128"),
+        ("expert", "block128"), ("auto", "block128"), ("expert_w8a8", "block128"), ("expert", "mxfp8")}
+    assert all(r["checked"] == "True" for r in speed_rows), [r for r in speed_rows if r["checked"] != "True"]
+    assert {r["method"] for r in acc_rows} == {"warp", "expert", "expert_w8a8"}
+    warp = [float(r["error_over_floor"]) for r in acc_rows if r["method"] == "warp" and r["weights"] != "bf16"]
+    assert max(warp) <= TOLERANCE[torch.bfloat16]["warp"]
+    lines = bench.figures(speed_rows, acc_rows)
+    assert any(line.startswith("tiny block128: bf16 / FP8 warp decode") for line in lines), lines
+    assert any("auto (block128) / faster path" in line for line in lines), lines
+    assert any(line.startswith("error/floor warp (mxfp8)") for line in lines), lines
