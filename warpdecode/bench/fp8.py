@@ -249,15 +249,16 @@ def accuracy(presets, *, Ts=(1, 8, 64), csv_path: Path, formats=quant.FORMATS, d
                 ref16 = reference_moe(x, w13, w2, tw, ti)
                 floor16 = rounding_floor(ref16, torch.bfloat16)
                 err = rel_error(moe_warp(x, w13, w2, tw, ti32), ref16)
-                part.append(_acc_row(shape, T, "bf16", "warp", err, floor16, math.nan, info))
+                part.append(_acc_row(shape, T, "bf16", "warp", err, floor16, math.nan, info, vs_bf16=err))
                 for f in formats:
                     q13, q2 = quant.quantize_experts(w13, w2, f)
                     ref = reference_moe(x, q13, q2, tw, ti)
                     floor = rounding_floor(ref, torch.bfloat16)
                     qcost = rel_error(ref, ref16)
                     for m, fn in methods.items():
-                        part.append(_acc_row(shape, T, f, m, rel_error(fn(x, q13, q2, tw, ti32), ref), floor, qcost,
-                                             info))
+                        y = fn(x, q13, q2, tw, ti32)
+                        part.append(_acc_row(shape, T, f, m, rel_error(y, ref), floor, qcost, info,
+                                             vs_bf16=rel_error(y, ref16)))
                     del q13, q2
         except Exception as e:
             print(f"ERROR accuracy {name}: {e!r}")
@@ -270,10 +271,12 @@ def accuracy(presets, *, Ts=(1, 8, 64), csv_path: Path, formats=quant.FORMATS, d
     return rows
 
 
-def _acc_row(shape, T, weights, method, err, floor, qcost, info):
+def _acc_row(shape, T, weights, method, err, floor, qcost, info, *, vs_bf16):
+    """error: against float64 of the layer's own (dequantized) weights; error_vs_bf16: against
+    float64 of the bf16 weights it was quantized from (the weights' quantization included)."""
     return {"preset": shape.name, "T": T, "weights": weights, "method": method, "error": err, "floor": floor,
             "error_over_floor": err / floor, "quant_error": qcost,
-            "quant_error_over_floor": qcost / floor if qcost == qcost else math.nan, **info}
+            "quant_error_over_floor": qcost / floor if qcost == qcost else math.nan, "error_vs_bf16": vs_bf16, **info}
 
 
 def _write(path: Path, rows: list[dict]) -> None:
@@ -345,6 +348,12 @@ def figures(speed_rows: list[dict], accuracy_rows: list[dict]) -> list[str]:
         if q:
             out.append(f"quantization's own cost ({f}, the FP8 layer against the bf16 one): median "
                        f"{statistics.median(q):.1f}x the bf16 floor")
+        vs = {(r["preset"], r["T"], r["method"]): float(r["error_vs_bf16"]) for r in a if r["weights"] == f}
+        ratio = [vs[(p, t, "expert_w8a8")] / vs[(p, t, "warp")] for p, t, m in vs if m == "warp"
+                 and (p, t, "expert_w8a8") in vs]
+        if ratio:
+            out.append(f"against the bf16 layer ({f}, quantization included): w8a8 / warp decode error, median "
+                       f"{statistics.median(ratio):.2f}x, range {min(ratio):.2f}-{max(ratio):.2f}x")
     return out
 
 
