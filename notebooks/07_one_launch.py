@@ -280,3 +280,4 @@ print(f"- designs faster than the pair in their own runs by more than 1 %: {len(
 #
 # Back to the ladder: [04_warp_decode](04_warp_decode.ipynb) teaches the pair and the grouped schedule
 # this rung measures against.
+# Next: [08_fp8_weights](08_fp8_weights.ipynb) runs the same pair on FP8 weights, half the bytes.

@@ -27,14 +27,16 @@ import torch
 
 from warpdecode import MoEShape, _runtime, compiled
 from warpdecode.kernels import expert as kx
+from warpdecode.kernels import warp_fp8 as k8
 from warpdecode.kernels import warp_grouped as kg
 from warpdecode.kernels import warp_pair as kp
 from warpdecode.kernels import warp_persistent as kf
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-KERNEL_MODULES = (kx, kp, kg, kf)
+KERNEL_MODULES = (kx, kp, kg, kf, k8)
 ARCHS = (80, 100, 120)
 FP8_ARCHS = {a for a in ARCHS if a >= 89}
+FP8_WEIGHT_ARCHS = {100}  # FP8 weights (warpdecode.quant): datacenter Blackwell here, Hopper in test_compile_sm90.py
 NO_TABLE = "no tuned table"
 
 ODD = dict(H=2880, I=1408, E=61, K=4)  # H/32 and I/32 not whole, prime E
@@ -71,6 +73,15 @@ def scenarios(arch: int) -> list[tuple]:
         out.append(("qwen3-30b-T=8-expert-fp8-eight-kernels", "expert", QWEN, 8, BF16,
                     dict(act_format="fp8", fuse_gather_scatter=False)))
     out.append(("qwen3-30b-T=256-expert-no-pdl", "expert", QWEN, 256, BF16, dict(pdl=False)))
+    if arch in FP8_WEIGHT_ARCHS:  # FP8 weights (warpdecode.quant), both formats, at their default tiles
+        for fmt in ("block128", "mxfp8"):
+            for sname, T in (("qwen3-30b", 1), ("odd", 3), ("mixtral", 1)):
+                out.append((f"{sname}-T={T}-warp-fp8-{fmt}", "warp", SHAPES[sname], T, BF16, dict(weights=fmt)))
+        # the expert path's FP8-weight GEMMs: weight-only and w8a8, decode and the largest default tiles
+        for sname, T, fmt, act in (("qwen3-30b", 1, "block128", "native"), ("odd", 64, "mxfp8", "fp8"),
+                                   ("mixtral", 256, "block128", "fp8"), ("mixtral", 256, "mxfp8", "native")):
+            out.append((f"{sname}-T={T}-expert-fp8-weights-{fmt}-{act}", "expert", SHAPES[sname], T, BF16,
+                        dict(weights=fmt, act_format=act)))
     return out
 
 
@@ -94,8 +105,9 @@ def _specs() -> tuple[dict, dict]:
 
 SPECS, LAUNCHED_BY = _specs()  # recorded at collection (no compile here)
 IDS = {key: key[1] for key in SPECS}
-PAIR_BF16 = [k for k, j in SPECS.items() if j.name in ("warp_gate_up_kernel", "warp_down_kernel", "warp_fused_kernel")
-             and BF16 in j.args.values()]
+PAIR_BF16 = [k for k, j in SPECS.items() if j.name in ("warp_gate_up_kernel", "warp_down_kernel", "warp_fused_kernel",
+                                                       "warp_gate_up_fp8_kernel", "warp_down_fp8_kernel")
+             and BF16 in j.args.values()]  # bf16 activations: bf16 or e4m3 weights
 GEMM = [k for k, j in SPECS.items() if j.name.startswith("grouped_")]
 GROUPED = [k for k, j in SPECS.items() if "_grouped_" in j.name]
 
@@ -121,16 +133,20 @@ def built():
 
 def test_every_kernel_is_compiled_for_every_architecture():
     """A kernel added to warpdecode/kernels/ but never launched by a scenario fails here; sm_80
-    launches no FP8 quantizer (no FP8 tensor cores)."""
+    launches no FP8 quantizer (no FP8 tensor cores); the FP8-weight pair is compiled for sm_100a."""
     defined = {n for mod in KERNEL_MODULES for n in dir(mod) if n.endswith("_kernel")}
+    fp8_weights = {n for n in dir(k8) if n.endswith("_kernel")}
     for arch in ARCHS:
         names = {j.name for (a, _), j in SPECS.items() if a == arch}
-        assert names == (defined if arch in FP8_ARCHS else defined - {"quant_fp8_kernel"}), arch
+        want = defined if arch in FP8_ARCHS else defined - {"quant_fp8_kernel"}
+        assert names == (want if arch in FP8_WEIGHT_ARCHS else want - fp8_weights), arch
 
 
 def test_fp8_is_refused_without_fp8_tensor_cores():
     with pytest.raises(ValueError, match="FP8 tensor cores"):
         compiled.record_launches("expert", MoEShape("q", **QWEN), 8, gpu_name=NO_TABLE, arch=80, act_format="fp8")
+    with pytest.raises(ValueError, match="FP8 tensor cores"):
+        compiled.record_launches("warp", MoEShape("q", **QWEN), 1, gpu_name=NO_TABLE, arch=80, weights="block128")
 
 
 def test_scenarios_reach_the_default_tiles_they_name():
@@ -189,7 +205,8 @@ def test_no_programmatic_dependent_launch_on_ampere(built, key):
 
 @pytest.mark.parametrize("key", PAIR_BF16, ids=IDS.get)
 def test_warp_kernel_streams_weights_in_128_bit_loads(built, key):
-    """The weight streams (the loads marked evict_first): 8 bf16 per lane, 16 bytes, on every GPU."""
+    """The weight streams (the loads marked evict_first): 16 bytes per lane (8 bf16, or 16 e4m3 with
+    FP8 weights), on every GPU."""
     loads = [ln.strip() for ln in built(key).asm["ptx"].splitlines() if "ld.global" in ln and "evict_first" in ln]
     assert loads, "no evict_first weight load found in the PTX"
     widths = {int(m.group(1) or 1) * int(m.group(2))

@@ -25,12 +25,13 @@ import torch
 
 from warpdecode import MoEShape, _runtime, compiled, configs
 from warpdecode.kernels import expert as kx
+from warpdecode.kernels import warp_fp8 as k8
 from warpdecode.kernels import warp_grouped as kg
 from warpdecode.kernels import warp_pair as kp
 from warpdecode.kernels import warp_persistent as kf
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-KERNEL_MODULES = (kx, kp, kg, kf)
+KERNEL_MODULES = (kx, kp, kg, kf, k8)
 
 # (scenario id, path, layer shape, T, dtype, options, GPU whose tuned table configs.py reads)
 # The ids name the shape and what the scenario exercises. "no tuned table" gives configs.py's
@@ -99,6 +100,25 @@ SCENARIOS = [
     ("odd-T=256-expert-defaults-fp32", "expert", ODD, 256, FP32, {}, DEFAULTS),
     # the expert stage tests' layer (tests/test_expert_stages.py): HALF_M FP32 tiles at 12 pairs per expert
     ("stage-T=12-expert-defaults-fp32", "expert", dict(H=300, I=88, E=3, K=3), 12, FP32, {}, DEFAULTS),
+    # FP8 weights (warpdecode.quant), both formats: warp decode's FP8 pair (kernels/warp_fp8.py) at its
+    # default tiles (two-warp down tiles where K <= 4 and I >= 2048)
+    ("qwen3-30b-T=1-warp-fp8-block128", "warp", QWEN, 1, BF16, dict(weights="block128"), DEFAULTS),
+    ("qwen3-30b-T=8-warp-fp8-mxfp8", "warp", QWEN, 8, BF16, dict(weights="mxfp8"), DEFAULTS),
+    ("odd-T=3-warp-fp8-block128", "warp", ODD, 3, BF16, dict(weights="block128"), DEFAULTS),
+    ("odd-T=1-warp-fp8-mxfp8", "warp", ODD, 1, BF16, dict(weights="mxfp8"), DEFAULTS),
+    ("mixtral-T=1-warp-fp8-block128", "warp", MIXTRAL, 1, BF16, dict(weights="block128"), DEFAULTS),
+    ("mixtral-T=1-warp-fp8-mxfp8", "warp", MIXTRAL, 1, BF16, dict(weights="mxfp8"), DEFAULTS),
+    # FP8 weights on the expert path: weight-only (bf16 activations, the e4m3 tiles widened) and w8a8
+    # (e4m3 on both sides), decode tiles (SWAP_AB) and the largest default tiles
+    ("qwen3-30b-T=8-expert-fp8w-block128", "expert", QWEN, 8, BF16, dict(weights="block128"), DEFAULTS),
+    ("qwen3-30b-T=8-expert-w8a8-block128", "expert", QWEN, 8, BF16, dict(weights="block128", act_format="fp8"),
+     DEFAULTS),
+    ("odd-T=64-expert-fp8w-mxfp8", "expert", ODD, 64, BF16, dict(weights="mxfp8"), DEFAULTS),
+    ("odd-T=3-expert-w8a8-mxfp8", "expert", ODD, 3, BF16, dict(weights="mxfp8", act_format="fp8"), DEFAULTS),
+    ("mixtral-T=256-expert-fp8w-block128-defaults", "expert", MIXTRAL, 256, BF16, dict(weights="block128"),
+     DEFAULTS),
+    ("mixtral-T=256-expert-w8a8-mxfp8-defaults", "expert", MIXTRAL, 256, BF16,
+     dict(weights="mxfp8", act_format="fp8"), DEFAULTS),
 ]
 
 
@@ -140,7 +160,8 @@ SPECS, OPTIONS = _all_specs()  # id -> Job and its scenario's options, recorded 
 WARP = [n for n, j in SPECS.items() if j.name.startswith("warp_")]
 GROUPED = [n for n in WARP if "_grouped_" in SPECS[n].name]  # tensor-core tiles, not one warp per output
 PAIR = [n for n in WARP if n not in GROUPED]
-PAIR_BF16 = [n for n in PAIR if BF16 in SPECS[n].args.values()]  # the layout rule is for 16-byte = 8-bf16 loads
+PAIR_BF16 = [n for n in PAIR if BF16 in SPECS[n].args.values()  # the layout rule, for bf16 and e4m3 weights
+             and SPECS[n].args.get("w13_ptr", SPECS[n].args.get("w2_ptr")) in (BF16, torch.float8_e4m3fn)]
 GEMM = [n for n, j in SPECS.items() if j.name.startswith("grouped_")]
 
 
@@ -254,8 +275,8 @@ def test_weight_load_layouts_reads_both_ttgir_spellings(line):
 
 @pytest.mark.parametrize("name", PAIR)
 def test_warp_kernel_streams_weights_in_128_bit_loads(built, name):
-    """The weight streams are the loads marked evict_first (tl.load's eviction_policy): 8 bf16 per
-    lane, 16 bytes."""
+    """The weight streams are the loads marked evict_first (tl.load's eviction_policy): 16 bytes per
+    lane (8 bf16, or 16 e4m3 with FP8 weights)."""
     loads = [ln.strip() for ln in built[name].asm["ptx"].splitlines() if "ld.global" in ln and "evict_first" in ln]
     assert loads, "no evict_first weight load found in the PTX"
     assert {_bits(line) for line in loads} == {128}, loads[:4]
@@ -281,10 +302,14 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
     ``PER_SLOT`` form is K 2-D [rows, columns] tiles."""
     job = SPECS[name]
     c = job.constexprs
-    down_rank = 2 if c.get("PER_SLOT") else 3
+    down_rank = 2 if c.get("PER_SLOT") or job.name.endswith("_fp8_kernel") else 3
+    # 16 bytes per lane: 8 bf16, or 16 e4m3 (FP8 weights, kernels/warp_fp8.py: its tiles are K 2-D ones)
+    per_lane = 16 if job.args.get("w13_ptr", job.args.get("w2_ptr")) == torch.float8_e4m3fn else 8
     # the weight tiles by rank: gate/up [rows, columns of H], down [rows, (K,) columns of I]
     tiles = {"warp_gate_up_kernel": {2: [(c.get("BLOCK_I"), c.get("BLOCK_H"))]},
+             "warp_gate_up_fp8_kernel": {2: [(c.get("BLOCK_I"), c.get("BLOCK_H"))]},
              "warp_down_kernel": {down_rank: [(c.get("BLOCK_H"), c.get("BLOCK_I"))]},
+             "warp_down_fp8_kernel": {2: [(c.get("BLOCK_H"), c.get("BLOCK_I"))]},
              "warp_fused_kernel": {2: [(c.get("GU_BLOCK_I"), c.get("GU_BLOCK_H"))]}}[job.name]
     if job.name == "warp_fused_kernel":
         tiles.setdefault(down_rank, []).append((c.get("DN_BLOCK_H"), c.get("DN_BLOCK_I")))
@@ -297,11 +322,11 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
         fields = {k: [int(v) for v in vs.split(",")] for k, vs in re.findall(r"(\w+) = \[([\d, ]+)\]", layouts[layout])}
         rank = len(fields["warpsPerCTA"])
         assert rank in tiles, (layout, layouts[layout], tiles)
-        assert fields["threadsPerWarp"][-1] == 32 and fields["sizePerThread"][-1] == 8, (layout, layouts[layout])
+        assert fields["threadsPerWarp"][-1] == 32 and fields["sizePerThread"][-1] == per_lane, (layout, layouts[layout])
         assert all(t == 1 for t in fields["threadsPerWarp"][:-1]), (layout, layouts[layout])
         matches = []
         for rows, columns in tiles[rank]:
-            warps_on_a_row = min(job.num_warps, max(1, columns // 256))
+            warps_on_a_row = min(job.num_warps, max(1, columns // (32 * per_lane)))
             want = [min(rows, job.num_warps // warps_on_a_row)] + [1] * (rank - 2) + [warps_on_a_row]
             if fields["warpsPerCTA"] == want:  # K (the 3-D tile's middle axis): no warp
                 matches.append((rank, rows, columns))
@@ -312,11 +337,13 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
 
 @pytest.mark.parametrize("name", GEMM)
 def test_grouped_gemm_precision(built, name):
-    """bf16 and FP8 activations (dequantised to bf16) on tensor cores; fp32 inputs on full-precision
-    FMAs, not tf32."""
-    ptx = built[name].asm["ptx"]
-    if SPECS[name].constexprs["PRECISION"] == "ieee":
+    """bf16 and FP8 activations (dequantised to bf16) on tensor cores, FP8 weights with bf16
+    activations widened to bf16, w8a8 on e4m3 tensor cores; fp32 inputs on full-precision FMAs, not tf32."""
+    ptx, c = built[name].asm["ptx"], SPECS[name].constexprs
+    if c["PRECISION"] == "ieee":
         assert not re.search(r"\b(?:wgmma|mma)\b|\.tf32", ptx)
+    elif c.get("W_FP8") and c["A_FP8"]:  # w8a8: e4m3 operands (mma.sync takes them widened to f16, exactly)
+        assert re.search(r"\b(?:wgmma\.mma_async\S*\.e4m3|mma\.sync\S*\.f16)", ptx)
     else:
         assert re.search(r"\b(?:wgmma\.mma_async|mma\.sync)\S*\.bf16", ptx)
 

@@ -5,6 +5,7 @@ from . import _runtime  # noqa: F401  first: decides CPU interpreter vs GPU befo
 from ._runtime import DEFAULT_DEVICE, HAS_GPU, INTERPRET, gpu_name
 from .api import METHODS, crossover, moe, pick_method
 from .presets import MODEL_PRESETS, PRESETS, MoEShape, get_preset
+from .quant import experts_from_checkpoint, quantize_experts
 from .reference import reference_moe, rel_error, rounding_floor
 from .routing import route
 
@@ -25,6 +26,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_DEVICE", "HAS_GPU", "INTERPRET", "METHODS", "MODEL_PRESETS", "PRESETS", "MoEShape",
-    "crossover", "get_preset", "gpu_name", "moe", "pick_method", "reference_moe", "rel_error",
-    "rounding_floor", "route", "tune",
+    "crossover", "experts_from_checkpoint", "get_preset", "gpu_name", "moe", "pick_method", "quantize_experts",
+    "reference_moe", "rel_error", "rounding_floor", "route", "tune",
 ]

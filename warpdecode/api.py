@@ -13,6 +13,7 @@ from .checks import Dims, check_moe_inputs, check_views
 from .configs import expected_distinct, load_tuned, shape_key
 from .expert import moe_expert
 from .loop import moe_loop
+from .quant import is_fp8
 from .warp import SCHEDULES, moe_warp
 
 METHODS = ("loop", "expert", "warp", "auto")
@@ -33,11 +34,13 @@ EXPERT_READ_FRACTION = 0.91  # the expert path's GEMMs stream weights at this fr
 #                              launches and activations (0.85-1.03)
 
 
-def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2) -> tuple[float, float]:  # noqa: E741
+def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E741
+             w_elem: int | None = None) -> tuple[float, float]:
     """(warp decode, expert path) modelled µs for T tokens, where nothing is measured.
 
     Both read each distinct expert the T tokens touch from HBM once, E·(1 − (1 − K/E)^T) of them
-    (:func:`warpdecode.configs.expected_distinct`), 3·I·H·elem bytes each. Warp decode's pair reads
+    (:func:`warpdecode.configs.expected_distinct`), 3·I·H·w_elem bytes each (``w_elem``: bytes per
+    weight, 1 for FP8 weights; default ``elem``, the activations' bytes per element). Warp decode's pair reads
     an expert's rows once per (token, slot): the T·K − distinct reads past the first run at
     ``L2_REREAD_TBPS``, a rate between HBM's and L2's (some of them hit L2, the pair's times show:
     at T = 4 it moves T·K experts' bytes faster than the read ceiling). The expert path reads each
@@ -47,7 +50,7 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2) -> tuple[flo
     (one read per expert for up to 16 tokens, which the defaults take once tokens share experts:
     :func:`warpdecode.configs.shares_experts`) is not modelled: the pair's time is an upper bound
     on warp decode's there, so the modelled crossover errs early, towards the expert path."""
-    expert_bytes = 3 * I * H * elem
+    expert_bytes = 3 * I * H * (w_elem or elem)
     distinct = expected_distinct(E, K, T)
     hbm_us = distinct * expert_bytes / (READ_TBPS * 1e6)
     warp = WARP_LAUNCHES * LAUNCH_US + hbm_us + (T * K - distinct) * expert_bytes / (L2_REREAD_TBPS * 1e6)
@@ -57,35 +60,46 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2) -> tuple[flo
 
 
 @functools.cache
-def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2) -> int:  # noqa: E741
+def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2, w_elem: int | None = None) -> int:  # noqa: E741
     """The largest T on :data:`T_GRID` up to which :func:`model_us` has warp decode no slower than
     the expert path at every T of the grid (the rule the measured crossover follows); 0 if none."""
     best = 0
     for T in T_GRID:
-        warp, expert = model_us(H, I, E, K, T, elem)
+        warp, expert = model_us(H, I, E, K, T, elem, w_elem)
         if warp > expert:
             break
         best = T
     return best
 
 
-def crossover(H: int, I: int, E: int, K: int, elem: int = 2) -> int:  # noqa: E741
+def crossover(H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None = None) -> int:  # noqa: E741
     """The largest T for which ``auto`` picks ``warp``: measured on this GPU where a table has the
     shape (``warpdecode/tuned/<GPU>.json``, written by ``python -m warpdecode report``, or the
-    user's cache, written by ``python -m warpdecode tune --shape``), else :func:`model_crossover`."""
-    measured = load_tuned().get("crossover", {}).get(shape_key(H, I, E, K))
-    return int(measured) if measured is not None else model_crossover(H, I, E, K, elem)
+    user's cache, written by ``python -m warpdecode tune --shape``), else :func:`model_crossover`.
+    ``weights``: None for weights in the activations' dtype, or an FP8 format ("block128",
+    "mxfp8"), whose crossover is the table's ``crossover_<format>`` entry, else the model's with
+    1-byte weights."""
+    family = "crossover" if weights is None else f"crossover_{weights}"
+    measured = load_tuned().get(family, {}).get(shape_key(H, I, E, K))
+    if measured is not None:
+        return int(measured)
+    return model_crossover(H, I, E, K, elem, None if weights is None else 1)
 
 
-def pick_method(T: int, H: int, I: int, E: int, K: int, elem: int = 2) -> str:  # noqa: E741
-    return "warp" if T <= crossover(H, I, E, K, elem) else "expert"
+def pick_method(T: int, H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None = None) -> str:  # noqa: E741
+    return "warp" if T <= crossover(H, I, E, K, elem, weights) else "expert"
+
+
+def weight_format(w) -> str | None:
+    """None for a plain weight tensor, else the FP8 format of ``warpdecode.quant`` weights."""
+    return w.FORMAT if is_fp8(w) else None
 
 
 def run_auto(x, w13, w2, topk_weights, topk_ids):
     """``method="auto"`` on inputs already validated and contiguous (ids int32): warp decode up
     to the crossover, the expert-centric path above it. No checks, no host sync."""
     E, two_i, H = w13.shape
-    m = pick_method(x.shape[0], H, two_i // 2, E, topk_ids.shape[1], x.element_size())
+    m = pick_method(x.shape[0], H, two_i // 2, E, topk_ids.shape[1], x.element_size(), weight_format(w13))
     return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
 
 
@@ -93,15 +107,17 @@ def run_auto(x, w13, w2, topk_weights, topk_ids):
 FP8_CAPABILITY = (8, 9)
 
 
-def check_fp8_device(device: torch.device) -> None:
-    """``act_format="fp8"`` needs FP8 tensor cores: on an older GPU (Ampere, sm_80) Triton cannot
-    compile the e4m3 product, so say so before any launch. The interpreter emulates it anywhere."""
+def check_fp8_device(device: torch.device, what: str = "act_format='fp8'",
+                     instead: str = "use act_format='native'") -> None:
+    """``act_format="fp8"`` (and FP8 weights, whose e4m3 conversions Triton compiles from sm_89 on)
+    needs FP8 hardware: on an older GPU (Ampere, sm_80) Triton cannot compile the e4m3 product, so
+    say so before any launch. The interpreter emulates it anywhere."""
     if device.type == "cuda":
         cap = torch.cuda.get_device_capability(device)
         if tuple(cap) < FP8_CAPABILITY:
-            raise ValueError(f"act_format='fp8' needs a GPU with FP8 tensor cores (compute capability "
+            raise ValueError(f"{what} needs a GPU with FP8 tensor cores (compute capability "
                              f"{FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or newer); {torch.cuda.get_device_name(device)} "
-                             f"is {cap[0]}.{cap[1]}: use act_format='native'")
+                             f"is {cap[0]}.{cap[1]}: {instead}")
 
 
 def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=None, act_format: str = "native",
@@ -109,8 +125,17 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     """y (T, H) = Σ_j topk_weights[:, j] · W2[e] (silu(Wg[e] x) ⊙ Wu[e] x), e = topk_ids[:, j].
 
     x (T, H) bf16/fp16/fp32; w13 (E, 2I, H) gate rows then up rows; w2 (E, H, I), both in x's
-    dtype and contiguous; topk_weights (T, K) float32; topk_ids (T, K) int32 or int64 in [0, E).
-    Returns y in x's dtype.
+    dtype and contiguous, or both FP8 weights for x's dtype (``warpdecode.quantize_experts``,
+    ``warpdecode.experts_from_checkpoint``: e4m3 with 128×128 block or MXFP8 scales); topk_weights
+    (T, K) float32; topk_ids (T, K) int32 or int64 in [0, E). Returns y in x's dtype.
+
+    FP8 weights: ``warp`` dequantizes them in registers (bf16 activations as they are, FP32 sums,
+    the FP32 intermediate), on the two-kernel pair (``schedule`` None or ``"split"``: the grouped
+    and persistent schedules read 16-bit weights only); ``expert`` runs FP8-weight GEMMs on bf16
+    activations, or with ``act_format="fp8"`` the w8a8 form (activations quantized per token in
+    groups of 128, FP8 tensor cores); ``loop`` dequantizes them first; ``auto`` weighs warp decode
+    against the weight-only expert path with 1-byte weights. Needs compute capability 8.9 or newer
+    on a GPU; not traced by ``torch.compile``.
 
     method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages),
     ``"warp"`` (two-kernel warp decode), or ``"auto"`` (warp up to :func:`crossover`: measured
@@ -161,14 +186,22 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         raise ValueError(f"batch_invariant=True runs warp decode's pair (method 'auto' or 'warp', schedule None or "
                          f"'split'), got method={method!r}, schedule={schedule!r}, act_format={act_format!r}")
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
+    fp8_weights = is_fp8(w13)
+    if fp8_weights and schedule in ("fused", "grouped"):
+        raise ValueError(f"schedule={schedule!r} reads 16-bit weights only; with FP8 weights warp decode runs the "
+                         "two-kernel pair: leave schedule=None or pass 'split'")
     if act_format == "fp8":
         check_fp8_device(x.device)
+    if fp8_weights and method != "loop":
+        check_fp8_device(x.device, "FP8 weights", "dequantize them (.dequantize()) or use method='loop'")
     if method != "loop" and torch.is_grad_enabled() and any(
-            t.requires_grad for t in (x, w13, w2, topk_weights)):
+            getattr(t, "requires_grad", False) for t in (x, w13, w2, topk_weights)):
         raise RuntimeError(
             f"warpdecode.moe(method={method!r}) computes no gradients and an input requires one: run it under "
             "torch.no_grad() / torch.inference_mode() (decode), or use method='loop' (autograd through eager "
             "torch ops) where gradients are needed")
+    if torch.compiler.is_compiling() and fp8_weights:
+        raise NotImplementedError("warpdecode.moe with FP8 weights is not traced by torch.compile: call it eagerly")
     if torch.compiler.is_compiling():  # traced: one opaque operator, its fake kernel gives the shape
         return torch.ops.warpdecode.moe(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedule,
                                         deterministic, batch_invariant)
@@ -209,23 +242,31 @@ def _(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedul
     return x.new_empty(x.shape[0], w2.shape[1])
 
 
+def _warp_config(d: Dims, T: int, fmt: str | None) -> dict:
+    """Warp decode's launch configuration at T tokens, for weights in x's dtype or FP8 ones of ``fmt``."""
+    if fmt is None:
+        return configs.warp_config(d.H, d.I, d.E, d.K, T)
+    return configs.warp_config(d.H, d.I, d.E, d.K, T, weights=fmt)
+
+
 def _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
          batch_invariant):
 
     x = x.contiguous()
     topk_weights = topk_weights.contiguous()
     topk_ids = topk_ids.to(torch.int32).contiguous()
-    if configs._autotune and method in ("auto", "warp", "expert"):  # off: this one read
+    fmt = weight_format(w13)
+    if configs._autotune and method in ("auto", "warp", "expert") and fmt is None:  # off: this one read
         configs.maybe_autotune(d.H, d.I, d.E, d.K, d.T, x.dtype, x.device)
     if batch_invariant:  # the pair at T = 1's tiles: nothing in a token's sums depends on the batch
-        one = configs.warp_config(d.H, d.I, d.E, d.K, 1)
+        one = _warp_config(d, 1, fmt)
         cfg = {"gate_up": one["gate_up"], "down": one["down"]}
         return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype or torch.float32, config=cfg,
                         schedule="split")
     if deterministic and method in ("auto", "warp") and schedule is None:
-        if method == "auto" and pick_method(d.T, d.H, d.I, d.E, d.K, x.element_size()) == "expert":
+        if method == "auto" and pick_method(d.T, d.H, d.I, d.E, d.K, x.element_size(), fmt) == "expert":
             return moe_expert(x, w13, w2, topk_weights, topk_ids)
-        cfg = configs.warp_config(d.H, d.I, d.E, d.K, d.T)
+        cfg = _warp_config(d, d.T, fmt)
         if "grouped" in cfg:
             return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype or torch.float32,
                             config=cfg, schedule="split")

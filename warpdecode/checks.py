@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .quant import FP8Weights, is_fp8
+
 COMPUTE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -24,7 +26,9 @@ class Dims:
     K: int
 
 
-def _tensor(name, t):
+def _tensor(name, t, fp8_ok: bool = False):
+    if fp8_ok and isinstance(t, FP8Weights):
+        return
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
 
@@ -38,7 +42,8 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = Tr
     """Validate the layer's inputs and return its dimensions. Raises TypeError/ValueError. ``local``:
     w13/w2 are one rank's share of the experts, so K may exceed their number."""
     for name, t in [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights), ("topk_ids", topk_ids)]:
-        _tensor(name, t)
+        _tensor(name, t, fp8_ok=name in ("w13", "w2"))
+    check_fp8_pair(w13, w2)
     _ndim("x", x, 2, "(T, H)")
     _ndim("w13", w13, 3, "(E, 2I, H)")
     _ndim("w2", w2, 3, "(E, H, I)")
@@ -49,6 +54,8 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = Tr
         raise TypeError(f"x must be bfloat16, float16 or float32, got {x.dtype}")
     for name, w in [("w13", w13), ("w2", w2)]:
         if w.dtype != x.dtype:
+            if is_fp8(w):
+                raise TypeError(f"{name} holds FP8 weights for {w.dtype} activations (its dtype), but x is {x.dtype}")
             raise TypeError(f"{name} must have x's dtype {x.dtype}, got {w.dtype}")
     if topk_weights.dtype != torch.float32:
         raise TypeError(f"topk_weights must be float32 (as warpdecode.route returns), got {topk_weights.dtype}")
@@ -80,14 +87,14 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = Tr
     if E < 1 or H < 1 or I < 1:
         raise ValueError(f"w13 and w2 must be non-empty, got w13 {tuple(w13.shape)}")
     for name, w in [("w13", w13), ("w2", w2)]:
-        if not w.is_contiguous():
+        if not (w.weight if is_fp8(w) else w).is_contiguous():
             raise ValueError(f"{name} must be contiguous (kernels stream its rows; a copy would double the memory)")
     if H * I >= 2**31:
         raise ValueError(f"w2 must hold fewer than 2**31 elements per expert (H·I = {H}·{I}): "
                          "the down kernels index within one expert's block in 32 bits")
 
     if not torch.compiler.is_compiling():  # traced: the operator checks the tensors it is given
-        check_views(x=x, w13=w13, w2=w2, topk_weights=topk_weights)
+        check_views(x=x, topk_weights=topk_weights, **weight_tensors(w13=w13, w2=w2))
     if check_ids and T > 0 and topk_ids.device.type != "meta":
         if torch.compiler.is_compiling() or _capturing(topk_ids):  # no host sync: a device-side assert
             torch._assert_async(((topk_ids >= 0) & (topk_ids < E)).all(), f"topk_ids must lie in [0, E={E})")
@@ -96,6 +103,40 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = Tr
             if lo < 0 or hi >= E:
                 raise ValueError(f"topk_ids must lie in [0, E={E}), got values in [{lo}, {hi}]")
     return Dims(T=T, H=H, I=I, E=E, K=K)
+
+
+def check_fp8_pair(w13, w2) -> None:
+    """FP8 weights come as a pair of one format, w13 blocked as gate/up (its halves apart), and
+    their scales still match their weights (shapes and dtypes: the values were checked when the
+    objects were built)."""
+    if is_fp8(w13) != is_fp8(w2):
+        fp8, other = ("w13", "w2") if is_fp8(w13) else ("w2", "w13")
+        raise TypeError(f"{fp8} is FP8 weights but {other} is not: pass both from warpdecode.quantize_experts "
+                        "(or warpdecode.experts_from_checkpoint), or neither")
+    if not is_fp8(w13):
+        return
+    if w13.FORMAT != w2.FORMAT:
+        raise ValueError(f"w13 and w2 must share one FP8 format, got w13 {w13.FORMAT}, w2 {w2.FORMAT}")
+    if not w13.gate_up:
+        raise ValueError("w13 FP8 weights must be built with gate_up=True (gate and up rows blocked separately)")
+    if w2.gate_up:
+        raise ValueError("w2 FP8 weights must be built with gate_up=False")
+    for w in (w13, w2):
+        w._check_structure()
+        if w.scale.dtype != (torch.float32 if w.FORMAT == "block128" else torch.uint8):
+            raise TypeError(f"{w.name}: {w.FORMAT} scales must be "
+                            f"{'float32' if w.FORMAT == 'block128' else 'e8m0 (uint8 bits)'}, got {w.scale.dtype}")
+
+
+def weight_tensors(**weights) -> dict:
+    """The tensors behind each weight argument: a plain tensor, or an FP8 weight's data and scales."""
+    out = {}
+    for name, w in weights.items():
+        if is_fp8(w):
+            out[f"{name}.weight"], out[f"{name}.scale"] = w.weight, w.scale
+        else:
+            out[name] = w
+    return out
 
 
 def check_route_inputs(router_logits, top_k):

@@ -35,13 +35,14 @@ from . import _runtime, configs
 from . import expert as _ex
 from . import warp as _wp
 from .kernels import expert as _kx
+from .kernels import warp_fp8 as _k8
 from .kernels import warp_grouped as _kg
 from .kernels import warp_pair as _kp
 from .kernels import warp_persistent as _kf
 
 _TORCH_TO_TT = {
     torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4nv",
-    torch.int32: "i32", torch.int64: "i64",
+    torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
 }
 
 
@@ -299,7 +300,7 @@ def _as_on_a_gpu(gpu_name: str, launches: list, arch: int = 90):
             3, dtype=torch.int32, device="meta")))
         stack.enter_context(mock.patch.object(_wp, "fused_grid", lambda kernel, args, meta, cfg, device: (
             cfg["programs_per_sm"] * limits["sms"],)))
-        for mod in (_kx, _kp, _kg, _kf):
+        for mod in (_kx, _kp, _kg, _kf, _k8):
             for name in dir(mod):
                 if name.endswith("_kernel"):
                     stack.enter_context(mock.patch.object(mod, name, _Recorder(getattr(mod, name), launches)))
@@ -325,22 +326,44 @@ def _job(kernel, args, kwargs, arch: int = 90) -> Job:
                num_stages=kwargs.get("num_stages", 3), arch=arch)
 
 
+def meta_fp8_weights(shape, weights: str, dtype=torch.bfloat16):
+    """(w13, w2) FP8 weights of ``weights`` format for ``shape`` on the ``meta`` device (no data)."""
+    from .quant import CLASSES
+
+    cls = CLASSES[weights]
+    pair = []
+    for dims, gate_up in (((shape.E, 2 * shape.I, shape.H), True), ((shape.E, shape.H, shape.I), False)):
+        q = torch.empty(dims, dtype=torch.float8_e4m3fn, device="meta")
+        s = torch.empty(cls.scale_shape_for(dims, gate_up), device="meta",
+                        dtype=torch.float32 if weights == "block128" else torch.uint8)
+        pair.append(cls(q, s, dtype=dtype, gate_up=gate_up, name="w13" if gate_up else "w2"))
+    return tuple(pair)
+
+
 def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bfloat16, arch: int = 90,
-                    config: dict | None = None, **options) -> list[Launch]:
+                    config: dict | None = None, weights: str | None = None, **options) -> list[Launch]:
     """The kernel launches ``path`` ("warp" or "expert") makes for ``shape`` and T on ``gpu_name``,
     a GPU of architecture ``arch`` (80, 90, 100, 120; its jobs compile for it), with the configs its
     launchers pick there (``configs.warp_config`` / ``expert_config`` from
     ``warpdecode/tuned/<gpu_name>.json``, else the defaults from that architecture's limits, unless
     ``config`` is given). Runs on ``meta`` tensors, launches nothing, and works on any machine.
-    ``act_format="fp8"`` below sm_89 is refused, as ``warpdecode.moe`` refuses it there."""
+    ``weights``: None (weights in ``dtype``), or an FP8 format ("block128", "mxfp8"): FP8 weights
+    for ``dtype`` activations. ``act_format="fp8"`` and FP8 weights below sm_89 are refused, as
+    ``warpdecode.moe`` refuses them there."""
     from .api import FP8_CAPABILITY
 
-    if options.get("act_format") == "fp8" and arch < 10 * FP8_CAPABILITY[0] + FP8_CAPABILITY[1]:
+    fp8_arch = arch >= 10 * FP8_CAPABILITY[0] + FP8_CAPABILITY[1]
+    if options.get("act_format") == "fp8" and not fp8_arch:
         raise ValueError(f"act_format='fp8' needs FP8 tensor cores, which {arch_name(arch)} does not have")
+    if weights is not None and not fp8_arch:
+        raise ValueError(f"FP8 weights need FP8 tensor cores, which {arch_name(arch)} does not have")
     s = shape  # a MoEShape (or anything with H, I, E, K)
     meta = dict(device="meta")
     x = torch.empty(T, s.H, dtype=dtype, **meta)
-    w13, w2 = torch.empty(s.E, 2 * s.I, s.H, dtype=dtype, **meta), torch.empty(s.E, s.H, s.I, dtype=dtype, **meta)
+    if weights is None:
+        w13, w2 = torch.empty(s.E, 2 * s.I, s.H, dtype=dtype, **meta), torch.empty(s.E, s.H, s.I, dtype=dtype, **meta)
+    else:
+        w13, w2 = meta_fp8_weights(s, weights, dtype)
     topk_weights = torch.empty(T, s.K, dtype=torch.float32, **meta)
     topk_ids = torch.empty(T, s.K, dtype=torch.int32, **meta)
     launches = []

@@ -71,7 +71,11 @@ def cache_file(gpu: str | None = None) -> Path:
 
 
 #: Families merged shape by shape; any other top-level key is taken whole from the first table with it.
-FAMILIES = ("warp", "expert", "expert_fp8", "crossover", "crossover_evidence")
+FAMILIES = ("warp", "expert", "expert_fp8", "crossover", "crossover_evidence",
+            # FP8 weights, one family per format (warpdecode.quant): warp decode, the weight-only
+            # expert path, the w8a8 expert path, auto's crossover
+            *(f"{family}_{fmt}" for fmt in ("block128", "mxfp8")
+              for family in ("warp", "expert", "expert_fp8", "crossover")))
 _SOURCES = {"1": (True, True), "cache": (False, True), "0": (False, False)}
 _tables_override: tuple[bool, bool] | None = None
 
@@ -262,8 +266,11 @@ def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> boo
     return True
 
 
-def warp_config(H: int, I: int, E: int, K: int, T: int) -> dict:  # noqa: E741
-    """Launch configuration of both warp-decode kernels: ``{"gate_up": {...}, "down": {...}}``."""
+def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None = None) -> dict:  # noqa: E741
+    """Launch configuration of both warp-decode kernels: ``{"gate_up": {...}, "down": {...}}``.
+    ``weights``: None (weights in the activations' dtype), or the FP8 format (``warp_fp8_config``)."""
+    if weights is not None:
+        return warp_fp8_config(H, I, E, K, T, weights)
     tuned = _lookup("warp", H, I, E, K, T)
     if tuned:
         return tuned
@@ -308,6 +315,28 @@ def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
     if H * K * 256 * 2 < DOWN_IN_FLIGHT and I >= 512:
         return {"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}
     return {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1}
+
+
+def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dict:  # noqa: E741
+    """Launch configuration of warp decode's FP8-weight pair (``kernels/warp_fp8.py``): the tuned
+    table's ``warp_<format>`` entry, else the bf16 pair's rule in bytes. One 16-byte load is 16
+    e4m3, so a warp spans 512 columns: the gate/up tile keeps one warp, one neuron and 1024 or
+    2048 columns per step (half the bf16 step's bytes: x stays 16-bit, and what a lane holds of it
+    sets the registers); the down tile keeps each lane's one 16-byte load per row per expert, twice
+    the bf16 tile's columns. Every step is whole scale groups (128 or 32 columns)."""
+    tuned = _lookup(f"warp_{weights}", H, I, E, K, T)
+    if tuned:
+        return tuned
+    if _runtime.INTERPRET:  # 128-column steps: H and I past 128 span steps and end in a partial block
+        return {"gate_up": {"BLOCK_I": 16, "BLOCK_H": 128, "num_warps": 4, "num_stages": 1},
+                "down": {"BLOCK_H": 16, "BLOCK_I": 128, "num_warps": 4, "num_stages": 1}}
+    block_h = min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
+    return {
+        "gate_up": {"BLOCK_I": 1, "BLOCK_H": max(128, min(block_h, triton.next_power_of_2(H))), "num_warps": 1,
+                    "num_stages": 1},
+        "down": ({"BLOCK_H": 4, "BLOCK_I": 1024, "num_warps": 2, "num_stages": 1} if K <= 4 and I >= 2048
+                 else {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}),
+    }
 
 
 #: The sharing past which the grouped schedule reads fewer bytes than the pair by enough to win:
@@ -370,18 +399,27 @@ def default_grouped_down(wide: bool = False) -> dict:
     return {"BLOCK_H": 128, "BLOCK_I": 64, "num_warps": 4, "num_stages": 4}
 
 
-def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2) -> dict:  # noqa: E741
+#: Columns per scale along the reduction axis of each FP8 weight format (warpdecode.quant).
+FP8_GROUP_K = {"block128": 128, "mxfp8": 32}
+
+
+def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
+                  weights: str | None = None) -> dict:
     """Launch configuration of the expert-centric path: the shared BLOCK_M and each GEMM's tiles
     (BLOCK_N, BLOCK_K, GROUP_M, warps, stages, and in tuned tables sometimes ``HALF_M``: see
     ``warpdecode.expert._gemm_meta``). ``elem``: bytes per weight element (the default's stages
-    are fitted to shared memory)."""
-    tuned = _lookup("expert_fp8" if fp8 else "expert", H, I, E, K, T)
+    are fitted to shared memory). ``weights``: an FP8 weight format ("block128", "mxfp8") or None;
+    with FP8 weights each K step lies within one scale group (128 or 32 columns), and ``elem`` is
+    the activations' bytes (the stages are fitted as if the weights were as wide)."""
+    family = "expert_fp8" if fp8 else "expert"
+    tuned = _lookup(family if weights is None else f"{family}_{weights}", H, I, E, K, T)
     if tuned:
         return tuned
     if _runtime.INTERPRET:
         tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 1}
         return {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile)}
-    return default_expert(H, I, E, K, T, fp8=fp8, elem=elem)
+    return default_expert(H, I, E, K, T, fp8=fp8, elem=elem,
+                          group_k=FP8_GROUP_K[weights] if weights is not None else None)
 
 
 #: Shared memory a GEMM's epilogue and layout conversions take beside its pipelined tiles (bytes).
@@ -415,7 +453,7 @@ SWAP_FP8_GATE_UP_SM100 = tuple(int(v) for v in triton.__version__.split(".")[:2]
 
 
 def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
-                   shared_per_block: int | None = None) -> dict:
+                   shared_per_block: int | None = None, group_k: int | None = None) -> dict:
     """The expert path's launch configuration where no tuned one exists, from the layer shape, T
     and the device. The tiles follow vLLM's batch-aware ``get_default_config`` for unquantized MoE
     (BLOCK_N 64, or 128 past T = 64, and for N ≥ 4096 128, or 256 past T = 128; BLOCK_K 128 at
@@ -427,7 +465,8 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     columns past T = 64 (2 × 64 rows of w13, what vLLM's 128 reads), and a tile's
     FP32 accumulators are kept within :func:`acc_regs_per_thread` of this device's architecture;
     and the stages, then BLOCK_K, are fitted to its shared memory per program (``shared_per_block``,
-    default the current GPU's; ``elem`` bytes per element), not to an H100's."""
+    default the current GPU's; ``elem`` bytes per element), not to an H100's. ``group_k``: the
+    columns per weight scale of FP8 weights (a K step stays within one)."""
     limits = _runtime.device_limits()
     arch = limits.get("arch", 90)
     budget = (shared_per_block or limits["shared_per_block"]) - EPILOGUE_SHARED
@@ -449,8 +488,9 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     swap_gate_up = swap and (SWAP_FP8_GATE_UP_SM100 or not fp8 or not 100 <= arch < 120)
     m_blocks = min(T * K, expected_distinct(E, K, T))  # the M tiles at decode: one per routed expert
 
-    # FP8 activations carry one scale per 128 columns: a K step within one; FP32 operands: 32 columns
-    k_max = 32 if elem == 4 else 128 if fp8 else 256
+    # FP8 activations carry one scale per 128 columns: a K step within one; FP32 operands: 32 columns;
+    # FP8 weights one per group_k columns (128, or 32 for MXFP8): a K step within one
+    k_max = min(32 if elem == 4 else 128 if fp8 else 256, group_k or 256)
 
     def tile(n: int, k: int, accumulators: int, swap: bool) -> dict:
         block_n = (128 if T <= 128 else 256) if n >= 4096 else (64 if T <= 64 or accumulators == 2 else 128)
@@ -462,11 +502,16 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
         while block_m == 16 and block_n > 64 and m_blocks * triton.cdiv(n, block_n) < 2 * limits["sms"]:
             block_n //= 2
             block_k = min(2 * block_k, k_max, max(32, triton.next_power_of_2(k)))
-        # eight warps past 8192 accumulators (FP8 activations from 8192: their scales sit beside the sums,
-        # and four warps spilled 24 B of Mixtral T = 64's gate/up tile on sm_100a and sm_120a, Triton 3.8)
-        warps = 4 if (accumulators * block_m * block_n < 8192 if fp8 else
-                      accumulators * block_m * block_n <= 8192) and elem <= 2 else 8
-        while accumulators * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
+        # eight warps past 8192 accumulators; from 8192 with FP8 operands (activation scales sit beside the
+        # sums, and four warps spilled 24 B of Mixtral T = 64's gate/up tile on sm_100a and sm_120a,
+        # Triton 3.8; FP8 weights hold a second tile per K step)
+        n_acc = accumulators * block_m * block_n
+        warps = 4 if (n_acc < 8192 if (fp8 or group_k) else n_acc <= 8192) and elem <= 2 else 8
+        # FP8 weights: each K step's product lands in a tile of its own before it is scaled and added;
+        # on sm_100 two 32-column steps' products (MXFP8) come out of tensor memory at once (ptxas spilled
+        # 248-720 B at Mixtral T = 256's 128-row tiles with one)
+        held = accumulators * (2 if group_k else 1) * (2 if group_k and group_k < 128 and 100 <= arch < 120 else 1)
+        while held * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
         # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2; FP32 tiles of

@@ -30,6 +30,7 @@ import triton
 from . import _alloc, _runtime
 from .configs import expert_config
 from .kernels import expert as kx
+from .quant import is_fp8
 
 FP8 = torch.float8_e4m3fn
 FP8_GROUP = 128
@@ -125,7 +126,17 @@ def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
     return q, scales
 
 
-def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype) -> dict:
+def _weight_operands(w) -> tuple:
+    """(weight tensor, scale tensor, S_UP, scale strides, meta-parameters) of a GEMM's B operand:
+    FP8 weights (``warpdecode.quant``) with their block scales, or a plain weight (no scales read)."""
+    if not is_fp8(w):
+        return w, w, 0, (0, 0, 0), {"W_FP8": False, "W_GROUP_N": 1, "W_GROUP_K": 128, "W_E8M0": False}
+    s = w.kernel_scale()
+    return (w.weight, s, w.up_scale_row, s.stride(),
+            {"W_FP8": True, "W_GROUP_N": w.GROUP_N, "W_GROUP_K": w.GROUP_K, "W_E8M0": w.FORMAT == "mxfp8"})
+
+
+def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype, w=None) -> dict:
     """A GEMM's launch parameters from its tile config. ``HALF_M`` (optional, off by default): a
     block whose upper half is all padding runs as a BLOCK_M/2-row tile. At BLOCK_M = 128 an expert
     with 70 pairs still runs one 128-row tile, but one with 60 pairs runs a 64-row tile: half the
@@ -135,6 +146,11 @@ def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype) -> dict:
     half = bool(cfg.get("HALF_M", False))
     if half and block_m < 32:
         raise ValueError(f"HALF_M needs BLOCK_M >= 32 (tl.dot takes at least 16 rows), got BLOCK_M={block_m}")
+    if is_fp8(w) and w.GROUP_K % cfg["BLOCK_K"]:
+        raise ValueError(f"BLOCK_K={cfg['BLOCK_K']} must divide the {w.FORMAT} scale group ({w.GROUP_K} columns): "
+                         "each K step takes one weight scale")
+    if is_fp8(w):  # e4m3 weights: widened to the activations' dtype, or multiplied as e4m3 (w8a8)
+        dtype = w.dtype
     return dict(
         BLOCK_M=block_m, HALF_M=half, SWAP_AB=bool(cfg.get("SWAP_AB", False)),
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
@@ -153,12 +169,13 @@ def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_
     I = two_i // 2  # noqa: E741
     out = _alloc.empty(al.EM, I, dtype=w13.dtype, device=w13.device)
     scales = a_scales if a_scales is not None else out  # never read when A_FP8 is off
+    w, w_scales, s_up, s_strides, w_meta = _weight_operands(w13)
     grid = (triton.cdiv(al.EM, al.block_m) * triton.cdiv(I, cfg["BLOCK_N"]),)
     kx.grouped_gate_up_kernel[grid](
-        a, scales, w13, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded,
-        al.EM, H, I, al.num_pairs, max(gather_k, 1), a.stride(0), scales.stride(0), w13.stride(0), w13.stride(1),
-        out.stride(0), GATHER=gather_k > 0, **_gemm_meta(cfg, al.block_m, a_scales, w13.dtype),
-        **_pdl(pdl),
+        a, scales, w, w_scales, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded,
+        al.EM, H, I, al.num_pairs, max(gather_k, 1), s_up, a.stride(0), scales.stride(0), w.stride(0), w.stride(1),
+        *s_strides, out.stride(0), GATHER=gather_k > 0, **_gemm_meta(cfg, al.block_m, a_scales, w13.dtype, w13),
+        **w_meta, **_pdl(pdl),
     )
     return out
 
@@ -170,11 +187,13 @@ def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tenso
     E, H, I = w2.shape
     out = _alloc.empty(al.num_pairs if scatter else al.EM, H, dtype=w2.dtype, device=w2.device)
     scales = h_scales if h_scales is not None else out
+    w, w_scales, _, s_strides, w_meta = _weight_operands(w2)
     grid = (triton.cdiv(al.EM, al.block_m) * triton.cdiv(H, cfg["BLOCK_N"]),)
     kx.grouped_down_kernel[grid](
-        h, scales, w2, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, topk_weights,
-        al.EM, H, I, al.num_pairs, h.stride(0), scales.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        SCATTER=scatter, **_gemm_meta(cfg, al.block_m, h_scales, w2.dtype), **_pdl(pdl),
+        h, scales, w, w_scales, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, topk_weights,
+        al.EM, H, I, al.num_pairs, h.stride(0), scales.stride(0), w.stride(0), w.stride(1), *s_strides,
+        out.stride(0), SCATTER=scatter, **_gemm_meta(cfg, al.block_m, h_scales, w2.dtype, w2), **w_meta,
+        **_pdl(pdl),
     )
     return out
 
@@ -207,7 +226,10 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
 
     act_format: ``"native"`` feeds the GEMMs the compute dtype; ``"fp8"`` quantizes the
     activations and the intermediate to FP8 e4m3 with 1×128 power-of-two block scales, the rounding
-    of the blog's FP8 baseline (the weights stay in their dtype, so the bytes do not change).
+    of the blog's FP8 baseline. With weights in the compute dtype the bytes do not change; with FP8
+    weights (``warpdecode.quant``) it is the w8a8 form production engines run on Hopper (both GEMM
+    operands e4m3, FP8 tensor cores), and ``"native"`` the weight-only form (e4m3 weights widened
+    to the activations' dtype in registers, each K step's product scaled by its block scales).
     fuse_gather_scatter: gather inside the gate/up GEMM's loads and scatter inside the down GEMM's
     stores, as vLLM's ``fused_moe`` does (the default, and what the benchmark times as ``expert``);
     False runs them as kernels of their own. The result is the same to the bit.
@@ -221,7 +243,9 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
-    cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8", elem=w13.element_size())
+    weights = w13.FORMAT if is_fp8(w13) else None
+    cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8", elem=x.element_size(),
+                                  weights=weights)
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
     pdl = (_runtime.USE_PDL if pdl is None else pdl) and fuse_gather_scatter and act_format == "native"
     al = align(topk_ids, E, cfg["BLOCK_M"], pdl=pdl)

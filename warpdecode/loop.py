@@ -4,13 +4,15 @@ For each expert that received a token: gather its tokens, two matmuls, SiLU·up,
 routing weight, ``index_add_`` into the output. Everything runs in the compute dtype, so the
 intermediate and each expert's output are rounded to it. The Python loop needs the set of hit
 experts on the host, which costs a device→host sync every call, and it launches about eight
-small kernels per expert.
+small kernels per expert. FP8 weights (``warpdecode.quant``) are dequantized to x's dtype first.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from .quant import dense
 
 
 def moe_loop(
@@ -20,6 +22,7 @@ def moe_loop(
     topk_weights: torch.Tensor,  # (T, K) float32
     topk_ids: torch.Tensor,  # (T, K) int
 ) -> torch.Tensor:  # (T, H) x.dtype
+    w13, w2 = dense(w13, x.dtype), dense(w2, x.dtype)
     I = w2.shape[2]  # noqa: E741
     y = torch.zeros_like(x)
     ids = topk_ids.long()

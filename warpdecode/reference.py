@@ -10,18 +10,26 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .quant import is_fp8
+
+
+def _expert64(w, e: int) -> torch.Tensor:
+    """Expert e's weight in float64: widened, or, for FP8 weights, dequantized exactly (q · s)."""
+    return w.expert(e, torch.float64) if is_fp8(w) else w[e].double()
+
 
 def reference_moe(
     x: torch.Tensor,  # (T, H)
-    w13: torch.Tensor,  # (E, 2I, H): gate rows [0, I), up rows [I, 2I)
-    w2: torch.Tensor,  # (E, H, I)
+    w13,  # (E, 2I, H): gate rows [0, I), up rows [I, 2I); a tensor or warpdecode.quant.FP8Weights
+    w2,  # (E, H, I), the same
     topk_weights: torch.Tensor,  # (T, K) routing weights
     topk_ids: torch.Tensor,  # (T, K) expert of each (token, slot)
 ) -> torch.Tensor:  # (T, H) float64
     """y[t] = Σ_j topk_weights[t, j] · W2[e] (silu(Wg[e] x[t]) ⊙ Wu[e] x[t]),  e = topk_ids[t, j].
 
     Computed in float64 on x's device, one routed expert at a time, from the inputs exactly as
-    given (bf16 weights are widened, not re-rounded).
+    given (bf16 weights are widened, not re-rounded; FP8 weights are dequantized exactly, so the
+    error of a kernel that reads them measures its rounding, not the weights' quantization).
     """
     T, H = x.shape
     I = w13.shape[1] // 2  # noqa: E741
@@ -30,10 +38,10 @@ def reference_moe(
     ids = topk_ids.long()
     for e in torch.unique(ids).tolist():
         tok, slot = torch.nonzero(ids == e, as_tuple=True)  # the (token, slot) pairs routed to e
-        w_gu = w13[e].double()  # (2I, H)
+        w_gu = _expert64(w13, e)  # (2I, H)
         gu = x64[tok] @ w_gu.T  # (n, 2I)
         a = F.silu(gu[:, :I]) * gu[:, I:]  # (n, I)
-        out = a @ w2[e].double().T  # (n, H)
+        out = a @ _expert64(w2, e).T  # (n, H)
         y.index_add_(0, tok, out * topk_weights[tok, slot].double()[:, None])
     return y
 

@@ -1,6 +1,7 @@
 """Rung 4: warp decode, the host side of its three schedules: the two-kernel pair
 (:mod:`warpdecode.kernels.warp_pair`), the grouped pair (:mod:`warpdecode.kernels.warp_grouped`) and
-the persistent kernel (:mod:`warpdecode.kernels.warp_persistent`)."""
+the persistent kernel (:mod:`warpdecode.kernels.warp_persistent`); and the pair with FP8 weights
+(:mod:`warpdecode.kernels.warp_fp8`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import triton
 
 from . import _alloc, _runtime
 from .configs import default_fused, default_grouped, default_grouped_down, warp_config
+from .kernels import warp_fp8 as k8
 from .kernels import warp_grouped as kg
 from .kernels import warp_pair as kp
 from .kernels import warp_persistent as kf
+from .quant import is_fp8
 
 #: Warp decode's schedules: two kernels per (token, slot); two kernels per routed expert; one
 #: persistent kernel. A tuned bucket names the one it runs by an entry of that name (see schedule_of).
@@ -54,6 +57,50 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], USE_PDL=USE_PDL,
         PER_SLOT=kp.PER_SLOT,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **({"launch_pdl": True} if USE_PDL else {}),
+    )
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# The pair with FP8 weights, dequantized in registers (see warpdecode.kernels.warp_fp8)
+
+
+def _fp8_meta(w, block: int, name: str) -> dict:
+    if block % w.GROUP_K:
+        raise ValueError(f"{name}={block} must be a multiple of the {w.FORMAT} scale group ({w.GROUP_K} columns)")
+    return dict(GROUP_N=w.GROUP_N, GROUP_K=w.GROUP_K, E8M0=w.FORMAT == "mxfp8")
+
+
+def warp_gate_up_fp8(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
+    """Kernel 1 with FP8 weights (``warpdecode.quant.FP8Weights``): (T*K, I) silu(gate)·up, FP32 by default."""
+    T, H = x.shape
+    I = w13.shape[1] // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
+    q, s = w13.weight, w13.kernel_scale()
+    grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
+    k8.warp_gate_up_fp8_kernel[grid](
+        x, q, s, topk_ids, act, H, I, T * K, K, w13.up_scale_row, x.stride(0), q.stride(0), q.stride(1),
+        s.stride(0), s.stride(1), s.stride(2), act.stride(0),
+        BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], **_fp8_meta(w13, cfg["BLOCK_H"], "gate_up BLOCK_H"),
+        USE_PDL=USE_PDL, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return act
+
+
+def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Tensor:
+    """Kernel 2 with FP8 weights: y (T, H) = Σ_j topk_weights[:, j] · (q · s)[e_j] act_j, in FP32."""
+    E, H, I = w2.shape
+    T, K = topk_ids.shape
+    y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
+    q, s = w2.weight, w2.kernel_scale()
+    grid = (T * triton.cdiv(H, cfg["BLOCK_H"]),)
+    k8.warp_down_fp8_kernel[grid](
+        act, q, s, topk_ids, topk_weights, y, H, I, T, act.stride(0), q.stride(0), q.stride(1),
+        s.stride(0), s.stride(1), s.stride(2), y.stride(0),
+        K=K, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], **_fp8_meta(w2, cfg["BLOCK_I"], "down BLOCK_I"),
+        USE_PDL=USE_PDL, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **({"launch_pdl": True} if USE_PDL else {}),
     )
     return y
 
@@ -236,10 +283,18 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     table's choice for this shape and T (the schedule whose entry the config has), else ``"split"``.
     out_dtype: y's dtype (default x's); FP32 keeps a partial sum unrounded (``warpdecode.parallel``),
     where the persistent schedule, which stores x's dtype, gives way to the pair.
+
+    FP8 weights (``warpdecode.quant.FP8Weights``, both w13 and w2): the pair of
+    :mod:`warpdecode.kernels.warp_fp8` whatever the schedule (the grouped and persistent schedules
+    read 16-bit weights only), with its own configs (``configs.warp_fp8_config``).
     """
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
+    if is_fp8(w13):
+        cfg = config or warp_config(H, two_i // 2, E, K, T, weights=w13.FORMAT)
+        act = warp_gate_up_fp8(x, w13, topk_ids, cfg["gate_up"], act_dtype)
+        return warp_down_fp8(act, w2, topk_ids, topk_weights, cfg["down"], out_dtype or x.dtype)
     cfg = config or warp_config(H, two_i // 2, E, K, T)
     schedule = schedule or schedule_of(cfg)
     out_dtype = out_dtype or x.dtype

@@ -19,6 +19,14 @@ Byte ledger of one call (bf16, B = blocks of BLOCK_M rows in use, each naming on
            in one block (decode). The intermediate and the per-pair outputs round-trip through HBM,
            which warp decode does not do (``warp_pair.py``).
 
+FP8 weights (``W_FP8``, ``warpdecode.quant``): the weight tiles are e4m3, half the bytes above, with
+block scales s (one per 128 × 128 block, or one e8m0 per row per 32 columns). Each K step lies
+within one scale group (BLOCK_K divides 128, or 32), so one scale per weight row applies to the
+whole step: acc += (A·Q) ⊙ s_a sᵀ, the partial product of the step scaled in FP32 (vLLM's block-FP8
+GEMM). Weight-only: A is the bf16 activations and Q is widened to bf16 (exactly) for the tensor
+cores; w8a8 (``A_FP8`` too): A is e4m3 with its per-row 1×128 scales s_a and both operands go to
+the FP8 tensor cores as they are.
+
 Index arrays (all int32, on the device)
 ---------------------------------------
 topk_ids            (T, K)       expert of each (token, slot) pair; pair p = t*K + j
@@ -178,6 +186,35 @@ def quant_fp8_kernel(
 
 
 @triton.jit
+def _w_scales(scale_ptrs, mask, E8M0: tl.constexpr):
+    """One step's weight scales as FP32 factors: FP32 as stored (block128), or e8m0 bits b → 2^(b − 127)."""
+    if E8M0:
+        bits = tl.load(scale_ptrs, mask=mask, other=127).to(tl.int32)
+        return (bits << 23).to(tl.float32, bitcast=True)
+    else:
+        return tl.load(scale_ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def _mma(a, w, acc, PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+    """acc + a·w (a [rows, BLOCK_K], w [BLOCK_K, BLOCK_N]), or transposed, acc + w·aᵀ (w [BLOCK_N, BLOCK_K])."""
+    if SWAP_AB:
+        return tl.dot(w, tl.trans(a), acc, input_precision=PRECISION)
+    else:
+        return tl.dot(a, w, acc, input_precision=PRECISION)
+
+
+@triton.jit
+def _scaled_mma(a, w, acc, a_s, w_s, PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+    """acc + (a·w) ⊙ a_s w_sᵀ: one K step of a block-scaled GEMM, its product scaled in FP32 (a_s per
+    row [rows], w_s per weight row [BLOCK_N]); transposed with SWAP_AB."""
+    if SWAP_AB:
+        return acc + tl.dot(w, tl.trans(a), input_precision=PRECISION) * w_s[:, None] * a_s[None, :]
+    else:
+        return acc + tl.dot(a, w, input_precision=PRECISION) * a_s[:, None] * w_s[None, :]
+
+
+@triton.jit
 def _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M: tl.constexpr, HALF_M: tl.constexpr):
     """Whether rows m0 + BLOCK_M/2 … m0 + BLOCK_M − 1 of a block are all padding. An expert's pairs
     fill the front of its run and the sentinel the rest, so the first row of the upper half decides.
@@ -190,14 +227,16 @@ def _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M: tl.constexpr
 
 @triton.jit
 def _gate_up_rows(
-    a_ptr, a_scale_ptr, w13_ptr, out_ptr, sorted_token_ids_ptr,
+    a_ptr, a_scale_ptr, w13_ptr, w_scale_ptr, out_ptr, sorted_token_ids_ptr,
     e,  # the block's expert (int64)
     m0,  # its first row of sorted_token_ids
     pid_n,  # its block of BLOCK_N neurons
-    H, I, NUM_PAIRS, K, stride_ar, stride_sr, stride_we, stride_wr, stride_or,
+    H, I, NUM_PAIRS, K, S_UP, stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc,
+    stride_or,
     ROWS: tl.constexpr,  # rows m0 … m0 + ROWS − 1: BLOCK_M, or BLOCK_M / 2 (HALF_M)
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_FP8: tl.constexpr, DOT_FP32: tl.constexpr,
     PRECISION: tl.constexpr, GATHER: tl.constexpr, SWAP_AB: tl.constexpr,
+    W_FP8: tl.constexpr, W_GROUP_N: tl.constexpr, W_GROUP_K: tl.constexpr, W_E8M0: tl.constexpr,
 ):
     """The gate/up GEMM's tile of ROWS rows × BLOCK_N neurons: K-loop, then SiLU·up and the store.
     SWAP_AB computes the tile transposed: the weight rows on the tensor cores' M axis, the block's
@@ -226,26 +265,37 @@ def _gate_up_rows(
         acc_g = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     u_ptrs = g_ptrs + I * stride_wr
-    dot_dtype = tl.float32 if DOT_FP32 else w13_ptr.dtype.element_ty
+    # the operands' dtype on the tensor cores: the activations' (FP8 weights widen to it, exactly), or
+    # with FP8 activations the weights' (bf16: the activations widen to it; e4m3: w8a8, both as they
+    # are); the interpreter widens all to FP32
+    dot_dtype = tl.float32 if DOT_FP32 else (w13_ptr.dtype.element_ty if A_FP8 else a_ptr.dtype.element_ty)
+    gs_ptrs = w_scale_ptr + e * stride_wse + (offs_n // W_GROUP_N) * stride_wsr  # FP8 weights: [BLOCK_N]
+    us_ptrs = gs_ptrs + S_UP * stride_wsr
 
     for k0 in range(0, H, BLOCK_K):
         mask_k = (k0 + offs_k) < H
         a = tl.load(a_ptrs + k0, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
-            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)[:, None]
+        a_s = tl.full([ROWS], 1.0, tl.float32)  # FP8 weights: the rows' scales, applied to the product
+        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile
+            if W_FP8:
+                a_s = tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)
+            else:  # dequantized here, exact in bf16
+                a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=mask_m, other=0.0)[:, None]
         a = a.to(dot_dtype)
         if SWAP_AB:
             wmask = mask_n[:, None] & mask_k[None, :]
-            wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-            wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-            acc_g = tl.dot(wg, tl.trans(a), acc_g, input_precision=PRECISION)
-            acc_u = tl.dot(wu, tl.trans(a), acc_u, input_precision=PRECISION)
         else:
             wmask = mask_k[:, None] & mask_n[None, :]
-            wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-            wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-            acc_g = tl.dot(a, wg, acc_g, input_precision=PRECISION)
-            acc_u = tl.dot(a, wu, acc_u, input_precision=PRECISION)
+        wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+        wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+        if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
+            sg = _w_scales(gs_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
+            su = _w_scales(us_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
+            acc_g = _scaled_mma(a, wg, acc_g, a_s, sg, PRECISION, SWAP_AB)
+            acc_u = _scaled_mma(a, wu, acc_u, a_s, su, PRECISION, SWAP_AB)
+        else:
+            acc_g = _mma(a, wg, acc_g, PRECISION, SWAP_AB)
+            acc_u = _mma(a, wu, acc_u, PRECISION, SWAP_AB)
 
     if SWAP_AB:  # back to (rows, neurons) for the epilogue
         acc_g, acc_u = tl.trans(acc_g), tl.trans(acc_u)
@@ -259,7 +309,8 @@ def grouped_gate_up_kernel(
     # pointers
     a_ptr,  # (EM, H) expert-major activations, or (T, H) token rows when GATHER; compute dtype or fp8
     a_scale_ptr,  # (rows of a, cdiv(H, 128)) fp32, read only when A_FP8
-    w13_ptr,  # (E, 2I, H) compute dtype
+    w13_ptr,  # (E, 2I, H) compute dtype, or float8_e4m3fn when W_FP8
+    w_scale_ptr,  # W_FP8 only: block128 (E, 2·cdiv(I, 128), cdiv(H, 128)) fp32; mxfp8 (E, 2I, cdiv(H, 32)) e8m0
     out_ptr,  # (EM, I) compute dtype: silu(gate)·up, rounded; padding rows are not written
     sorted_token_ids_ptr,  # (EM,) int32
     expert_ids_ptr,  # (EM // BLOCK_M,) int32
@@ -270,11 +321,15 @@ def grouped_gate_up_kernel(
     I,
     NUM_PAIRS,  # T*K, the padding sentinel of sorted_token_ids
     K,  # experts per token: pair p is token p // K's (read only when GATHER)
+    S_UP,  # W_FP8: the scale row of the first up row (gate and up are blocked separately)
     # strides (elements)
     stride_ar,
     stride_sr,
     stride_we,
     stride_wr,
+    stride_wse,
+    stride_wsr,
+    stride_wsc,
     stride_or,
     # meta
     BLOCK_M: tl.constexpr,
@@ -289,6 +344,10 @@ def grouped_gate_up_kernel(
     HALF_M: tl.constexpr = False,  # a block whose upper half is padding runs as a BLOCK_M/2-row tile
     USE_PDL: tl.constexpr = False,  # launched early: wait for align, then let the down GEMM launch
     SWAP_AB: tl.constexpr = False,  # the tile transposed on the tensor cores (_down_rows)
+    W_FP8: tl.constexpr = False,  # e4m3 weights with block scales (the header)
+    W_GROUP_N: tl.constexpr = 1,  # weight rows per scale: 128 (block128) or 1 (mxfp8)
+    W_GROUP_K: tl.constexpr = 128,  # columns per scale: 128 (block128) or 32 (mxfp8); BLOCK_K divides it
+    W_E8M0: tl.constexpr = False,  # the weight scales are e8m0 bits (mxfp8)
 ):
     if USE_PDL:
         gdc_wait()  # align has finished and its index arrays are visible
@@ -307,24 +366,27 @@ def grouped_gate_up_kernel(
         return
     e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
     m0 = pid_m * BLOCK_M
-    args = (a_ptr, a_scale_ptr, w13_ptr, out_ptr, sorted_token_ids_ptr, e, m0, pid_n, H, I, NUM_PAIRS, K,
-            stride_ar, stride_sr, stride_we, stride_wr, stride_or)
+    args = (a_ptr, a_scale_ptr, w13_ptr, w_scale_ptr, out_ptr, sorted_token_ids_ptr, e, m0, pid_n, H, I, NUM_PAIRS,
+            K, S_UP, stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc, stride_or)
     if _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M, HALF_M):
-        _gate_up_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER, SWAP_AB)
+        _gate_up_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER, SWAP_AB,
+                      W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0)
     else:
-        _gate_up_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER, SWAP_AB)
+        _gate_up_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER, SWAP_AB,
+                      W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0)
 
 
 @triton.jit
 def _down_rows(
-    a_ptr, a_scale_ptr, w2_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr,
+    a_ptr, a_scale_ptr, w2_ptr, w_scale_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr,
     e,  # the block's expert (int64)
     m0,  # its first row of sorted_token_ids
     pid_n,  # its block of BLOCK_N hidden outputs
-    H, I, NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_or,
+    H, I, NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc, stride_or,
     ROWS: tl.constexpr,  # rows m0 … m0 + ROWS − 1: BLOCK_M, or BLOCK_M / 2 (HALF_M)
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_FP8: tl.constexpr, DOT_FP32: tl.constexpr,
     PRECISION: tl.constexpr, SCATTER: tl.constexpr, SWAP_AB: tl.constexpr,
+    W_FP8: tl.constexpr, W_GROUP_N: tl.constexpr, W_GROUP_K: tl.constexpr, W_E8M0: tl.constexpr,
 ):
     """The down GEMM's tile of ROWS rows × BLOCK_N hidden outputs: K-loop, routing weight, store.
 
@@ -346,20 +408,29 @@ def _down_rows(
     else:
         w_ptrs = w2_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
         acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-    dot_dtype = tl.float32 if DOT_FP32 else w2_ptr.dtype.element_ty
+    # as in _gate_up_rows: the activations' dtype, or with FP8 activations the weights'
+    dot_dtype = tl.float32 if DOT_FP32 else (w2_ptr.dtype.element_ty if A_FP8 else a_ptr.dtype.element_ty)
+    ws_ptrs = w_scale_ptr + e * stride_wse + (offs_n // W_GROUP_N) * stride_wsr  # FP8 weights: [BLOCK_N]
 
     for k0 in range(0, I, BLOCK_K):
         mask_k = (k0 + offs_k) < I
         a = tl.load(a_ptrs + k0, mask=valid[:, None] & mask_k[None, :], other=0.0)
-        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile, exact in bf16
-            a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
+        a_s = tl.full([ROWS], 1.0, tl.float32)  # FP8 weights: the rows' scales, applied to the product
+        if A_FP8:  # BLOCK_K divides 128: one power-of-two scale per row covers the tile
+            if W_FP8:
+                a_s = tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)
+            else:  # dequantized here, exact in bf16
+                a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
         a = a.to(dot_dtype)
         if SWAP_AB:
             w = tl.load(w_ptrs + k0, mask=mask_n[:, None] & mask_k[None, :], other=0.0).to(dot_dtype)
-            acc = tl.dot(w, tl.trans(a), acc, input_precision=PRECISION)
         else:
             w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
-            acc = tl.dot(a, w, acc, input_precision=PRECISION)
+        if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
+            w_s = _w_scales(ws_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
+            acc = _scaled_mma(a, w, acc, a_s, w_s, PRECISION, SWAP_AB)
+        else:
+            acc = _mma(a, w, acc, PRECISION, SWAP_AB)
     if SWAP_AB:  # back to (rows, hidden outputs) for the epilogue
         acc = tl.trans(acc)
 
@@ -378,7 +449,8 @@ def grouped_down_kernel(
     # pointers
     a_ptr,  # (EM, I) compute dtype or fp8: the intermediate, expert-major
     a_scale_ptr,  # (EM, cdiv(I, 128)) fp32, read only when A_FP8
-    w2_ptr,  # (E, H, I) compute dtype
+    w2_ptr,  # (E, H, I) compute dtype, or float8_e4m3fn when W_FP8
+    w_scale_ptr,  # W_FP8 only: block128 (E, cdiv(H, 128), cdiv(I, 128)) fp32; mxfp8 (E, H, cdiv(I, 32)) e8m0
     out_ptr,  # (EM, H), or (T*K, H) in token order when SCATTER; compute dtype: routing weight ×
               # expert output, rounded; padding rows are not written
     sorted_token_ids_ptr,  # (EM,) int32
@@ -395,6 +467,9 @@ def grouped_down_kernel(
     stride_sr,
     stride_we,
     stride_wr,
+    stride_wse,
+    stride_wsr,
+    stride_wsc,
     stride_or,
     # meta
     BLOCK_M: tl.constexpr,
@@ -409,6 +484,10 @@ def grouped_down_kernel(
     HALF_M: tl.constexpr = False,  # a block whose upper half is padding runs as a BLOCK_M/2-row tile
     USE_PDL: tl.constexpr = False,  # launched early: wait for the gate/up GEMM, then let combine launch
     SWAP_AB: tl.constexpr = False,  # the tile transposed on the tensor cores (_down_rows)
+    W_FP8: tl.constexpr = False,  # e4m3 weights with block scales (the header)
+    W_GROUP_N: tl.constexpr = 1,  # weight rows per scale: 128 (block128) or 1 (mxfp8)
+    W_GROUP_K: tl.constexpr = 128,  # columns per scale: 128 (block128) or 32 (mxfp8); BLOCK_K divides it
+    W_E8M0: tl.constexpr = False,  # the weight scales are e8m0 bits (mxfp8)
 ):
     if USE_PDL:
         gdc_wait()
@@ -427,12 +506,14 @@ def grouped_down_kernel(
         return
     e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
     m0 = pid_m * BLOCK_M
-    args = (a_ptr, a_scale_ptr, w2_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr, e, m0, pid_n, H, I,
-            NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_or)
+    args = (a_ptr, a_scale_ptr, w2_ptr, w_scale_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr, e, m0, pid_n,
+            H, I, NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc, stride_or)
     if _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M, HALF_M):
-        _down_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER, SWAP_AB)
+        _down_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER, SWAP_AB,
+                   W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0)
     else:
-        _down_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER, SWAP_AB)
+        _down_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER, SWAP_AB,
+                   W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0)
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])

@@ -1,0 +1,391 @@
+"""FP8 weights on a GPU: speed against the FP8 byte floor, error against float64, and the figures
+of issue 23's bar, as tidy CSV.
+
+    python -m warpdecode.bench.fp8 --what speed accuracy [--phase warp auto lesson] [--presets ...] [--out DIR]
+
+speed (``fp8_speed.csv``): per preset and T, warp decode with bf16 weights (the tuned pair, as
+``moe`` runs it), warp decode with FP8 weights in both formats (the default tiles and the fastest
+of a few candidates at T = 1, tried here: ``config`` = ``default`` / ``searched``), the expert path
+with FP8 weights (weight-only and w8a8) and ``auto`` with FP8 weights. Each time is the median of
+CUDA-graph replays over enough copies of the layer that one step's weights are ≥ 3× the L2; the
+floor is the bytes that must move (each routed expert's weights and scales once, x, y, routing) at
+the read ceiling measured in the same run. accuracy (``fp8_accuracy.csv``): each method's error
+against float64 on the dequantized weights, over that layer's bf16 floor, the bf16 warp pair's on
+the bf16 weights beside it, and the weights' own quantization cost (the FP8 layer's float64 result
+against the bf16 layer's). Every row names the GPU, versions and date. The figures of the bar are
+printed at the end (:func:`figures`), from the rows alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from .. import quant
+from ..api import run_auto
+from ..configs import shape_key
+from ..expert import moe_expert
+from ..presets import MODEL_PRESETS, get_preset
+from ..reference import reference_moe, rel_error, rounding_floor
+from ..routing import route
+from ..warp import moe_warp
+from .sweep import meta
+from .timing import capture_poisoned, read_ceiling, time_replays
+from .workload import LayerInputs, l2_bytes
+
+#: Where the layers live (tests drive the sweep's code on the CPU interpreter with "cpu").
+DEVICE = "cuda"
+
+SPEED_T = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+WARP_T = (1, 2, 4, 8)  # where the bar compares FP8 warp decode with bf16 warp decode
+LESSON_T = (1, 8, 64)
+BAR = {"qwen3_t1_us": 12.0, "speedup": 1.6, "warp_error_over_floor": 1.1, "auto_over_faster": 1.05}
+
+#: The FP8 pair's candidate tiles, tried at T = 1 on each preset (the default is always among them).
+CANDIDATES = [
+    {"gate_up": {"BLOCK_I": 1, "BLOCK_H": bh, "num_warps": w, "num_stages": 1},
+     "down": {"BLOCK_H": dh, "BLOCK_I": di, "num_warps": dw, "num_stages": 1}}
+    for bh, w in ((1024, 1), (2048, 1), (2048, 2))
+    for dh, di, dw in ((4, 512, 4), (8, 512, 4))
+]
+
+
+#: The searched tiles, as a tuned table's families (``warp_<format>``: one bucket, T ≤ 8), written
+#: beside the CSVs as ``fp8_tuned.json`` for merging into ``warpdecode/tuned/<GPU>.json``.
+SEARCHED: dict = {}
+
+
+def tiles_name(cfg: dict) -> str:
+    gu, dn = cfg["gate_up"], cfg["down"]
+    return f"gu{gu['BLOCK_I']}x{gu['BLOCK_H']}w{gu['num_warps']}-dn{dn['BLOCK_H']}x{dn['BLOCK_I']}w{dn['num_warps']}"
+
+
+def make_inputs(shape, T: int, n: int, *, seed: int) -> list[LayerInputs]:
+    """Fresh bf16 activations and routing for each of ``n`` layer copies, on :data:`DEVICE`."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    out = []
+    for _ in range(n):
+        x = torch.randn(T, shape.H, generator=g).to(DEVICE, torch.bfloat16)
+        logits = torch.randn(T, shape.E, generator=g).to(DEVICE)
+        tw, ti = route(logits, shape.K, renormalize=shape.renormalize)
+        out.append(LayerInputs(x, logits, tw, ti))
+    return out
+
+
+def fp8_bytes(shape, w13, w2, inp) -> int:
+    """The fewest bytes one call with FP8 weights moves: each routed expert's weights and scales once,
+    x in, y out, the routing."""
+    distinct = torch.unique(inp.topk_ids).numel()
+    per_expert = (w13.nbytes + w2.nbytes) / shape.E
+    T = inp.x.shape[0]
+    return int(distinct * per_expert + 2 * T * shape.H * 2 + inp.topk_ids.numel() * 8)
+
+
+def bf16_bytes(shape, inp) -> int:
+    distinct = torch.unique(inp.topk_ids).numel()
+    T = inp.x.shape[0]
+    return int(distinct * shape.expert_bytes + 2 * T * shape.H * 2 + inp.topk_ids.numel() * 8)
+
+
+def copies(shape, weight_bytes_per_expert: float, budget: float = 30e9) -> int:
+    """Layer copies so that a T = 1 step touches ≥ 3× the L2 of expert weights, within ``budget`` bytes."""
+    want = max(2, math.ceil(3 * l2_bytes() / (shape.K * weight_bytes_per_expert)))
+    fit = max(1, int(budget // (shape.E * weight_bytes_per_expert)))
+    return min(want, fit)
+
+
+def _time(fn, args, reps):
+    """(Timing per call, first output) of ``fn`` over every copy's arguments, one CUDA graph."""
+    g, outs = capture_poisoned(lambda: [fn(*a) for a in args])
+    t = time_replays(g, reps=reps).scaled(1 / len(args))
+    del g
+    return t, outs[0]
+
+
+def _ids32(inp):
+    return inp.topk_ids.to(torch.int32).contiguous()
+
+
+#: What each phase of the speed sweep times, in the order the bar needs them (each phase its own run:
+#: a cold start compiles every kernel it meets, and a phase cut short keeps the rows it wrote).
+PHASES = {
+    "warp": "T = 1…8: warp decode with bf16 weights (tuned) and with FP8 weights (both formats, default and "
+            "searched tiles)",
+    "auto": "T = 1…256, block128: warp decode, the weight-only expert path, auto",
+    "lesson": "T = 1, 8, 64: the w8a8 expert path (both formats), MXFP8's weight-only expert path",
+}
+
+
+def speed(presets, phase: str, *, reps: int = 50, csv_path: Path, deadline: float = math.inf):
+    """Time one phase (:data:`PHASES`) on each preset; rows are appended to ``csv_path`` preset by
+    preset, so a run cut short keeps what it measured. Returns the rows."""
+    info = meta()
+    ceiling = read_ceiling(4.0)
+    print(f"read ceiling {ceiling:.3f} TB/s; phase {phase}: {PHASES[phase]}")
+    rows = []
+    for name in presets:
+        if time.monotonic() > deadline:
+            print(f"SKIP {name}: out of time")
+            break
+        part = []
+        try:
+            part = _speed_preset(get_preset(name), phase, reps, ceiling, info)
+        except Exception as e:  # keep the sweep going; the log says why
+            print(f"ERROR {name}: {e!r}")
+        _free()
+        _write(csv_path, part)
+        rows += part
+    return rows
+
+
+def _free():
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _speed_preset(shape, phase, reps, ceiling, info):
+    rows = []
+    formats = ("block128",) if phase == "auto" else quant.FORMATS
+    n8 = copies(shape, 3 * shape.I * shape.H * (1 + 4 / 16384))
+    n16 = min(n8, copies(shape, shape.expert_bytes)) if phase == "warp" else 0
+    bf16, fp8 = [], {f: [] for f in formats}
+    for i in range(n8):  # independent copies, each quantized from its own bf16 draw
+        w13, w2 = shape.weights(device=DEVICE, seed=100 + i)
+        for f in formats:
+            fp8[f].append(quant.quantize_experts(w13, w2, f))
+        if i < n16:
+            bf16.append((w13, w2))
+        del w13, w2
+
+    def row(T, method, weights, config, fn, layers, inputs, nbytes, ref):
+        args = [(i.x, w13, w2, i.topk_weights, _ids32(i)) for (w13, w2), i in zip(layers, inputs, strict=True)]
+        try:
+            t, y = _time(fn, args, reps)
+        except Exception as e:  # the row is missing and the log says why
+            print(f"ERROR {shape.name} T={T} {method} {weights} {config}: {e!r}")
+            return None
+        floor_us = nbytes / (ceiling * 1e12) * 1e6
+        err = rel_error(y, ref) / rounding_floor(ref, torch.bfloat16)
+        written = not bool(torch.isnan(y).any())
+        rows.append({"preset": shape.name, "T": T, "method": method, "weights": weights, "config": config,
+                     "median_us": round(t.median_us, 3), "p20_us": round(t.p20_us, 3), "p80_us": round(t.p80_us, 3),
+                     "reps": t.reps, "bytes": nbytes, "floor_us": round(floor_us, 3),
+                     "frac_ceiling": round(floor_us / t.median_us, 4), "ceiling_TBps": round(ceiling, 4),
+                     "error_over_floor": round(err, 4), "checked": written and err < 60, "layers": len(args), **info})
+        print(f"{shape.name:16s} T={T:<3d} {method:12s} {weights:8s} {config:8s} {t.median_us:9.2f} µs "
+              f"({floor_us / t.median_us:.0%} of the ceiling) error/floor {err:.2f}")
+        return t.median_us
+
+    def timed(T, f, runs, inputs):
+        w13, w2 = fp8[f][0]
+        i0 = inputs[0]
+        ref = reference_moe(i0.x, w13, w2, i0.topk_weights, i0.topk_ids)
+        nbytes = fp8_bytes(shape, w13, w2, i0)
+        return [row(T, method, f, config, fn, fp8[f], inputs, nbytes, ref) for method, config, fn in runs]
+
+    if phase == "warp":
+        # the FP8 pair's tiles: the defaults, and the fastest of CANDIDATES at T = 1 on block128
+        # weights ("searched"; the tiles read either format)
+        inp1 = make_inputs(shape, 1, n8, seed=1)
+        us = timed(1, "block128", [("warp_tiles", tiles_name(c), partial(moe_warp, config=c)) for c in CANDIDATES],
+                   inp1)
+        best = min(((u, c) for u, c in zip(us, CANDIDATES, strict=True) if u is not None), default=None,
+                   key=lambda uc: uc[0])
+        searched = best[1] if best else None
+        print(f"{shape.name}: searched tiles {searched}")
+        if searched is not None:
+            for f in formats:
+                SEARCHED.setdefault(f"warp_{f}", {})[shape_key(shape.H, shape.I, shape.E, shape.K)] = [[8, searched]]
+        for T in WARP_T:
+            inputs = make_inputs(shape, T, n8, seed=1000 + T)
+            i0 = inputs[0]
+            ref = reference_moe(i0.x, *bf16[0], i0.topk_weights, i0.topk_ids)
+            row(T, "warp", "bf16", "tuned", moe_warp, bf16, inputs[:n16], bf16_bytes(shape, i0), ref)
+            for f in formats:
+                runs = [("warp", "default", moe_warp)]
+                if searched is not None:
+                    runs.append(("warp", "searched", partial(moe_warp, config=searched)))
+                timed(T, f, runs, inputs)
+    elif phase == "auto":
+        for T in SPEED_T:
+            timed(T, "block128", [("warp", "default", moe_warp), ("expert", "default", moe_expert),
+                                  ("auto", "default", run_auto)], make_inputs(shape, T, n8, seed=1000 + T))
+    else:
+        w8a8 = ("expert_w8a8", "default", partial(moe_expert, act_format="fp8"))
+        for T in LESSON_T:
+            inputs = make_inputs(shape, T, n8, seed=1000 + T)
+            timed(T, "block128", [w8a8], inputs)
+            timed(T, "mxfp8", [("expert", "default", moe_expert), w8a8], inputs)
+    return rows
+
+
+def accuracy(presets, *, Ts=(1, 8, 64), csv_path: Path, formats=quant.FORMATS, deadline: float = math.inf):
+    """Error over floor of each path on FP8 weights (module doc), one row per (preset, T, format, method)."""
+    info = meta()
+    rows = []
+    methods = {"warp": moe_warp, "expert": moe_expert, "expert_w8a8": partial(moe_expert, act_format="fp8")}
+    for name in presets:
+        if time.monotonic() > deadline:
+            print(f"SKIP {name}: out of time")
+            break
+        shape = get_preset(name)
+        part = []
+        try:
+            w13, w2 = shape.weights(device=DEVICE, seed=7)
+            for T in Ts:
+                g = torch.Generator().manual_seed(T)
+                x = torch.randn(T, shape.H, generator=g).to(DEVICE, torch.bfloat16)
+                tw, ti = route(torch.randn(T, shape.E, generator=g).to(DEVICE), shape.K, renormalize=shape.renormalize)
+                ti32 = ti.to(torch.int32)
+                ref16 = reference_moe(x, w13, w2, tw, ti)
+                floor16 = rounding_floor(ref16, torch.bfloat16)
+                err = rel_error(moe_warp(x, w13, w2, tw, ti32), ref16)
+                part.append(_acc_row(shape, T, "bf16", "warp", err, floor16, math.nan, info, vs_bf16=err))
+                for f in formats:
+                    q13, q2 = quant.quantize_experts(w13, w2, f)
+                    ref = reference_moe(x, q13, q2, tw, ti)
+                    floor = rounding_floor(ref, torch.bfloat16)
+                    qcost = rel_error(ref, ref16)
+                    for m, fn in methods.items():
+                        y = fn(x, q13, q2, tw, ti32)
+                        part.append(_acc_row(shape, T, f, m, rel_error(y, ref), floor, qcost, info,
+                                             vs_bf16=rel_error(y, ref16)))
+                    del q13, q2
+        except Exception as e:
+            print(f"ERROR accuracy {name}: {e!r}")
+        for r in part:
+            print(f"{r['preset']:16s} T={r['T']:<3d} {r['method']:12s} {r['weights']:8s} error/floor "
+                  f"{r['error_over_floor']:.3f} (quantization: {r['quant_error']:.4f})")
+        _write(csv_path, part)
+        rows += part
+        _free()
+    return rows
+
+
+def _acc_row(shape, T, weights, method, err, floor, qcost, info, *, vs_bf16):
+    """error: against float64 of the layer's own (dequantized) weights; error_vs_bf16: against
+    float64 of the bf16 weights it was quantized from (the weights' quantization included)."""
+    return {"preset": shape.name, "T": T, "weights": weights, "method": method, "error": err, "floor": floor,
+            "error_over_floor": err / floor, "quant_error": qcost,
+            "quant_error_over_floor": qcost / floor if qcost == qcost else math.nan, "error_vs_bf16": vs_bf16, **info}
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+
+
+def _read(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def figures(speed_rows: list[dict], accuracy_rows: list[dict]) -> list[str]:
+    """The bar's figures from the CSV rows (strings or numbers), one line each, with met / not met."""
+    out = []
+
+    def us(rows, **k):
+        hit = [float(r["median_us"]) for r in rows if all(str(r[a]) == str(b) for a, b in k.items())]
+        return min(hit) if hit else math.nan
+
+    def verdict(ok):
+        return "met" if ok else "NOT met"
+
+    s = speed_rows
+    t1 = us(s, preset="qwen3-30b-a3b", T=1, method="warp", weights="block128")
+    t1_16 = us(s, preset="qwen3-30b-a3b", T=1, method="warp", weights="bf16")
+    out.append(f"qwen3-30b-a3b T=1: FP8 (block128) warp decode {t1:.2f} µs, the faster of the default and "
+               f"searched tiles (bar ≤ {BAR['qwen3_t1_us']} µs; bf16 "
+               f"warp {t1_16:.2f} µs): {verdict(t1 <= BAR['qwen3_t1_us'])}")
+    for f in quant.FORMATS:
+        for p in sorted({r["preset"] for r in s}):
+            ratios = {T: us(s, preset=p, T=T, method="warp", weights="bf16") / us(s, preset=p, T=T, method="warp",
+                                                                                  weights=f) for T in WARP_T}
+            ok = all(v >= BAR["speedup"] for v in ratios.values())
+            out.append(f"{p} {f}: bf16 / FP8 warp decode (FP8: the faster of the default and searched tiles) "
+                       + " ".join(f"T={T} {v:.2f}x" for T, v in ratios.items())
+                       + f" (bar ≥ {BAR['speedup']}x): {verdict(ok)}")
+    for p in sorted({r["preset"] for r in s}):
+        worst = []
+        for T in SPEED_T:
+            paths = [us(s, preset=p, T=T, method=m, weights="block128", config="default") for m in ("warp", "expert")]
+            auto = us(s, preset=p, T=T, method="auto", weights="block128")
+            if not math.isnan(auto) and not all(math.isnan(v) for v in paths):
+                worst.append((auto / min(v for v in paths if not math.isnan(v)), T))
+        if worst:
+            w, T = max(worst)
+            out.append(f"{p}: auto (block128) / faster path, worst {w:.3f} at T={T} (bar ≤ {BAR['auto_over_faster']}):"
+                       f" {verdict(w <= BAR['auto_over_faster'])}")
+    a = accuracy_rows
+    for f in quant.FORMATS:
+        for m in ("warp", "expert", "expert_w8a8"):
+            v = [float(r["error_over_floor"]) for r in a if r["weights"] == f and r["method"] == m]
+            if v:
+                line = f"error/floor {m} ({f}): median {statistics.median(v):.2f}, max {max(v):.2f}"
+                if m == "warp":
+                    bar = BAR["warp_error_over_floor"]
+                    line += f" (bar ≤ {bar}): {verdict(max(v) <= bar)}"
+                out.append(line)
+        q = [float(r["quant_error_over_floor"]) for r in a if r["weights"] == f and r["method"] == "warp"]
+        if q:
+            out.append(f"quantization's own cost ({f}, the FP8 layer against the bf16 one): median "
+                       f"{statistics.median(q):.1f}x the bf16 floor")
+        vs = {(r["preset"], r["T"], r["method"]): float(r["error_vs_bf16"]) for r in a if r["weights"] == f}
+        ratio = [vs[(p, t, "expert_w8a8")] / vs[(p, t, "warp")] for p, t, m in vs if m == "warp"
+                 and (p, t, "expert_w8a8") in vs]
+        if ratio:
+            out.append(f"against the bf16 layer ({f}, quantization included): w8a8 / warp decode error, median "
+                       f"{statistics.median(ratio):.2f}x, range {min(ratio):.2f}-{max(ratio):.2f}x")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--what", nargs="+", default=["speed", "accuracy"], choices=["speed", "accuracy", "figures"])
+    ap.add_argument("--phase", nargs="+", default=list(PHASES), choices=list(PHASES),
+                    help="the speed sweep's phases: " + "; ".join(f"{k}: {v}" for k, v in PHASES.items()))
+    ap.add_argument("--fresh", action="store_true", help="start the CSVs over (default: append)")
+    ap.add_argument("--presets", nargs="+", default=MODEL_PRESETS)
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--out", default=None, help="folder of the CSVs (default results/<GPU>/)")
+    ap.add_argument("--budget-s", type=float, default=math.inf, help="start no preset past this many seconds")
+    args = ap.parse_args(argv)
+    out = Path(args.out or f"results/{torch.cuda.get_device_name().replace(' ', '_')}")
+    speed_csv, acc_csv = out / "fp8_speed.csv", out / "fp8_accuracy.csv"
+    deadline = time.monotonic() + args.budget_s
+    if args.fresh:
+        speed_csv.unlink(missing_ok=True)
+        acc_csv.unlink(missing_ok=True)
+    if "speed" in args.what:
+        for phase in args.phase:
+            speed(args.presets, phase, reps=args.reps, csv_path=speed_csv, deadline=deadline)
+        if SEARCHED:
+            (out / "fp8_tuned.json").write_text(json.dumps(SEARCHED, indent=1, sort_keys=True))
+    if "accuracy" in args.what:
+        accuracy(args.presets, csv_path=acc_csv, deadline=deadline)
+    print(f"\n== the bar ({torch.cuda.get_device_name()}) ==")
+    for line in figures(_read(speed_csv), _read(acc_csv)):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
