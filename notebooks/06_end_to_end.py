@@ -424,9 +424,9 @@ print(ladder.table(hf_rows))
 # %%
 hf_gen = ladder.results("hf_generate.csv")
 if hf_gen:  # the latest Qwen3-30B-A3B run: one depth, one compile mode (eager where the column is empty)
-    run = [(r["model"], r["layers"], r.get("compile") or "none") for r in hf_gen]
-    last = [k for k in run if k[0].startswith("qwen3-30b-a3b")][-1]
-    hf_gen = [r for r, k in zip(hf_gen, run, strict=True) if k == last]
+    gen_keys = [(r["model"], r["layers"], r.get("compile") or "none") for r in hf_gen]
+    last = [k for k in gen_keys if k[0].startswith("qwen3-30b-a3b")][-1]
+    hf_gen = [r for r, k in zip(hf_gen, gen_keys, strict=True) if k == last]
     m = hf_gen[-1]
     print(f"{m['gpu']}, torch {m['torch']}, triton {m['triton']}, {m['date']}: {m['model']}, {m['layers']} layers, "
           f"prompt {m['prompt']}, {m['new_tokens']} new tokens, greedy")
