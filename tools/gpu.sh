@@ -26,8 +26,9 @@
 #   profile   experiments/profiling.py --version pair under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   fp8       FP8 weights (issue 23): tests/test_fp8*.py on the GPU, then python -m warpdecode.bench.fp8 in
-#             three runs (the bar's warp figures, auto across T, accuracy), each under its own limit;
-#             prints the bar's figures; results/<GPU>/fp8_speed.csv, fp8_accuracy.csv, fp8_tuned.json to $OUT
+#             four runs (the bar's warp figures, auto across T, accuracy, error across FP8_LAYERS model
+#             layers), each under its own limit; prints the bar's figures; results/<GPU>/fp8_speed.csv,
+#             fp8_accuracy.csv, fp8_layers.csv, fp8_tuned.json to $OUT
 #             (FP8_PRESETS, FP8_LESSON=1 adds the w8a8/MXFP8 expert-path rows); about six minutes
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
@@ -122,6 +123,7 @@ for stage in "$@"; do
           --presets $presets --budget-s 70
       run fp8_accuracy "${TIMEOUT_FP8_ACCURACY:-45}" python3 -m warpdecode.bench.fp8 --what accuracy \
           --presets $presets --budget-s 30
+      run fp8_layers "${TIMEOUT_FP8_LAYERS:-45}" python3 -m warpdecode.bench.fp8 --what layers --layers "${FP8_LAYERS:-8}"
       if [ -n "${FP8_LESSON:-}" ]; then
         run fp8_lesson "${TIMEOUT_FP8_LESSON:-150}" python3 -m warpdecode.bench.fp8 --what speed --phase lesson \
             --presets $presets --budget-s 120
