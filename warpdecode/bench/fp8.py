@@ -56,7 +56,7 @@ CANDIDATES = [
     {"gate_up": {"BLOCK_I": 1, "BLOCK_H": bh, "num_warps": w, "num_stages": 1},
      "down": {"BLOCK_H": dh, "BLOCK_I": di, "num_warps": dw, "num_stages": 1}}
     for bh, w in ((1024, 1), (2048, 1), (2048, 2))
-    for dh, di, dw in ((4, 512, 4), (8, 512, 4))
+    for dh, di, dw in ((4, 512, 4), (8, 512, 4), (4, 1024, 2))
 ]
 
 
