@@ -355,6 +355,7 @@ def test_fp8_benchmark_code_paths_and_figures(monkeypatch, tmp_path):
     assert {(r["method"], r["vs"]) for r in layer_rows} == {(m, v) for m in ("warp", "expert_w8a8")
                                                             for v in ("bf16", "fp8")}
     assert len(bench.layer_figures(bench._read(tmp_path / "fp8_layers.csv"))) == 4
+    assert bench.measured_crossover(speed_rows, "tiny") in bench.SPEED_T  # the stand-in times all tie
     lines = bench.figures(speed_rows, acc_rows)
     assert any(line.startswith("tiny block128: bf16 / FP8 warp decode") for line in lines), lines
     assert any("auto (block128) / faster path" in line for line in lines), lines

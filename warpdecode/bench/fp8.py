@@ -60,8 +60,9 @@ CANDIDATES = [
 ]
 
 
-#: The searched tiles, as a tuned table's families (``warp_<format>``: one bucket, T ≤ 8), written
-#: beside the CSVs as ``fp8_tuned.json`` for merging into ``warpdecode/tuned/<GPU>.json``.
+#: The searched tiles (``warp_<format>``: one bucket, T ≤ 8) and the measured crossover
+#: (``crossover_block128``, from the auto phase), as a tuned table's families, written beside the
+#: CSVs as ``fp8_tuned.json`` for merging into ``warpdecode/tuned/<GPU>.json``.
 SEARCHED: dict = {}
 
 
@@ -396,6 +397,21 @@ def figures(speed_rows: list[dict], accuracy_rows: list[dict]) -> list[str]:
     return out
 
 
+def measured_crossover(rows: list[dict], preset: str, weights: str = "block128") -> int:
+    """The largest T of :data:`SPEED_T` up to which warp decode (default tiles) is no slower than
+    the expert path at every T measured, as ``auto``'s crossover rule reads it; 0 if none."""
+    best = 0
+    for T in SPEED_T:
+        t = {r["method"]: float(r["median_us"]) for r in rows if r["preset"] == preset and int(r["T"]) == T
+             and r["weights"] == weights and r["config"] == "default" and r["method"] in ("warp", "expert")}
+        if len(t) < 2:
+            continue
+        if t["warp"] > t["expert"]:
+            break
+        best = T
+    return best
+
+
 def layer_figures(rows: list[dict]) -> list[str]:
     """w8a8's error over warp decode's at the last layer and at the logits, against either model."""
     out = []
@@ -434,9 +450,18 @@ def main(argv=None):
             path.unlink(missing_ok=True)
     if "speed" in args.what:
         for phase in args.phase:
-            speed(args.presets, phase, reps=args.reps, csv_path=speed_csv, deadline=deadline)
-        if SEARCHED:
-            (out / "fp8_tuned.json").write_text(json.dumps(SEARCHED, indent=1, sort_keys=True))
+            rows = speed(args.presets, phase, reps=args.reps, csv_path=speed_csv, deadline=deadline)
+            if phase == "auto":
+                for p in {r["preset"] for r in rows}:
+                    shape = get_preset(p)
+                    SEARCHED.setdefault("crossover_block128", {})[shape_key(shape.H, shape.I, shape.E, shape.K)] = \
+                        measured_crossover(rows, p)
+        if SEARCHED:  # merged into what an earlier run of the stage wrote
+            path = out / "fp8_tuned.json"
+            table = json.loads(path.read_text()) if path.exists() and not args.fresh else {}
+            for family, entries in SEARCHED.items():
+                table.setdefault(family, {}).update(entries)
+            path.write_text(json.dumps(table, indent=1, sort_keys=True))
     if "accuracy" in args.what:
         accuracy(args.presets, csv_path=acc_csv, deadline=deadline)
     if "layers" in args.what:
