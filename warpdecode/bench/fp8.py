@@ -53,9 +53,9 @@ BAR = {"qwen3_t1_us": 12.0, "speedup": 1.6, "warp_error_over_floor": 1.1, "auto_
 
 #: The FP8 pair's candidate tiles, tried at T = 1 on each preset (the default is always among them).
 CANDIDATES = [
-    {"gate_up": {"BLOCK_I": 1, "BLOCK_H": bh, "num_warps": w, "num_stages": 1},
+    {"gate_up": {"BLOCK_I": bi, "BLOCK_H": bh, "num_warps": w, "num_stages": 1},
      "down": {"BLOCK_H": dh, "BLOCK_I": di, "num_warps": dw, "num_stages": 1}}
-    for bh, w in ((1024, 1), (2048, 1), (2048, 2))
+    for bi, bh, w in ((1, 1024, 1), (1, 2048, 1), (1, 2048, 2), (2, 1024, 1))
     for dh, di, dw in ((4, 512, 4), (8, 512, 4), (4, 1024, 2))
 ]
 
