@@ -8,7 +8,9 @@ launch takes configs.py's defaults, derived from the architecture's limits
 warpdecode.compiled.record_launches records the launchers passing on such a GPU, over the
 scenarios below: both paths, every schedule, the expert path's SWAP_AB decode tiles and HALF_M
 tiles, FP8 activations where the GPU has FP8 tensor cores (not sm_80: ``warpdecode.moe`` refuses
-them there), bf16, fp16 and fp32, at T = 1, 3, 8, 64, 256 on three layer shapes. Jobs that
+them there), bf16, fp16 and fp32, at T = 1, 3, 8, 64, 256 on three layer shapes; FP8 weights
+(``warpdecode.quant``, both formats: warp decode's FP8 pair, the expert path weight-only and w8a8)
+on sm_100a. Jobs that
 compile to the same code are compiled once (``compiled.compile_key``).
 
 The checks read what ptxas reports and the PTX says: no spill and no stack frame, the shared

@@ -351,6 +351,11 @@ def test_fp8_benchmark_code_paths_and_figures(monkeypatch, tmp_path):
     assert {r["method"] for r in acc_rows} == {"warp", "expert", "expert_w8a8"}
     warp = [float(r["error_over_floor"]) for r in acc_rows if r["method"] == "warp" and r["weights"] != "bf16"]
     assert max(warp) <= TOLERANCE[torch.bfloat16]["warp"]
+    layer_rows = bench.layer_errors("tiny", layers=1, T=1, steps=1, csv_path=tmp_path / "fp8_layers.csv")
+    assert {(r["method"], r["vs"]) for r in layer_rows} == {(m, v) for m in ("warp", "expert_w8a8")
+                                                            for v in ("bf16", "fp8")}
+    assert len(bench.layer_figures(bench._read(tmp_path / "fp8_layers.csv"))) == 4
+    assert bench.measured_crossover(speed_rows, "tiny") in bench.SPEED_T  # the stand-in times all tie
     lines = bench.figures(speed_rows, acc_rows)
     assert any(line.startswith("tiny block128: bf16 / FP8 warp decode") for line in lines), lines
     assert any("auto (block128) / faster path" in line for line in lines), lines

@@ -26,9 +26,10 @@
 #   profile   experiments/profiling.py --version pair under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
 #   fp8       FP8 weights (issue 23): tests/test_fp8*.py on the GPU, then python -m warpdecode.bench.fp8 in
-#             three runs (the bar's warp figures, auto across T, accuracy), each under its own limit;
-#             prints the bar's figures; results/<GPU>/fp8_speed.csv, fp8_accuracy.csv, fp8_tuned.json to $OUT
-#             (FP8_PRESETS, FP8_LESSON=1 adds the w8a8/MXFP8 expert-path rows); about six minutes
+#             four runs (the bar's warp figures, auto across T, accuracy, error across FP8_LAYERS model
+#             layers), each under its own limit; prints the bar's figures; results/<GPU>/fp8_speed.csv,
+#             fp8_accuracy.csv, fp8_layers.csv, fp8_tuned.json to $OUT
+#             (FP8_PRESETS, FP8_LESSON=1 adds the w8a8/MXFP8 expert-path rows); at most about 6.5 minutes
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
 #   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
@@ -117,21 +118,22 @@ for stage in "$@"; do
       run memtest "${TIMEOUT_MEMTEST:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 \
           python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py \
           -k "${MEMTEST_K:-edge or T0 or barriers}" ;;
-    fp8)
+    fp8)  # limits sum to about 6.5 minutes; each run keeps what it finished
       presets=${FP8_PRESETS:-qwen3-30b-a3b qwen3-235b-a22b deepseek-v3 mixtral-8x7b gpt-oss-20b olmoe-1b-7b}
-      run fp8_pytest "${TIMEOUT_FP8_PYTEST:-100}" python3 -m pytest -q -rfE -p no:cacheprovider -p no:randomly \
-          tests/test_fp8.py tests/test_fp8_gpu.py
-      run fp8_warp "${TIMEOUT_FP8_WARP:-150}" python3 -m warpdecode.bench.fp8 --fresh --what speed --phase warp \
-          --presets $presets --budget-s 120
-      run fp8_auto "${TIMEOUT_FP8_AUTO:-100}" python3 -m warpdecode.bench.fp8 --what speed --phase auto \
-          --presets $presets --budget-s 70
-      run fp8_accuracy "${TIMEOUT_FP8_ACCURACY:-45}" python3 -m warpdecode.bench.fp8 --what accuracy \
-          --presets $presets --budget-s 30
+      run fp8_pytest "${TIMEOUT_FP8_PYTEST:-110}" python3 -m pytest -q -rfE -p no:cacheprovider -p no:randomly \
+          tests/test_fp8_gpu.py tests/test_fp8.py -k "presets or edges or graph or convert or at_the_floor"
+      run fp8_warp "${TIMEOUT_FP8_WARP:-120}" python3 -m warpdecode.bench.fp8 --fresh --what speed --phase warp \
+          --presets $presets --budget-s 90
+      run fp8_auto "${TIMEOUT_FP8_AUTO:-80}" python3 -m warpdecode.bench.fp8 --what speed --phase auto \
+          --presets $presets --budget-s 50
+      run fp8_accuracy "${TIMEOUT_FP8_ACCURACY:-35}" python3 -m warpdecode.bench.fp8 --what accuracy \
+          --presets $presets --budget-s 20
+      run fp8_layers "${TIMEOUT_FP8_LAYERS:-35}" python3 -m warpdecode.bench.fp8 --what layers --layers "${FP8_LAYERS:-8}"
       if [ -n "${FP8_LESSON:-}" ]; then
         run fp8_lesson "${TIMEOUT_FP8_LESSON:-150}" python3 -m warpdecode.bench.fp8 --what speed --phase lesson \
             --presets $presets --budget-s 120
       fi
-      run fp8_bar 30 python3 -m warpdecode.bench.fp8 --what figures
+      run fp8_bar 15 python3 -m warpdecode.bench.fp8 --what figures
       cp "$GPU_DIR"/fp8_*.csv "$GPU_DIR"/fp8_tuned.json "$OUT/" 2>/dev/null ;;
     quick)
       run quick "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 64 ;;

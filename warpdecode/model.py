@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +72,9 @@ MODELS = {
     ]
 }
 
-MOE_METHODS = {"loop": moe_loop, "expert": moe_expert, "warp": moe_warp, "auto": run_auto}
+MOE_METHODS = {"loop": moe_loop, "expert": moe_expert, "warp": moe_warp, "auto": run_auto,
+               # the expert path with FP8 activations: with FP8 weights (warpdecode.quant), the w8a8 form
+               "expert_fp8": partial(moe_expert, act_format="fp8")}
 
 
 def _rms(x, w, eps):

@@ -102,8 +102,11 @@ class FP8Weights:
         """The scales as the kernels read them: float32, or e8m0 as its uint8 bits (a view)."""
         return self.scale
 
-    def scale_factors(self) -> torch.Tensor:
-        """The scales as float64 factors, in the scale tensor's shape."""
+    def scale_factors(self, e: int | None = None) -> torch.Tensor:
+        """The scales as float64 factors, in the scale tensor's shape (expert ``e``'s only, if given)."""
+        return self._factors(self.scale if e is None else self.scale[e])
+
+    def _factors(self, scale: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     # -- dequantization -----------------------------------------------------------------------------
@@ -111,7 +114,7 @@ class FP8Weights:
         """Expert e's (N, C) weight, q · s, in ``dtype`` (default: :attr:`dtype`). In float64 it is
         exact: what the kernels multiply, and what the reference reads."""
         E, N, C = self.weight.shape
-        s = self.scale_factors()[e]  # (scale rows, column groups)
+        s = self.scale_factors(e)  # (scale rows, column groups)
         parts = 2 if self.gate_up else 1
         rows = torch.arange(N, device=s.device)
         part, r = rows // (N // parts), rows % (N // parts)
@@ -186,8 +189,8 @@ class BlockFP8Weights(FP8Weights):
                 idx = tuple(int(v) for v in bad.nonzero()[0])
                 raise ValueError(f"{n}: block128 scales must be finite and positive, got {float(s[idx])} at {idx}")
 
-    def scale_factors(self) -> torch.Tensor:
-        return self.scale.double()
+    def _factors(self, scale: torch.Tensor) -> torch.Tensor:
+        return scale.double()
 
 
 class MXFP8Weights(FP8Weights):
@@ -218,8 +221,8 @@ class MXFP8Weights(FP8Weights):
                 what = "NaN (255)" if int(s[idx]) == 255 else "2^-127 (0), below float32's normal range"
                 raise ValueError(f"{n}: mxfp8 scales must be finite e8m0 in [2^-126, 2^127], got {what} at {idx}")
 
-    def scale_factors(self) -> torch.Tensor:
-        return torch.exp2(self.scale.double() - 127)
+    def _factors(self, scale: torch.Tensor) -> torch.Tensor:
+        return torch.exp2(scale.double() - 127)
 
 
 CLASSES = {"block128": BlockFP8Weights, "mxfp8": MXFP8Weights}

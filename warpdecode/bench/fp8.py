@@ -1,7 +1,7 @@
 """FP8 weights on a GPU: speed against the FP8 byte floor, error against float64, and the figures
 of issue 23's bar, as tidy CSV.
 
-    python -m warpdecode.bench.fp8 --what speed accuracy [--phase warp auto lesson] [--presets ...] [--out DIR]
+    python -m warpdecode.bench.fp8 --what speed accuracy layers [--phase warp auto lesson] [--presets ...] [--out DIR]
 
 speed (``fp8_speed.csv``): per preset and T, warp decode with bf16 weights (the tuned pair, as
 ``moe`` runs it), warp decode with FP8 weights in both formats (the default tiles and the fastest
@@ -12,7 +12,8 @@ floor is the bytes that must move (each routed expert's weights and scales once,
 the read ceiling measured in the same run. accuracy (``fp8_accuracy.csv``): each method's error
 against float64 on the dequantized weights, over that layer's bf16 floor, the bf16 warp pair's on
 the bf16 weights beside it, and the weights' own quantization cost (the FP8 layer's float64 result
-against the bf16 layer's). Every row names the GPU, versions and date. The figures of the bar are
+against the bf16 layer's). layers (``fp8_layers.csv``): the same comparison across a model's layers
+(:func:`layer_errors`). Every row names the GPU, versions and date. The figures of the bar are
 printed at the end (:func:`figures`), from the rows alone.
 """
 
@@ -52,15 +53,16 @@ BAR = {"qwen3_t1_us": 12.0, "speedup": 1.6, "warp_error_over_floor": 1.1, "auto_
 
 #: The FP8 pair's candidate tiles, tried at T = 1 on each preset (the default is always among them).
 CANDIDATES = [
-    {"gate_up": {"BLOCK_I": 1, "BLOCK_H": bh, "num_warps": w, "num_stages": 1},
+    {"gate_up": {"BLOCK_I": bi, "BLOCK_H": bh, "num_warps": w, "num_stages": 1},
      "down": {"BLOCK_H": dh, "BLOCK_I": di, "num_warps": dw, "num_stages": 1}}
-    for bh, w in ((1024, 1), (2048, 1), (2048, 2))
-    for dh, di, dw in ((4, 512, 4), (8, 512, 4))
+    for bi, bh, w in ((1, 1024, 1), (1, 2048, 1), (1, 2048, 2), (2, 1024, 1))
+    for dh, di, dw in ((4, 512, 4), (8, 512, 4), (4, 1024, 2))
 ]
 
 
-#: The searched tiles, as a tuned table's families (``warp_<format>``: one bucket, T ≤ 8), written
-#: beside the CSVs as ``fp8_tuned.json`` for merging into ``warpdecode/tuned/<GPU>.json``.
+#: The searched tiles (``warp_<format>``: one bucket, T ≤ 8) and the measured crossover
+#: (``crossover_block128``, from the auto phase), as a tuned table's families, written beside the
+#: CSVs as ``fp8_tuned.json`` for merging into ``warpdecode/tuned/<GPU>.json``.
 SEARCHED: dict = {}
 
 
@@ -271,6 +273,44 @@ def accuracy(presets, *, Ts=(1, 8, 64), csv_path: Path, formats=quant.FORMATS, d
     return rows
 
 
+def layer_errors(name: str = "qwen3-30b-a3b", *, layers: int = 8, T: int = 4, steps: int = 4, fmt="block128",
+                 csv_path: Path, seed: int = 0) -> list[dict]:
+    """Across a model's layers: the decoder of ``warpdecode.model`` in float64 but its MoE layers
+    (``moe-only:``), which run warp decode or the w8a8 expert path on FP8 weights (``fmt``); each
+    layer's hidden state at the last of ``steps`` decode steps against the float64 model with the
+    bf16 weights (``vs="bf16"``: the weights' quantization included) and with the FP8 weights
+    dequantized (``vs="fp8"``: the paths' rounding alone)."""
+    from ..model import MODELS, Decoder
+
+    model = Decoder(MODELS[name], device=DEVICE, layers=layers, seed=seed)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    prompt = torch.randint(0, model.cfg.vocab, (steps, T), generator=g).to(DEVICE)
+
+    def run(method):
+        f64 = method == "reference" or method.startswith("moe-only:")
+        cache = model.new_cache(T, steps, dtype=torch.float64 if f64 else model.dtype)
+        for s in range(steps):
+            trace = []
+            logits = model.step(prompt[s], s, cache, method=method, trace=trace)
+        return trace + [logits]
+
+    refs = {"bf16": run("reference")}
+    for p in model.layers:
+        p["w13"], p["w2"] = quant.quantize_experts(p["w13"], p["w2"], fmt)
+    refs["fp8"] = run("reference")
+    info = meta()
+    rows = []
+    for method in ("warp", "expert_fp8"):
+        trace = run(f"moe-only:{method}")
+        for vs, ref in refs.items():
+            for li, (h, r) in enumerate(zip(trace, ref, strict=True)):
+                rows.append({"model": name, "T": T, "steps": steps, "weights": fmt,
+                             "method": "expert_w8a8" if method == "expert_fp8" else method, "vs": vs,
+                             "layer": li + 1 if li < len(trace) - 1 else "logits", "error": rel_error(h, r), **info})
+    _write(csv_path, rows)
+    return rows
+
+
 def _acc_row(shape, T, weights, method, err, floor, qcost, info, *, vs_bf16):
     """error: against float64 of the layer's own (dequantized) weights; error_vs_bf16: against
     float64 of the bf16 weights it was quantized from (the weights' quantization included)."""
@@ -357,9 +397,43 @@ def figures(speed_rows: list[dict], accuracy_rows: list[dict]) -> list[str]:
     return out
 
 
+def measured_crossover(rows: list[dict], preset: str, weights: str = "block128") -> int:
+    """The largest T of :data:`SPEED_T` up to which warp decode (default tiles) is no slower than
+    the expert path at every T measured, as ``auto``'s crossover rule reads it; 0 if none."""
+    best = 0
+    for T in SPEED_T:
+        t = {r["method"]: float(r["median_us"]) for r in rows if r["preset"] == preset and int(r["T"]) == T
+             and r["weights"] == weights and r["config"] == "default" and r["method"] in ("warp", "expert")}
+        if len(t) < 2:
+            continue
+        if t["warp"] > t["expert"]:
+            break
+        best = T
+    return best
+
+
+def layer_figures(rows: list[dict]) -> list[str]:
+    """w8a8's error over warp decode's at the last layer and at the logits, against either model."""
+    out = []
+    last = {}
+    for r in rows:
+        last[(r["vs"], r["method"], r["layer"] == "logits")] = float(r["error"])
+    for vs in ("bf16", "fp8"):
+        for at_logits in (False, True):
+            w, e = last.get((vs, "warp", at_logits)), last.get((vs, "expert_w8a8", at_logits))
+            if w and e:
+                what = "logits" if at_logits else "last layer's hidden state"
+                against = "bf16 weights, quantization included" if vs == "bf16" else "the FP8 weights"
+                out.append(f"across the layers ({what}, against float64 with {against}): w8a8 / warp decode "
+                           f"error {e / w:.2f}x ({e:.2e} / {w:.2e})")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--what", nargs="+", default=["speed", "accuracy"], choices=["speed", "accuracy", "figures"])
+    ap.add_argument("--what", nargs="+", default=["speed", "accuracy", "layers"],
+                    choices=["speed", "accuracy", "layers", "figures"])
+    ap.add_argument("--layers", type=int, default=8, help="decoder layers of the across-layers run")
     ap.add_argument("--phase", nargs="+", default=list(PHASES), choices=list(PHASES),
                     help="the speed sweep's phases: " + "; ".join(f"{k}: {v}" for k, v in PHASES.items()))
     ap.add_argument("--fresh", action="store_true", help="start the CSVs over (default: append)")
@@ -369,20 +443,32 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=math.inf, help="start no preset past this many seconds")
     args = ap.parse_args(argv)
     out = Path(args.out or f"results/{torch.cuda.get_device_name().replace(' ', '_')}")
-    speed_csv, acc_csv = out / "fp8_speed.csv", out / "fp8_accuracy.csv"
+    speed_csv, acc_csv, layers_csv = out / "fp8_speed.csv", out / "fp8_accuracy.csv", out / "fp8_layers.csv"
     deadline = time.monotonic() + args.budget_s
     if args.fresh:
-        speed_csv.unlink(missing_ok=True)
-        acc_csv.unlink(missing_ok=True)
+        for path in (speed_csv, acc_csv, layers_csv):
+            path.unlink(missing_ok=True)
     if "speed" in args.what:
         for phase in args.phase:
-            speed(args.presets, phase, reps=args.reps, csv_path=speed_csv, deadline=deadline)
-        if SEARCHED:
-            (out / "fp8_tuned.json").write_text(json.dumps(SEARCHED, indent=1, sort_keys=True))
+            rows = speed(args.presets, phase, reps=args.reps, csv_path=speed_csv, deadline=deadline)
+            if phase == "auto":
+                for p in {r["preset"] for r in rows}:
+                    shape = get_preset(p)
+                    SEARCHED.setdefault("crossover_block128", {})[shape_key(shape.H, shape.I, shape.E, shape.K)] = \
+                        measured_crossover(rows, p)
+        if SEARCHED:  # merged into what an earlier run of the stage wrote
+            path = out / "fp8_tuned.json"
+            table = json.loads(path.read_text()) if path.exists() and not args.fresh else {}
+            for family, entries in SEARCHED.items():
+                table.setdefault(family, {}).update(entries)
+            path.write_text(json.dumps(table, indent=1, sort_keys=True))
     if "accuracy" in args.what:
         accuracy(args.presets, csv_path=acc_csv, deadline=deadline)
+    if "layers" in args.what:
+        layers_csv.unlink(missing_ok=True)
+        layer_errors(layers=args.layers, csv_path=layers_csv)
     print(f"\n== the bar ({torch.cuda.get_device_name()}) ==")
-    for line in figures(_read(speed_csv), _read(acc_csv)):
+    for line in figures(_read(speed_csv), _read(acc_csv)) + layer_figures(_read(layers_csv)):
         print(line)
     return 0
 
