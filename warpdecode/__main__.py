@@ -235,7 +235,8 @@ def cmd_e2e(args):
         from .bench.e2e import layer_errors
 
         rows = layer_errors(name, T=args.err_T, steps=args.steps, layers=args.layers if on_gpu else None,
-                            device=_runtime.DEFAULT_DEVICE.type, compile=args.compile, progress_bar=True)
+                            device=_runtime.DEFAULT_DEVICE.type, compile=args.compile and on_gpu,
+                            progress_bar=True)
         for r in rows:
             if r["layer"] == "logits" or int(r["layer"]) % max(1, len(rows) // 24) == 0:
                 print(f"{r['method']:7s} layer {r['layer']!s:>6}: error {r['error']:.3e}")
@@ -404,9 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--hf-new-tokens", type=int, default=64, help="tokens generated per call (default 64; GPU only)")
     e.add_argument("--hf-repeats", type=int, default=3,
                    help="timed generate calls after the warm-up, the median taken (default 3; GPU only)")
-    e.add_argument("--compile", action="store_true",
-                   help="run each layer's dense code (norms, QKV, RoPE, residual, routing) through torch.compile; "
-                        "attention and the MoE layer stay as they are (falls back to eager, with a warning)")
+    e.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="run each layer's dense code (norms, QKV, RoPE, residual, routing) through torch.compile "
+                        "(the default; --no-compile runs it eagerly), so that the step measures the MoE layers "
+                        "rather than eager PyTorch's launches; attention and the MoE layer stay as they are "
+                        "(falls back to eager, with a warning)")
     e.add_argument("--out", help="output folder (default <checkout>/results/<GPU>; without a GPU nothing is written "
                                  "unless this is given)")
     e.add_argument("--root", help=root_help)

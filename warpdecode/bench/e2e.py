@@ -44,7 +44,7 @@ def moe_layers(model: Decoder, T: int, routes, method: str):
 
 
 def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, ceiling_tbps: float, reps: int = 30,
-                 compile: bool = False, emit=None):
+                 compile: bool = True, emit=None):
     """Median time of one decode step (a CUDA graph of ``Decoder.step``) at the last position of
     a filled cache of ``ctx``, per T and MoE method; ``moe_us`` is the same step's MoE layers
     replayed alone (:func:`moe_layers`) and ``moe_share`` their fraction of the step. ``emit``,
