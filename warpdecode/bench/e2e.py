@@ -114,6 +114,22 @@ def progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="step", file=sys.stderr)
 
 
+def decode_trace(model, prompt, method: str, on_step=None):
+    """(logits, trace) of ``method`` decoding ``prompt`` ((steps, T) token ids) from an empty cache:
+    the last step's logits and each layer's hidden state at that step. ``reference`` and the
+    ``moe-only:`` methods keep the cache in float64, as their layers compute. ``on_step`` is called
+    after each step."""
+    steps, T = prompt.shape
+    f64 = method == "reference" or method.startswith("moe-only:")
+    cache = model.new_cache(T, steps, dtype=torch.float64 if f64 else model.dtype)
+    for s in range(steps):
+        trace = []
+        logits = model.step(prompt[s], s, cache, method=method, trace=trace)
+        if on_step:
+            on_step()
+    return logits, trace
+
+
 def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS,
                  layers: int | None = None, device="cuda", seed: int = 0, compile: bool = False,
                  progress_bar: bool = False):
@@ -132,13 +148,7 @@ def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS
     bar = progress((1 + len(methods)) * steps, f"{name}: layer errors") if progress_bar else None
 
     def run(method):
-        f64 = method == "reference" or method.startswith("moe-only:")
-        cache = model.new_cache(T, steps, dtype=torch.float64 if f64 else model.dtype)
-        for s in range(steps):
-            trace = []
-            logits = model.step(prompt[s], s, cache, method=method, trace=trace)
-            if bar:
-                bar.update()
+        logits, trace = decode_trace(model, prompt, method, on_step=bar.update if bar else None)
         if bar:
             bar.set_postfix_str(f"{method} done")
         return logits, trace

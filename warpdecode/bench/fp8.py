@@ -281,17 +281,14 @@ def layer_errors(name: str = "qwen3-30b-a3b", *, layers: int = 8, T: int = 4, st
     bf16 weights (``vs="bf16"``: the weights' quantization included) and with the FP8 weights
     dequantized (``vs="fp8"``: the paths' rounding alone)."""
     from ..model import MODELS, Decoder
+    from .e2e import decode_trace
 
     model = Decoder(MODELS[name], device=DEVICE, layers=layers, seed=seed)
     g = torch.Generator(device="cpu").manual_seed(seed)
     prompt = torch.randint(0, model.cfg.vocab, (steps, T), generator=g).to(DEVICE)
 
     def run(method):
-        f64 = method == "reference" or method.startswith("moe-only:")
-        cache = model.new_cache(T, steps, dtype=torch.float64 if f64 else model.dtype)
-        for s in range(steps):
-            trace = []
-            logits = model.step(prompt[s], s, cache, method=method, trace=trace)
+        logits, trace = decode_trace(model, prompt, method)
         return trace + [logits]
 
     refs = {"bf16": run("reference")}

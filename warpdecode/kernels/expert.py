@@ -54,6 +54,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .warp_fp8 import _scales  # one step's weight scales as FP32 factors, as warp decode's FP8 pair reads them
+
 
 @triton.jit(do_not_specialize=["NUM_PAIRS", "EM", "BLOCKS_PER_PROG"])
 def moe_align_kernel(
@@ -186,16 +188,6 @@ def quant_fp8_kernel(
 
 
 @triton.jit
-def _w_scales(scale_ptrs, mask, E8M0: tl.constexpr):
-    """One step's weight scales as FP32 factors: FP32 as stored (block128), or e8m0 bits b → 2^(b − 127)."""
-    if E8M0:
-        bits = tl.load(scale_ptrs, mask=mask, other=127).to(tl.int32)
-        return (bits << 23).to(tl.float32, bitcast=True)
-    else:
-        return tl.load(scale_ptrs, mask=mask, other=0.0)
-
-
-@triton.jit
 def _mma(a, w, acc, PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
     """acc + a·w (a [rows, BLOCK_K], w [BLOCK_K, BLOCK_N]), or transposed, acc + w·aᵀ (w [BLOCK_N, BLOCK_K])."""
     if SWAP_AB:
@@ -289,8 +281,8 @@ def _gate_up_rows(
         wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
         wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
         if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
-            sg = _w_scales(gs_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
-            su = _w_scales(us_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
+            sg = _scales(gs_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
+            su = _scales(us_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
             acc_g = _scaled_mma(a, wg, acc_g, a_s, sg, PRECISION, SWAP_AB)
             acc_u = _scaled_mma(a, wu, acc_u, a_s, su, PRECISION, SWAP_AB)
         else:
@@ -427,7 +419,7 @@ def _down_rows(
         else:
             w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
         if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
-            w_s = _w_scales(ws_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
+            w_s = _scales(ws_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
             acc = _scaled_mma(a, w, acc, a_s, w_s, PRECISION, SWAP_AB)
         else:
             acc = _mma(a, w, acc, PRECISION, SWAP_AB)
