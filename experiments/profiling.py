@@ -3,12 +3,15 @@
     ncu --profile-from-start off --clock-control none … python experiments/profiling.py --version pair
     bash tools/gpu.sh profile                               # the same, with the sections chosen there
     python experiments/profiling.py --version hf_generate [--batch 1] [--tokens 16]
+    python experiments/profiling.py --version hf_compiled [--model qwen3-30b-a3b] [--layers 8] [--batch 1]
     python experiments/profiling.py --version rounding        # CPU, float64
 
 - pair: Nsight Compute on the T = 1 pair and on tile reads of its kernels' bytes: gate/up at 97 %
   of its tile read, down at 65 %; the down kernel is the gap.
 - hf_generate: cProfile of HF ``generate``: host-bound, the same host time for both experts
   implementations.
+- hf_compiled: torch.profiler on the compiled static-cache ``generate`` (the fast path): per
+  decode step, the host's launches outside the CUDA graphs, the GPU's busy time and the gaps.
 - rounding: the float64 emulation of each path's roundings: the production sequence (gate and up
   rounded before SiLU·up) is 2.40× warp decode's error at K = 2.
 """
@@ -172,6 +175,112 @@ def main_hf_generate():
 
 
 # ==================================================================================================
+# version hf_compiled: Where a compiled static-cache ``generate`` step spends its time, per experts implementation.
+#
+#     python experiments/profiling.py --version hf_compiled [--model qwen3-30b-a3b] [--layers 8] [--batch 1]
+#
+# ``generate`` as ``warpdecode.bench.hf_generate`` runs it (static cache, ``torch.compile`` with
+# ``mode="reduce-overhead"``, ``fullgraph=True``), one warm-up call, then one call under
+# ``torch.profiler`` (CPU and CUDA activities). Per decode step it prints: the step's time (the
+# logits processor's CUDA events, as the benchmark measures it), the GPU's busy time (the union of
+# its kernels' and copies' intervals), the CUDA graph launches and the kernel launches and copies
+# the host issued outside them (runtime and driver API calls), and the host's top operators by
+# self time. A kernel the graph should hold but the host launches each step (an operator run
+# eagerly between graph partitions, say) shows as launches per step; host time the GPU waits on
+# shows as busy time well under the step's time.
+# ==================================================================================================
+
+LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch", "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+               "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaStreamSynchronize",
+               "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaStreamWaitEvent")
+
+
+def _busy_us(intervals) -> float:
+    """Microseconds covered by the union of (start, end) intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def main_hf_compiled():
+    from torch._dynamo.utils import counters
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from warpdecode.bench.hf_generate import generate_kwargs, step_clock
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="qwen3-30b-a3b")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--tokens", type=int, default=24, help="new tokens per call")
+    p.add_argument("--impls", nargs="+", default=["grouped_mm", "warpdecode"])
+    p.add_argument("--trace", default=None, help="write each implementation's Chrome trace to TRACE.<impl>.json.gz")
+    args = p.parse_args()
+    import torch._inductor.config as ic
+
+    print(f"inductor: triton.cudagraphs={ic.triton.cudagraphs} graph_partition={getattr(ic, 'graph_partition', None)} "
+          f"cudagraph_trees={ic.triton.cudagraph_trees}; torch {torch.__version__}, triton {triton.__version__}",
+          flush=True)
+    register()
+    model = make_model(args.layers, args.model)
+    ids = torch.randint(3, model.config.vocab_size, (args.batch, 32), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(0))
+    mask = torch.ones_like(ids)
+    for impl in args.impls:
+        model.set_experts_implementation(impl)
+        torch._dynamo.reset()
+        if hasattr(model, "_compiled_call"):
+            del model._compiled_call
+        counters.clear()
+        clock = step_clock()
+        kw = generate_kwargs("reduce-overhead", args.tokens, clock)
+        with torch.no_grad():
+            for _ in range(2):  # compile, record the graphs; then once more
+                model.generate(ids, attention_mask=mask, **kw)
+            torch.cuda.synchronize()
+            clock.events.clear()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                model.generate(ids, attention_mask=mask, **kw)
+                torch.cuda.synchronize()
+        step_s, steps = clock.decode_s()
+        events = prof.events()
+        gpu = [e for e in events if e.device_type == DeviceType.CUDA]
+        calls = {}
+        for e in events:
+            if e.device_type == DeviceType.CPU and e.name in LAUNCH_APIS:
+                calls[e.name] = calls.get(e.name, 0) + 1
+        busy = _busy_us((e.time_range.start, e.time_range.end) for e in gpu)
+        cpu_span = max(e.time_range.end for e in events) - min(e.time_range.start for e in events)
+        n = args.tokens  # the prefill and the decode steps: calls per generated token
+        print(f"\n===== {impl}: {args.model} {args.layers} layers, batch {args.batch}, {args.tokens} new tokens "
+              f"(compiled, reduce-overhead, static cache)")
+        print(f"decode step {1e6 * step_s / steps:.0f} us (logits events, {steps} steps); whole call "
+              f"{cpu_span / 1e3:.1f} ms; GPU busy {busy / 1e3:.1f} ms ({100 * busy / cpu_span:.0f}% of the call); "
+              f"graphs compiled {counters['stats']['unique_graphs']}, cudagraph skips "
+              f"{counters['inductor']['cudagraph_skips']}, graph breaks {sum(counters['graph_break'].values())}")
+        print("per generated token: " + ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(calls.items())))
+        kern = {}
+        for e in gpu:
+            k = kern.setdefault(e.name[:90], [0, 0.0])
+            k[0] += 1
+            k[1] += e.time_range.end - e.time_range.start
+        print("GPU work per generated token, top 14 by time (count, us):")
+        for name, (c, us) in sorted(kern.items(), key=lambda kv: -kv[1][1])[:14]:
+            print(f"  {c / n:6.1f} x {us / max(c, 1):8.1f} us  {name}")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=22, max_name_column_width=60))
+        if args.trace:
+            prof.export_chrome_trace(f"{args.trace}.{impl}.json")
+        torch._dynamo.reset()
+        if hasattr(model, "_compiled_call"):
+            del model._compiled_call
+
+
+# ==================================================================================================
 # version rounding: The ≥ 2× accuracy claim against the expert-centric path depends on where that path rounds.
 #
 #
@@ -202,6 +311,7 @@ def main_rounding():
 VERSIONS = {
     "pair": (main_pair, []),
     "hf_generate": (main_hf_generate, []),
+    "hf_compiled": (main_hf_compiled, []),
     "rounding": (main_rounding, []),
 }
 

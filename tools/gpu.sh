@@ -39,6 +39,8 @@
 #             HF generate, grouped_mm against warpdecode: qwen3-30b-a3b at batch 1 4 16, olmoe-1b-7b and
 #             mixtral-8x7b at batch 1, GEN_LAYERS layers each (default 4; empty: as many as fit), the last
 #             model given what time is left
+#   hfprof    experiments/profiling.py --version hf_compiled: torch.profiler on compiled static-cache HF generate
+#             (HFPROF_ARGS), the host's launches outside the CUDA graphs and the GPU's busy time per step
 #   notebooks execute notebooks/*.ipynb in place (carry .whl with the Jupyter wheels)
 #   crossover derive the auto crossover from results/<GPU>/speed.csv into the tuned table
 #   pack      everything written (logs, CSV, tuned table) into $OUT/run.tar.gz: one file back
@@ -167,6 +169,9 @@ for stage in "$@"; do
             --hf-batch $batches ${gen_layers:+--hf-layers $gen_layers} ${GEN_ARGS:-}
       done
       cp "$GPU_DIR/hf_generate.csv" "$OUT/" 2>/dev/null ;;
+    hfprof)
+      run hfprof "${TIMEOUT_HFPROF:-200}" env TORCH_LOGS="${HFPROF_LOGS:-perf_hints}" python3 experiments/profiling.py \
+          --version hf_compiled ${HFPROF_ARGS:-} ;;
     notebooks)  # needs the Jupyter wheels in .whl (carry it)
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
       run notebooks "${TIMEOUT_NB:-300}" env PYTHONPATH=/tmp/site:$PYTHONPATH python3 tools/run_notebooks.py
