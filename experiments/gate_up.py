@@ -2,12 +2,17 @@
 
     python experiments/gate_up.py --version ladder [--presets …] [--T 1]
     TRITON_INTERPRET=1 python experiments/gate_up.py --version ladder --check
+    python experiments/gate_up.py --version slices [--presets …] [--T 1 2 4 8]
+    TRITON_INTERPRET=1 python experiments/gate_up.py --version slices --check
 
 - ladder: rungs 1–4 (read; expert ids loaded; x and dot products; SiLU·up and store) cost next
   to nothing; rung 5, the per-step reduction (v9, ``LEAN``), takes gate/up from 16.0 to 14.8 µs
   at Qwen3-30B T = 1. Verdict: v9 promoted into every tuned bucket.
 
-Rows: experiments/results/<GPU>/gate_up_ladder.csv.
+- slices: the gate/up step loaded in slices (``SUB_H``, FMA chains on Triton ≥ 3.8) against one
+  load per step (the sums a tree), in the pair at its tuned and default configs.
+
+Rows: experiments/results/<GPU>/gate_up_ladder.csv, gate_up_slices.csv.
 """
 
 from __future__ import annotations
@@ -246,8 +251,95 @@ def main_ladder():
     harness.save(harness.results_dir() / "gate_up_ladder.csv", rows)
 
 
+# ==================================================================================================
+# version slices: the gate/up step in slices against one load per step, on the release that runs it.
+#
+#     python experiments/gate_up.py --version slices [--presets …] [--T 1 2 4 8]
+#     TRITON_INTERPRET=1 python experiments/gate_up.py --version slices --check   # both forms against float64
+#
+# Triton ≥ 3.8 sums one lane's products of a step as a tree (mul, then adds) where 3.6 chains
+# them into FMAs; ``warp_pair.gate_up_slice`` loads a wide step in slices whose products chain on
+# every release (``SUB_H``; compiled for sm_90a at the 2048-column step: 128 FMA and 69 registers
+# against 64 FMA + 67 mul + 75 add and 102 registers). This times the pair with the gate/up step as
+# the release gets it (``sliced`` where the rule slices it) and with one load per step
+# (``SUB_H = BLOCK_H``), the same down kernel, at the tuned and the default configurations of the
+# cases where the pair runs. On Triton 3.6 ``gate_up_slice`` never slices, so both rows are one
+# load; a ``sliced`` row there is the 3.8 rule's form forced (``--force``).
+# ==================================================================================================
+
+
+def slice_pair(gate_up_cfg: dict, down_cfg: dict):
+    """The pair with this gate/up config (its ``SUB_H`` as given) and down config."""
+    def pair(x, w13, w2, tw, ids):
+        return wp.warp_down(wp.warp_gate_up(x, w13, ids, gate_up_cfg), w2, ids, tw, down_cfg, x.dtype)
+    return pair
+
+
+def check_slices():
+    """Sliced and one-load gate/up steps against float64 at odd sizes (H not a multiple of the step)."""
+    gen = torch.Generator().manual_seed(5)
+    for T, H, I, E, K in [(1, 200, 24, 5, 2), (3, 136, 16, 7, 7)]:  # noqa: E741
+        x = torch.randn(T, H, generator=gen)
+        w13 = torch.randn(E, 2 * I, H, generator=gen) / H**0.5
+        w2 = torch.randn(E, H, I, generator=gen) / I**0.5
+        ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
+        tw = torch.rand(T, K, generator=gen)
+        ref = wd.reference_moe(x, w13, w2, tw, ids)
+        down = {"BLOCK_H": 4, "BLOCK_I": 16, "num_warps": 1, "num_stages": 1}
+        for sub in (128, 32):
+            gu = {"BLOCK_I": 2, "BLOCK_H": 128, "SUB_H": sub, "num_warps": 1, "num_stages": 1}
+            with wd._alloc.poisoned():
+                err = wd.rel_error(slice_pair(gu, down)(x, w13, w2, tw, ids), ref)
+            print(f"T={T} H={H} I={I} E={E} K={K} SUB_H={sub}: relative error {err:.1e} against float64")
+            assert err < 1e-5, err
+
+
+def main_slices():
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=list(wd.PRESETS))
+    p.add_argument("--T", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--force", action="store_true", help="slice as the 3.8 rule does on any release")
+    args = p.parse_args()
+    if args.check or os.environ.get("TRITON_INTERPRET") == "1":
+        return check_slices()
+
+    from harness import cases, checked_us_or_none, row
+
+    from warpdecode.kernels import warp_pair as kp
+
+    rows = []
+    for case in cases(args.presets, args.T):
+        s, T = case.shape, case.T
+        tuned = configs.warp_config(s.H, s.I, s.E, s.K, T)
+        with configs.tables(shipped=False, cache=False):
+            default = configs.warp_config(s.H, s.I, s.E, s.K, T)
+        for source, cfg in (("tuned", tuned), ("default", default)):
+            if "gate_up" not in cfg or "grouped" in cfg or "fused" in cfg:
+                continue
+            gu = dict(cfg["gate_up"])
+            saved, kp.TREE_SUMS = kp.TREE_SUMS, kp.TREE_SUMS or args.force
+            try:
+                sub = kp.gate_up_slice(gu)
+            finally:
+                kp.TREE_SUMS = saved
+            forms = [("one load", {**gu, "SUB_H": gu["BLOCK_H"]})]
+            if sub < gu["BLOCK_H"]:
+                forms.append((f"sliced SUB_H={sub}", {**gu, "SUB_H": sub}))
+            for form, g in forms:
+                res = checked_us_or_none(case, slice_pair(g, cfg["down"]), f"{source} {form}", tol=1.5)
+                if res is None:
+                    continue
+                us, err, _ = res
+                rows.append(row(case, variant=f"{source}, {form}", config=str(g), us=us, err=err))
+                print(f"{s.name:18s} T={T:<3d} {source:7s} {form:18s} {str(g):80s} {us:8.2f} us "
+                      f"{100 * case.floor_us / us:5.1f}% err/floor {err:.2f}", flush=True)
+    harness.save(harness.results_dir() / "gate_up_slices.csv", rows)
+
+
 VERSIONS = {
     "ladder": (main_ladder, []),
+    "slices": (main_slices, []),
 }
 
 

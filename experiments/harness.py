@@ -269,6 +269,7 @@ SPECS = {
     "read_variants.csv": ("reads", "tiles", "kind", "config", {"fraction": "frac_ceiling"}, None),
     "one_launch_bound.csv": ("reads", "bound", "kind", "config", {}, _one_launch_bound),
     "gate_up_ladder.csv": ("gate_up", "ladder", "rung", "config", {}, None),
+    "gate_up_slices.csv": ("gate_up", "slices", "variant", "config", {}, None),
     "down_ladder.csv": ("warp_down", "ladder", "rung", "config", {}, None),
     "down_preload.csv": ("warp_down", _shipped_or("13"), "variant", None, {}, None),
     "chunk_flags.csv": ("warp_down", _shipped_or("14"), "variant", None, {}, None),
