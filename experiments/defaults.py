@@ -77,6 +77,7 @@ def main(argv=None):
     p.add_argument("--T", type=int, nargs="+", default=ALL_T)
     p.add_argument("--shapes", nargs="+", help="preset or extra shape names (default: the six presets and SHAPES)")
     p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--out", type=Path, help="the CSV (default experiments/results/<GPU>/defaults.csv)")
     args = p.parse_args(argv)
     if args.check:
         return check()
@@ -100,8 +101,8 @@ def main(argv=None):
                 got = sweep.speed([shape], args.T, ["warp", "expert", "auto"], ceiling_tbps=ceiling, reps=args.reps)
             for r in got:
                 rows.append({**r, "tables": tables, "H": shape.H, "I": shape.I, "E": shape.E, "K": shape.K})
-        out = Path("experiments/results") / torch.cuda.get_device_name().replace(" ", "_") / "defaults.csv"
-        data.KEYS.setdefault("defaults.csv", ("preset", "T", "method", "tables"))
+        out = args.out or Path("experiments/results") / torch.cuda.get_device_name().replace(" ", "_") / "defaults.csv"
+        data.KEYS.setdefault(out.name, ("preset", "T", "method", "tables"))
         data.merge_write(out, [r for r in rows if r["preset"] == shape.name])
         torch.cuda.empty_cache()
     summary(rows)
