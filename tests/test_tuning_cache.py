@@ -140,6 +140,40 @@ def test_write_cache_merges_and_the_next_lookup_reads_it(tables):
     assert configs.warp_config(*B, T=1)["from"] == "cache"  # the cache's other shapes kept
 
 
+def _retag(path: Path, release: str) -> None:
+    table = json.loads(path.read_text())
+    path.write_text(json.dumps({**table, "triton": release}))
+    configs.load_tuned.cache_clear()
+
+
+def test_warp_entries_tuned_on_another_triton_release_are_left_out(tables, tmp_path, monkeypatch):
+    """Warp decode's kernels compile to another form on another release: a table tagged with one
+    keeps its expert tiles and crossover there, and its warp entries give way to the defaults."""
+    shipped = tmp_path / "tuned" / "Test_GPU.json"
+    (tmp_path / "cache" / "Test_GPU.json").unlink()  # the shipped table alone
+    _retag(shipped, configs.release() + ".0")
+    assert configs.warp_config(*A, T=1)["from"] == "shipped"  # this release: the whole table
+    monkeypatch.setattr(configs.triton, "__version__", "9.9.0")
+    configs.load_tuned.cache_clear()
+    assert "from" not in configs.warp_config(*A, T=1)  # another release: the defaults
+    table = configs.load_tuned()
+    assert table["expert"] and table["crossover"][shape_key(*A)] == 16  # kept
+    assert "Triton " in configs.tuning_note([SimpleNamespace(H=A[0], I=A[1], E=A[2], K=A[3])])
+    _retag(shipped, "9.9.3")  # the same minor release
+    assert configs.warp_config(*A, T=1)["from"] == "shipped"
+
+
+def test_write_cache_tags_the_release_and_drops_another_releases_warp_entries(tables, tmp_path, monkeypatch):
+    cache = tmp_path / "cache" / "Test_GPU.json"
+    _retag(cache, "1.0.0")
+    gemm = {"BLOCK_M": 32, "gate_up": {}, "down": {}}
+    configs.write_cache({"expert": {shape_key(*C): [[16, gemm]]}})
+    written = json.loads(cache.read_text())
+    assert written["triton"] == configs.triton.__version__
+    assert "warp" not in written  # 1.0's warp entries: stale on this release
+    assert set(written["expert"]) == {shape_key(*B), shape_key(*C)}  # expert tiles kept and merged
+
+
 # ---------------------------------------------------------------------------------------------
 # tune --shape / warpdecode.tune
 

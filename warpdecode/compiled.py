@@ -282,9 +282,11 @@ class _Recorder:
 
 @contextlib.contextmanager
 def _as_on_a_gpu(gpu_name: str, launches: list, arch: int = 90):
-    """warpdecode's Python side as it runs on ``gpu_name`` (its tuned table), a GPU of architecture
-    ``arch`` (its limits, ``_runtime.ARCH_LIMITS``, for the defaults; programmatic dependent launch
-    from sm_90 on; tensor-core GEMMs), every kernel replaced by a recorder; all undone on exit."""
+    """warpdecode's Python side as it runs on ``gpu_name`` (its tuned table, whole, whichever
+    Triton release it was tuned on: so the tuned configurations compile on every release), a GPU
+    of architecture ``arch`` (its limits, ``_runtime.ARCH_LIMITS``, for the defaults; programmatic
+    dependent launch from sm_90 on; tensor-core GEMMs), every kernel replaced by a recorder; all
+    undone on exit."""
     limits = _runtime.ARCH_LIMITS[arch]
     pdl = arch >= 90
     gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, HAS_PDL=pdl, USE_PDL=pdl,
@@ -292,6 +294,7 @@ def _as_on_a_gpu(gpu_name: str, launches: list, arch: int = 90):
                                         device_limits=lambda: dict(limits))
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(configs, "_runtime", gpu_runtime))
+        stack.enter_context(mock.patch.object(configs, "for_this_release", lambda table: table))
         stack.enter_context(mock.patch.object(_ex, "_runtime", gpu_runtime))
         stack.enter_context(mock.patch.object(_wp, "_runtime", gpu_runtime))
         stack.enter_context(mock.patch.object(_wp, "USE_PDL", pdl))

@@ -119,10 +119,34 @@ def merge_tables(*tables_in_order: dict) -> dict:
     return out
 
 
+#: Families whose entries hold only on the Triton release they were tuned on: warp decode's
+#: kernels compile to a different form on another release (``kernels/warp_pair.PER_SLOT``, the
+#: gate/up slices). Measured on the H200 with Triton 3.8: the 3.6-tuned warp entries ran 0.94–1.39×
+#: the time of the defaults (Mixtral T = 2: 400 against 287 µs), the 3.6-tuned expert tiles
+#: 0.91–1.02× it (``experiments/results/NVIDIA_H200/defaults_triton38.csv``). A table says its
+#: release in ``"triton"``; on another release these families are left out and the defaults run.
+RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8")
+
+
+def release() -> str:
+    """The running Triton's major.minor release, what a tuned table's ``"triton"`` is compared with."""
+    return ".".join(triton.__version__.split(".")[:2])
+
+
+def for_this_release(table: dict) -> dict:
+    """``table`` without its :data:`RELEASE_BOUND` families if it says it was tuned on another
+    Triton release (a table that names none is taken as it is)."""
+    tuned_on = table.get("triton")
+    if not tuned_on or ".".join(str(tuned_on).split(".")[:2]) == release():
+        return table
+    return {k: v for k, v in table.items() if k not in RELEASE_BOUND}
+
+
 @functools.cache
 def _load(gpu: str | None, shipped: bool, cache: bool) -> dict:
     # gpu None: this GPU, its name read once here rather than on every lookup
-    return merge_tables(_read(tuned_file(gpu)) if shipped else {}, _read(cache_file(gpu)) if cache else {})
+    return merge_tables(for_this_release(_read(tuned_file(gpu))) if shipped else {},
+                        for_this_release(_read(cache_file(gpu))) if cache else {})
 
 
 def load_tuned(gpu: str | None = None) -> dict:
@@ -139,9 +163,10 @@ load_tuned.cache_clear = _load.cache_clear
 
 def write_cache(table: dict, gpu: str | None = None) -> Path:
     """Merge ``table`` into the user's cached table of ``gpu`` (its shapes replace the cached
-    ones) and write it in one replace, so that a reader never sees half a file."""
+    ones) and write it in one replace, so that a reader never sees half a file. The table is
+    this Triton release's: cached warp entries of another release are dropped (:func:`for_this_release`)."""
     path = cache_file(gpu)
-    write_table(path, merge_tables(table, _read(path)))
+    write_table(path, {**merge_tables(table, for_this_release(_read(path))), "triton": triton.__version__})
     return path
 
 
@@ -182,7 +207,10 @@ def tuning_note(shapes) -> str:
         return f"launch configurations: tuned for {gpu} ({tuned_file().name} shipped, or {cache_file()})"
     names = ", ".join(getattr(s, "name", shape_key(s.H, s.I, s.E, s.K)) for s in missing)
     command = "python -m warpdecode tune " + " ".join(f"--shape {s.H} {s.I} {s.E} {s.K}" for s in missing)
-    return (f"launch configurations: no tuned table for {names} on {gpu}, so the defaults run (rules of the "
+    shipped = _read(tuned_file()) if sources()[0] else {}
+    other = (f" (the shipped table is Triton {shipped['triton']}'s; warp decode's entries hold only on that release, "
+             f"this is {triton.__version__})" if for_this_release(shipped) is not shipped else "")
+    return (f"launch configurations: no tuned table for {names} on {gpu}{other}, so the defaults run (rules of the "
             f"shape, T and this GPU's limits); to tune them here, remembered in {cache_dir()}: {command}")
 
 

@@ -538,6 +538,11 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
     shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
     path = path or tuned_file()
     table = json.loads(path.read_text()) if path.exists() else {}
+    if configs.for_this_release(table) is not table:  # warp entries of another release: stale here
+        print(f"{path}: warp decode's entries were tuned on triton {table['triton']}, this is "
+              f"{triton.__version__}: they are dropped", flush=True)
+        table = configs.for_this_release(table)
+    table["triton"] = triton.__version__
     warp_T, expert_T = _buckets(Ts)
     if not warp_T:
         paths = [p for p in paths if p not in ("warp", "fused", "grouped")]
