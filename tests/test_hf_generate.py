@@ -81,3 +81,34 @@ def test_the_benchmark_loop_end_to_end_on_the_cpu():
                                                              abs=5e-5)
         assert w["amdahl_predicted"] == pytest.approx(hg.amdahl(gm["moe_share"], gm["moe_us"] / w["moe_us"]),
                                                       rel=1e-3, abs=5e-5)
+
+
+def test_rows_are_compared_with_grouped_mm_whichever_runs_first(monkeypatch):
+    """warpdecode run first (so the order cannot favour it): its rows wait for grouped_mm's row of
+    their batch, then carry the speed-up and Amdahl's prediction, and every row is emitted once."""
+    class Model:
+        def set_experts_implementation(self, impl):
+            pass
+
+        def parameters(self):
+            return iter([torch.zeros(4)])
+
+    def row(model, name, layers, batch, impl, *, outs, **kw):
+        outs[impl, batch] = torch.tensor([1, 2, 3, batch])
+        fast = impl == "warpdecode"
+        return {"batch": batch, "impl": impl, "cache": "static", "tokens_per_s": 300.0 if fast else 100.0,
+                "step_us": 1.0, "first_call_s": 0.0, "graphs_compiled": 1, "moe_us": 10.0 if fast else 40.0,
+                "moe_share": 0.5}
+
+    monkeypatch.setattr(hg, "make_model", lambda *a, **k: Model())
+    monkeypatch.setattr(hg, "_generate_row", row)
+    emitted = []
+    rows = hg.generate_speed(layers=1, batches=(1, 4), impls=("warpdecode", "grouped_mm"), emit=emitted.append,
+                             device="cpu")
+    assert [(r["impl"], r["batch"]) for r in rows] == [("warpdecode", 1), ("warpdecode", 4), ("grouped_mm", 1),
+                                                       ("grouped_mm", 4)]
+    assert sorted(map(id, emitted)) == sorted(map(id, rows))
+    for r in rows[:2]:
+        assert r["speedup_over_grouped_mm"] == 3.0 and r["same_tokens_as_grouped_mm"] == 1.0
+        assert r["amdahl_predicted"] == pytest.approx(hg.amdahl(0.5, 4.0), abs=5e-5)
+    assert emitted.index(rows[0]) > emitted.index(rows[2])  # compared before it was emitted

@@ -255,6 +255,7 @@ def cmd_e2e(args):
         for hf_model in args.hf_models:
             layers = None if args.hf_layers is None else min(args.hf_layers, MODELS[hf_model][2]["num_hidden_layers"])
             generate_speed(name=hf_model, layers=layers, batches=args.hf_batch, new_tokens=args.hf_new_tokens,
+                           impls=args.hf_impls,
                            repeats=args.hf_repeats, compile=args.hf_compile,
                            emit=lambda row: data.merge_write(out / "hf_generate.csv", [row]))
             torch.cuda.empty_cache()
@@ -402,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reduce-overhead: a static cache and the decode step through torch.compile with CUDA graphs "
                         "(fullgraph), as transformers documents; none: eager with the dynamic cache (default "
                         "reduce-overhead; GPU only)")
+    e.add_argument("--hf-impls", nargs="+", default=["grouped_mm", "warpdecode"], choices=["grouped_mm", "warpdecode"],
+                   help="experts implementations, in the order they run (default grouped_mm warpdecode)")
     e.add_argument("--hf-new-tokens", type=int, default=64, help="tokens generated per call (default 64; GPU only)")
     e.add_argument("--hf-repeats", type=int, default=3,
                    help="timed generate calls after the warm-up, the median taken (default 3; GPU only)")

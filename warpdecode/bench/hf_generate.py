@@ -211,8 +211,10 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
                    new_tokens: int = 64, prompt_len: int = 32, impls=("grouped_mm", "warpdecode"),
                    repeats: int = 3, compile: str = "reduce-overhead", emit=None, device="cuda",
                    dtype=torch.bfloat16, backend: str = "inductor", moe_reps: int = 50, overrides=None):
-    """One row per (impl, batch), batch sizes inner (see the module's docstring); ``emit``, if given,
-    receives each row as it is measured, so a run cut short keeps what it measured. ``layers=None``:
+    """One row per (impl, batch), batch sizes inner, in the order of ``impls`` (see the module's
+    docstring; run warpdecode first to see that the order does not favour it); ``emit``, if given,
+    receives each row once it is measured and, for an implementation other than :data:`BASELINE`,
+    compared with the baseline's row of its batch, so a run cut short keeps what it measured. ``layers=None``:
     as many as the GPU's free memory holds (:func:`fit_layers`). ``device``, ``dtype``,
     ``backend`` and ``overrides`` (config fields) let the same loop run a tiny model on the CPU."""
     import transformers
@@ -235,6 +237,7 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
     rows, outs, base = [], {}, {}  # outs: each (impl, batch)'s generated tokens
     run = dict(compile=compile, new_tokens=new_tokens, prompt_len=prompt_len, repeats=repeats, clock=clock,
                counters=counters, outs=outs, backend=backend, moe_reps=moe_reps)
+    pending = []  # rows of other implementations measured before the baseline's row of their batch
     for impl in impls:  # batch sizes inner: a graph compiled for any batch size serves the later ones
         model.set_experts_implementation(impl)
         _reset_compiled(model)
@@ -244,26 +247,51 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
             if row is None:
                 continue
             row.update(info)
-            if impl == impls[0]:
-                base[batch] = row
-            elif batch in base:
-                b = base[batch]
-                row["speedup_over_" + impls[0]] = round(row["tokens_per_s"] / b["tokens_per_s"], 4)
-                row["amdahl_predicted"] = round(amdahl(b["moe_share"], b["moe_us"] / row["moe_us"]), 4)
-                row["same_tokens_as_" + impls[0]] = round(
-                    (outs[impl, batch] == outs[impls[0], batch]).float().mean().item(), 4)
             rows.append(row)
-            print(f"generate {name} L={layers} batch={batch} {impl} ({compile}, {row['cache']} cache): "
-                  f"{row['tokens_per_s']:.1f} tok/s, {row['step_us']:.0f} us/step, first call "
-                  f"{row['first_call_s']:.1f} s ({row['graphs_compiled']} graphs compiled); expert layers "
-                  f"{row['moe_us']:.0f} us ({100 * row['moe_share']:.0f}% of the step)"
-                  + (f"; speed-up {row['speedup_over_' + impls[0]]:.3f}x, Amdahl predicts "
-                     f"{row['amdahl_predicted']:.3f}x; same tokens {100 * row['same_tokens_as_' + impls[0]]:.0f}%"
-                     if "amdahl_predicted" in row else ""), flush=True)
-            if emit:
-                emit(row)
+            if impl == BASELINE:
+                base[batch] = row
+                ready = [row, *(p for p in pending if p["batch"] == batch)]
+                pending = [p for p in pending if p["batch"] != batch]
+            elif batch in base:
+                ready = [row]
+            else:  # compared when the baseline's row of this batch is measured
+                _print_row(row, name, layers, compile)
+                pending.append(row)
+                ready = []
+            for r in ready:
+                if r["impl"] != BASELINE:
+                    _against_baseline(r, base[batch], outs)
+                _print_row(r, name, layers, compile)
+                if emit:
+                    emit(r)
         _reset_compiled(model)
+    for r in pending:  # no baseline row for their batch: kept without the comparison
+        if emit:
+            emit(r)
     return rows
+
+
+#: What the other implementations are compared with.
+BASELINE = "grouped_mm"
+
+
+def _against_baseline(row: dict, b: dict, outs: dict) -> None:
+    """Add the speed-up over the baseline's row ``b`` of the same batch, Amdahl's prediction from
+    the baseline's expert share, and the fraction of the same greedy tokens."""
+    batch, impl = row["batch"], row["impl"]
+    row["speedup_over_" + BASELINE] = round(row["tokens_per_s"] / b["tokens_per_s"], 4)
+    row["amdahl_predicted"] = round(amdahl(b["moe_share"], b["moe_us"] / row["moe_us"]), 4)
+    row["same_tokens_as_" + BASELINE] = round((outs[impl, batch] == outs[BASELINE, batch]).float().mean().item(), 4)
+
+
+def _print_row(row: dict, name: str, layers: int, compile: str) -> None:
+    s = "speedup_over_" + BASELINE
+    print(f"generate {name} L={layers} batch={row['batch']} {row['impl']} ({compile}, {row['cache']} cache): "
+          f"{row['tokens_per_s']:.1f} tok/s, {row['step_us']:.0f} us/step, first call "
+          f"{row['first_call_s']:.1f} s ({row['graphs_compiled']} graphs compiled); expert layers "
+          f"{row['moe_us']:.0f} us ({100 * row['moe_share']:.0f}% of the step)"
+          + (f"; speed-up {row[s]:.3f}x, Amdahl predicts {row['amdahl_predicted']:.3f}x; same tokens "
+             f"{100 * row['same_tokens_as_' + BASELINE]:.0f}%" if s in row else ""), flush=True)
 
 
 def _generate_row(model, name, layers, batch, impl, *, compile, new_tokens, prompt_len, repeats, clock, counters,
