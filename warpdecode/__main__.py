@@ -224,7 +224,7 @@ def cmd_e2e(args):
                         "T": "it sets decode speed's token counts (timed)",
                         "ctx": "it sets decode speed's contexts (timed)",
                         **{k: "HF generate is timed" for k in ("hf_models", "hf_layers", "hf_batch", "hf_compile",
-                                                                "hf_new_tokens", "hf_repeats")},
+                                                                "hf_impls", "hf_new_tokens", "hf_repeats")},
                         "root": "a CPU run writes only where --out says"})
         if "errors" not in what:
             sys.exit("e2e: nothing to run without a CUDA GPU (only --what errors runs on the CPU)")
@@ -404,7 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(fullgraph), as transformers documents; none: eager with the dynamic cache (default "
                         "reduce-overhead; GPU only)")
     e.add_argument("--hf-impls", nargs="+", default=["grouped_mm", "warpdecode"], choices=["grouped_mm", "warpdecode"],
-                   help="experts implementations, in the order they run (default grouped_mm warpdecode)")
+                   help="experts implementations for generate, in the order they run (default grouped_mm warpdecode; "
+                        "GPU only)")
     e.add_argument("--hf-new-tokens", type=int, default=64, help="tokens generated per call (default 64; GPU only)")
     e.add_argument("--hf-repeats", type=int, default=3,
                    help="timed generate calls after the warm-up, the median taken (default 3; GPU only)")
