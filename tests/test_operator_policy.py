@@ -196,3 +196,135 @@ def test_moe_traces_whole_under_torch_compile(method):
     # at trace time the clear error ends the trace (under fullgraph, Dynamo reports it as the exception it saw)
     with pytest.raises(Exception, match=r"method must be one of \('loop', 'expert', 'warp', 'auto'\), got 'nope'"):
         torch.compile(lambda x: wd.moe(x, w13, w2, tw, ids, method="nope"), fullgraph=True)(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 weights under torch.compile: warpdecode::moe_fp8
+
+#: every way moe reads FP8 weights: dequantized (loop), the weight-only and w8a8 expert path, warp decode, auto
+FP8_VARIANTS = [dict(method="loop"), dict(method="expert"), dict(method="expert", act_format="fp8"),
+                dict(method="warp"), dict(method="auto")]
+
+
+def _fp8_layer(fmt, seed=0):
+    """(x, w13, w2, topk_weights, topk_ids), T = 2, H = I = 32, E = 3, K = 2, in bf16 with the weights
+    in FP8 ``fmt`` (one 32-column MXFP8 group, partial 128 × 128 blocks)."""
+    x, w13, w2, tw, ids = _layer(T=2, H=32, I=32, E=3, K=2, dtype=torch.bfloat16, seed=seed)
+    return (x, *wd.quantize_experts(w13, w2, fmt), tw, ids)
+
+
+def _moe_fp8_nodes(gm) -> int:
+    return sum(n.op == "call_function" and "warpdecode.moe_fp8" in str(n.target) for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("fmt", wd.quant.FORMATS)
+def test_fp8_moe_traces_whole_under_torch_compile(fmt):
+    """fullgraph=True with FP8 weight objects as the compiled function's inputs, through Dynamo's
+    eager and aot_eager backends: each moe call is one operator, warpdecode::moe_fp8 (the e4m3
+    tensors, their scales, the format), for every method that reads FP8 weights, and gives eager's
+    bits. The ids' range is checked on the device (no host sync)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    x, q13, q2, tw, ids = _fp8_layer(fmt)
+    want = [wd.moe(x, q13, q2, tw, ids, **kw) for kw in FP8_VARIANTS]
+    for backend in ("eager", "aot_eager"):
+        cnt = CompileCounterWithBackend(backend)
+        torch._dynamo.reset()
+        f = torch.compile(lambda x, q13, q2, tw, ids: [wd.moe(x, q13, q2, tw, ids, **kw) for kw in FP8_VARIANTS],
+                          fullgraph=True, backend=cnt)
+        for got, y, kw in zip(f(x, q13, q2, tw, ids), want, FP8_VARIANTS, strict=True):
+            assert torch.equal(got, y), (backend, kw)
+        assert cnt.frame_count == 1 and _moe_fp8_nodes(cnt.graphs[0]) == len(FP8_VARIANTS), backend
+    with pytest.raises(RuntimeError, match=r"topk_ids must lie in \[0, E=3\)"):
+        f(x, q13, q2, tw, torch.full_like(ids, 3))
+    torch._dynamo.reset()
+
+
+def test_fp8_weights_held_by_a_module_trace_too():
+    """The form a model takes: the FP8 pair as attributes of a module, compiled whole (aot_eager).
+    Another module with another pair of the same shapes runs the same graph (no recompile)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    class Experts(torch.nn.Module):
+        def __init__(self, w13, w2):
+            super().__init__()
+            self.w13, self.w2 = w13, w2
+
+        def forward(self, x, tw, ids):
+            return wd.moe(x, self.w13, self.w2, tw, ids, method="warp") * 2
+
+    cnt = CompileCounterWithBackend("aot_eager")
+    torch._dynamo.reset()
+    for seed in (0, 1):
+        x, q13, q2, tw, ids = _fp8_layer("block128", seed=seed)
+        got = torch.compile(Experts(q13, q2), fullgraph=True, backend=cnt)(x, tw, ids)
+        assert torch.equal(got, wd.moe(x, q13, q2, tw, ids, method="warp") * 2), seed
+    assert cnt.frame_count == 1
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("fmt", wd.quant.FORMATS)
+def test_fp8_operator_schema_fake_kernel_and_meta_tensors(fmt):
+    """warpdecode::moe_fp8's schema and fake kernel pass opcheck; with every tensor on the meta
+    device, moe (eager and the operator itself) gives the output's shape and dtype without a kernel."""
+    x, q13, q2, tw, ids = _fp8_layer(fmt)
+    args = (x, q13.weight, q13.scale, q2.weight, q2.scale, fmt, tw, ids.to(torch.int32), "warp", None, "native", None,
+            False, False)
+    # (opcheck's test_schema compares inputs with allclose, which has no float8 kernel: the schema's
+    # promise, no argument mutated or aliased, is read off it instead)
+    assert torch.library.opcheck(torch.ops.warpdecode.moe_fp8.default, args, test_utils=("test_faketensor",))
+    assert all(a.alias_info is None for a in torch.ops.warpdecode.moe_fp8.default._schema.arguments)
+    m13, m2 = wd.experts_from_checkpoint(q13.weight.to("meta"), q13.scale.to("meta"), q2.weight.to("meta"),
+                                         q2.scale.to("meta"), format=fmt)
+    mx, mtw, mids = (t.to("meta") for t in (x, tw, ids))
+    for kw in FP8_VARIANTS:
+        y = wd.moe(mx, m13, m2, mtw, mids, **kw)
+        assert y.device.type == "meta" and y.shape == (2, 32) and y.dtype == torch.bfloat16, kw
+    meta_args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
+    y = torch.ops.warpdecode.moe_fp8(*meta_args)
+    assert y.device.type == "meta" and y.shape == (2, 32) and y.dtype == torch.bfloat16
+
+
+def test_fp8_checks_run_at_trace_time():
+    """Under fullgraph=True the FP8 pair's checks end the trace with their clear errors, naming the
+    argument (Dynamo reports each as the exception it saw)."""
+    x, q13, q2, tw, ids = _fp8_layer("block128")
+    _, w13, w2, _, _ = _layer(T=2, H=32, I=32, E=3, K=2, dtype=torch.bfloat16)
+    m13, m2 = wd.quantize_experts(w13, w2, "mxfp8")
+    stale = wd.quant.BlockFP8Weights.wrap(q2.weight, q2.scale[:, :, :0], dtype=torch.bfloat16, gate_up=False,
+                                          name="w2")  # scales cut after the pair was built
+    for (xx, a, b), kw, message in [
+            ((x, q13, w2), {}, "w13 is FP8 weights but w2 is not"),
+            ((x, q13, m2), {}, "one FP8 format"),
+            ((x.half(), q13, q2), {}, "w13 holds FP8 weights for torch.bfloat16 activations"),
+            ((x, q13, stale), {}, r"w2: block128 scales of a weight \(3, 32, 32\) must have shape \(3, 1, 1\)"),
+            ((x, q13, q2), dict(method="warp", schedule="grouped"), "reads 16-bit weights only")]:
+        torch._dynamo.reset()
+        f = torch.compile(lambda x, a, b, kw=kw: wd.moe(x, a, b, tw, ids, **kw), fullgraph=True, backend="eager")
+        with pytest.raises(Exception, match=message):
+            f(xx, a, b)
+    torch._dynamo.reset()
+
+
+def test_the_fp8_device_check_runs_at_trace_time(monkeypatch):
+    """On a GPU, FP8 weights' capability check reads the device at trace time as a constant (Dynamo
+    cannot trace torch.cuda.get_device_capability, stood in for here by a query that refuses to be
+    traced): an Ampere GPU ends the trace with the reason, an Ada or Hopper one traces nothing."""
+    from warpdecode import api
+
+    def capability(device=None):
+        torch._dynamo.graph_break()  # eager: nothing; traced under fullgraph: an error, as Dynamo gives the real one
+        return cap
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
+    f = torch.compile(lambda t: api.check_fp8_device(torch.device("cuda", 0), "FP8 weights") or t + 1, fullgraph=True,
+                      backend="eager")
+    cap = (8, 0)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"FP8 weights needs a GPU with FP8 tensor cores.*A100 is 8\.0"):
+        f(torch.ones(2))
+    cap = (9, 0)
+    torch._dynamo.reset()
+    assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
+    torch._dynamo.reset()

@@ -30,6 +30,9 @@
 #             layers), each under its own limit; prints the bar's figures; results/<GPU>/fp8_speed.csv,
 #             fp8_accuracy.csv, fp8_layers.csv, fp8_tuned.json to $OUT
 #             (FP8_PRESETS, FP8_LESSON=1 adds the w8a8/MXFP8 expert-path rows); at most about 6.5 minutes
+#   compiled  the torch.compile GPU tests: warpdecode::moe and warpdecode::moe_fp8 (FP8 weights) compiled
+#             with Inductor and CUDA graphs (mode="reduce-overhead", fullgraph) against eager, and the
+#             compiled tiny Qwen3-MoE's generate; log compiled.log (about 3 minutes)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
 #   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
@@ -123,7 +126,7 @@ for stage in "$@"; do
     fp8)  # limits sum to about 6.5 minutes; each run keeps what it finished
       presets=${FP8_PRESETS:-qwen3-30b-a3b qwen3-235b-a22b deepseek-v3 mixtral-8x7b gpt-oss-20b olmoe-1b-7b}
       run fp8_pytest "${TIMEOUT_FP8_PYTEST:-110}" python3 -m pytest -q -rfE -p no:cacheprovider -p no:randomly \
-          tests/test_fp8_gpu.py tests/test_fp8.py -k "presets or edges or graph or convert or at_the_floor"
+          tests/test_fp8_gpu.py tests/test_fp8.py -k "presets or edges or (graph and not compiled) or convert or at_the_floor"
       run fp8_warp "${TIMEOUT_FP8_WARP:-120}" python3 -m warpdecode.bench.fp8 --fresh --what speed --phase warp \
           --presets $presets --budget-s 90
       run fp8_auto "${TIMEOUT_FP8_AUTO:-80}" python3 -m warpdecode.bench.fp8 --what speed --phase auto \
@@ -137,6 +140,9 @@ for stage in "$@"; do
       fi
       run fp8_bar 15 python3 -m warpdecode.bench.fp8 --what figures
       cp "$GPU_DIR"/fp8_*.csv "$GPU_DIR"/fp8_tuned.json "$OUT/" 2>/dev/null ;;
+    compiled)
+      run compiled "${TIMEOUT_COMPILED:-300}" python3 -m pytest -m gpu -v -rfEx -p no:cacheprovider \
+          tests/test_fp8_gpu.py tests/test_gpu.py -k "compiled_with_cuda_graphs" ;;
     quick)
       run quick "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 64 ;;
     nopdl)

@@ -9,11 +9,11 @@ from typing import Optional
 import torch
 
 from . import _runtime, configs
-from .checks import Dims, check_moe_inputs, check_views
+from .checks import Dims, check_moe_inputs, check_views, weight_tensors
 from .configs import expected_distinct, load_tuned, shape_key
 from .expert import moe_expert
 from .loop import moe_loop
-from .quant import is_fp8
+from .quant import CLASSES, is_fp8
 from .warp import SCHEDULES, moe_warp
 
 METHODS = ("loop", "expert", "warp", "auto")
@@ -113,11 +113,18 @@ def check_fp8_device(device: torch.device, what: str = "act_format='fp8'",
     needs FP8 hardware: on an older GPU (Ampere, sm_80) Triton cannot compile the e4m3 product, so
     say so before any launch. The interpreter emulates it anywhere."""
     if device.type == "cuda":
-        cap = torch.cuda.get_device_capability(device)
-        if tuple(cap) < FP8_CAPABILITY:
+        cap, name = _gpu(device)
+        if cap < FP8_CAPABILITY:
             raise ValueError(f"{what} needs a GPU with FP8 tensor cores (compute capability "
-                             f"{FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or newer); {torch.cuda.get_device_name(device)} "
+                             f"{FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or newer); {name} "
                              f"is {cap[0]}.{cap[1]}: {instead}")
+
+
+@torch.compiler.assume_constant_result
+def _gpu(device: torch.device) -> tuple[tuple[int, int], str]:
+    """(compute capability, name) of a CUDA device. Under ``torch.compile`` it runs at trace time and
+    its answer is a constant of the graph (Dynamo cannot put a query that returns no tensor in one)."""
+    return tuple(torch.cuda.get_device_capability(device)), torch.cuda.get_device_name(device)
 
 
 def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=None, act_format: str = "native",
@@ -135,7 +142,7 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     activations, or with ``act_format="fp8"`` the w8a8 form (activations quantized per token in
     groups of 128, FP8 tensor cores); ``loop`` dequantizes them first; ``auto`` weighs warp decode
     against the weight-only expert path with 1-byte weights. Needs compute capability 8.9 or newer
-    on a GPU; not traced by ``torch.compile``.
+    on a GPU.
 
     method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages),
     ``"warp"`` (two-kernel warp decode), or ``"auto"`` (warp up to :func:`crossover`: measured
@@ -157,8 +164,10 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     ``deterministic``.
 
     Under ``torch.compile`` (``fullgraph=True`` too) ``moe`` traces as one operator,
-    ``torch.ops.warpdecode.moe``: its checks run at trace time, the ids' range on the device
-    (``torch._assert_async``, no host sync), and its fake kernel gives the output's shape.
+    ``torch.ops.warpdecode.moe``, or with FP8 weights ``torch.ops.warpdecode.moe_fp8`` (each weight
+    as its e4m3 tensor and its scales, the format as a string; the weight objects may be inputs of
+    the compiled function or attributes it reads): its checks run at trace time, the ids' range on
+    the device (``torch._assert_async``, no host sync), and its fake kernel gives the output's shape.
 
     No method but ``"loop"`` computes gradients: with grad mode on and an input that requires one,
     ``moe`` raises instead of returning a ``y`` that would drop it. Meta tensors give the output's
@@ -200,8 +209,10 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
             f"warpdecode.moe(method={method!r}) computes no gradients and an input requires one: run it under "
             "torch.no_grad() / torch.inference_mode() (decode), or use method='loop' (autograd through eager "
             "torch ops) where gradients are needed")
-    if torch.compiler.is_compiling() and fp8_weights:
-        raise NotImplementedError("warpdecode.moe with FP8 weights is not traced by torch.compile: call it eagerly")
+    if torch.compiler.is_compiling() and fp8_weights:  # traced: the pair as its four tensors and its format
+        return torch.ops.warpdecode.moe_fp8(x, w13.weight, w13.scale, w2.weight, w2.scale, w13.FORMAT, topk_weights,
+                                            topk_ids, method, act_dtype, act_format, schedule, deterministic,
+                                            batch_invariant)
     if torch.compiler.is_compiling():  # traced: one opaque operator, its fake kernel gives the shape
         return torch.ops.warpdecode.moe(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedule,
                                         deterministic, batch_invariant)
@@ -240,6 +251,36 @@ def _moe_op(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: 
 @_moe_op.register_fake
 def _(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedule, deterministic, batch_invariant):
     return x.new_empty(x.shape[0], w2.shape[1])
+
+
+@torch.library.custom_op("warpdecode::moe_fp8", mutates_args=())
+def _moe_fp8_op(x: torch.Tensor, w13_weight: torch.Tensor, w13_scale: torch.Tensor, w2_weight: torch.Tensor,
+                w2_scale: torch.Tensor, format: str, topk_weights: torch.Tensor, topk_ids: torch.Tensor, method: str,
+                act_dtype: Optional[torch.dtype], act_format: str, schedule: Optional[str],  # noqa: UP045
+                deterministic: bool, batch_invariant: bool) -> torch.Tensor:
+    """``warpdecode.moe`` with FP8 weights as one PyTorch operator: each weight as its e4m3 tensor
+    and its scales (float32 for ``format="block128"``, e8m0 bits as uint8 for ``"mxfp8"``), w13
+    blocked as gate/up. ``moe`` validates the pair first, at trace time (the scales' values were
+    checked when the pair was built); here the tensors are wrapped back as they are, without a read."""
+    if format not in CLASSES:
+        raise ValueError(f"format must be one of {tuple(CLASSES)}, got {format!r}")
+    cls = CLASSES[format]
+    w13 = cls.wrap(w13_weight, w13_scale, dtype=x.dtype, gate_up=True, name="w13")
+    w2 = cls.wrap(w2_weight, w2_scale, dtype=x.dtype, gate_up=False, name="w2")
+    check_views(x=x, topk_weights=topk_weights, **weight_tensors(w13=w13, w2=w2))
+    T, H = x.shape
+    E, two_i, _ = w13_weight.shape
+    d = Dims(T=T, H=H, I=two_i // 2, E=E, K=topk_ids.shape[1])
+    if T == 0:
+        return x.new_empty(0, H)
+    return _run(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
+                batch_invariant)
+
+
+@_moe_fp8_op.register_fake
+def _(x, w13_weight, w13_scale, w2_weight, w2_scale, format, topk_weights, topk_ids, method, act_dtype, act_format,
+      schedule, deterministic, batch_invariant):
+    return x.new_empty(x.shape[0], w2_weight.shape[1])
 
 
 def _warp_config(d: Dims, T: int, fmt: str | None) -> dict:

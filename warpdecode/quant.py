@@ -57,6 +57,15 @@ class FP8Weights:
         self._check_structure()
         self._check_values()
 
+    @classmethod
+    def wrap(cls, weight: torch.Tensor, scale: torch.Tensor, *, dtype, gate_up: bool, name: str) -> FP8Weights:
+        """The object around tensors already validated, with no check and no read of the scales'
+        values (so no host sync): what the ``warpdecode::moe_fp8`` operator rebuilds from the
+        tensors ``warpdecode.moe`` took out of a checked pair."""
+        self = cls.__new__(cls)
+        self.weight, self.scale, self.dtype, self.gate_up, self.name = weight, scale, dtype, bool(gate_up), name
+        return self
+
     # -- what a tensor argument of warpdecode.moe would answer --------------------------------------
     @property
     def shape(self) -> torch.Size:
