@@ -6,7 +6,8 @@
     python experiments/expert_path.py --version pdl [--aligns histogram parallel]
     python experiments/expert_path.py --version half_m [--T 64 128 256]
     python experiments/expert_path.py --version swap_ab [--T 1 8 32 256]
-    TRITON_INTERPRET=1 python experiments/expert_path.py --version pdl --check   (half_m, swap_ab likewise)
+    python experiments/expert_path.py --version bound [--presets olmoe-1b-7b dbrx …] [--T 32 64 128 256]
+    TRITON_INTERPRET=1 python experiments/expert_path.py --version pdl --check   (half_m, swap_ab, bound likewise)
 
 - align: one program with a histogram, one atomic pass, a register sort, many programs with no
   atomics. Promoted: many programs (OLMoE T = 256 7.76 → 3.31 µs).
@@ -16,8 +17,10 @@
   candidate (Mixtral T = 256 −3 %).
 - swap_ab: the GEMM tile transposed so the weights take wgmma's M axis. Promoted as a tuner
   candidate (picked at T = 1 on five presets; no change at T = 256).
+- bound: the path against the same launches with no math (``expert_knobs.py``) and one read of its
+  bytes, at T = 32 … 256: the bound the 85 % bar is reported against (``bash tools/gpu.sh xbound``).
 
-Rows: experiments/results/<GPU>/{align_variants,expert_tiles,expert_pdl,half_m,swap_ab}.csv.
+Rows: experiments/results/<GPU>/{align_variants,expert_tiles,expert_pdl,half_m,swap_ab,expert_bound}.csv.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
+import json
 import os
 import sys
+import warnings
 from collections import Counter
 from functools import partial
 from pathlib import Path
 
+import expert_knobs as kn
 import harness
 import torch
 import triton
@@ -42,7 +48,7 @@ from warpdecode import _alloc, _runtime
 from warpdecode import expert as ex
 from warpdecode.bench import tune as tn
 from warpdecode.bench.sweep import meta
-from warpdecode.bench.timing import capture, read_ceiling, time_replays
+from warpdecode.bench.timing import capture, read_ceiling, small_read, time_replays
 from warpdecode.bench.tune import SWAP_FORMS as FORMS
 from warpdecode.bench.tune import with_swap as swapped
 from warpdecode.bench.workload import bytes_needed, make_inputs
@@ -683,12 +689,298 @@ def main_swap_ab():
     harness.save(harness.results_dir() / "swap_ab.csv", rows)
 
 
+# ==================================================================================================
+# version bound: What stops the expert path short of the read ceiling at large T: the same launches
+# with no math, and one read of the bytes.
+#
+#     python experiments/expert_path.py --version bound [--presets olmoe-1b-7b dbrx ...] [--T 32 64 128 256]
+#     TRITON_INTERPRET=1 python experiments/expert_path.py --version bound --check   # on the CPU, and the PTX offline
+#
+# The bar is 85 % of the read ceiling at T ≥ 32; at T = 256 OLMoE and DBRX stay under it with the
+# tuned tiles as with the defaults, and a wider tile search found nothing faster (version tiles).
+# So, per layer shape and T, for the default config (every table off, as experiments/defaults.py
+# runs it) and the tuned one (the shipped table, else the measured tune of the shapes that are not
+# presets, ``tuned_shapes_cache.json`` in this GPU's results), in one process:
+#   (a) path          ``moe_expert`` with that config, checked against float64 first;
+#   (b) no math       the same four launches (align, gate/up, down, combine, PDL as shipped) with
+#                     each GEMM's grid, tiles, loads and stores kept and its math dropped
+#                     (``expert_knobs.py``, MATH=False: a sum of every loaded element's bits); copy 0's
+#                     GEMM outputs checked bit for bit against PyTorch first, so every load ran.
+#                     The same cp.async pipeline (two K steps in flight at 3 stages), in fewer
+#                     registers, and where the shipped GEMM runs wgmma in one buffer less of shared
+#                     memory (its asynchronous MMA holds one), so an SM may hold more programs; so
+#                     also "no math, shipped smem": those loops one stage deeper, the shipped
+#                     kernels' shared memory, one K step more in flight (each row's detail:
+#                     registers, spills, shared memory, programs per SM of its GEMMs on this GPU);
+#   (c) read          one streaming read of exactly the bytes the path must move (every touched
+#                     expert's weights once, the activations, the output, the routing: the floor),
+#                     the fastest grid of ``timing.small_read``;
+# and each GEMM alone with and without math (its floor: its weight rows of the touched experts).
+# (b) is the bound of these launches; (c) the ideal of any. Rows: experiments/results/<GPU>/expert_bound.csv;
+# the table printed last: per shape and T, each form's share of the read ceiling. ``bash tools/gpu.sh
+# xbound`` gives it 3 minutes, compiling included; the rows are saved after every case.
+# ==================================================================================================
+
+def _shape(name: str) -> wd.MoEShape:
+    """A preset, or a real layer that is not one (``experiments/defaults.py``), by name."""
+    from defaults import SHAPES
+
+    extra = {s.name: s for s in SHAPES}
+    return extra[name] if name in extra else wd.get_preset(name)
+
+
+def bound_configs(shape: wd.MoEShape, T: int, measured: dict) -> dict:
+    """{"default": the defaults' config, "tuned": the tuned one} (tuned left out where no table has it)."""
+    from warpdecode import configs
+
+    with configs.tables(shipped=False, cache=False):
+        out = {"default": expert_config(shape.H, shape.I, shape.E, shape.K, T)}
+    tuned = configs.bucket(configs.merge_tables(configs.load_tuned(), measured), "expert",
+                           shape.H, shape.I, shape.E, shape.K, T)
+    if tuned:
+        out["tuned"] = tuned
+    return out
+
+
+def check_nomath(x, w13, w2, tw, ids, cfg: dict, pdl: bool = False):
+    """The no-math GEMMs store what PyTorch says they must (every element they load summed in), bit
+    for bit; returns the intermediate."""
+    al = ex.align(ids, w13.shape[0], cfg["BLOCK_M"], pdl=pdl)
+    h = kn.gate_up(x, w13, al, cfg["gate_up"], ids.shape[1], pdl=pdl)
+    rows, want = kn.expected_gate_up(x, w13, al, ids.shape[1])
+    assert torch.equal(kn.int_view(h[rows]), kn.int_view(want)), ("gate/up", cfg)
+    o = kn.down(h, w2, al, tw, cfg["down"], pdl=pdl)
+    pairs, want = kn.expected_down(h, w2, al, tw)
+    assert pairs.numel() == ids.numel() and torch.equal(kn.int_view(o[pairs]), kn.int_view(want)), ("down", cfg)
+    return h
+
+
+def _ptx_counts(ptx: str) -> dict:
+    import re
+
+    return {k: len(re.findall(p, ptx)) for k, p in (
+        ("wgmma", r"\bwgmma\.mma_async"), ("mma", r"\bmma\.sync"), ("cp.async", r"\bcp\.async\.c[ag]\b"),
+        ("ld.global", r"\bld\.global"), ("st.global", r"\bst\.global"))}
+
+
+def check_bound_ptx():
+    """Compiled for sm_90a (offline): each no-math GEMM has the shipped kernel's cp.async, global
+    loads and stores, and no tensor-core instruction, without spills."""
+    from warpdecode import compiled
+
+    here = str(Path(__file__).resolve().parent)  # the compiler's child process imports expert_knobs
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
+    olmoe = wd.get_preset("olmoe-1b-7b")
+    tile = {"BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3, "HALF_M": True}
+    # OLMoE's tuned T = 256 tiles with HALF_M (each kernel holds a full- and a half-height loop), down transposed
+    cases = [("olmoe-1b-7b T=256", {"BLOCK_M": 64, "gate_up": dict(tile, BLOCK_N=64),
+                                    "down": dict(tile, BLOCK_N=128, SWAP_AB=True)})]
+    jobs, labels = [], []
+    for label, cfg in cases:
+        for ln in compiled.record_launches("expert", olmoe, 256, gpu_name="NVIDIA H200", config=cfg):
+            copy = {"grouped_gate_up_kernel": kn.gate_up_kernel, "grouped_down_kernel": kn.down_kernel}.get(ln.kernel)
+            if copy is None:
+                continue
+            j = ln.job
+            const = {k: v for k, v in j.constexprs.items() if k in copy.arg_names}
+            const.update(NUM_STAGES=j.num_stages, MATH=False)
+            args = {k: v for k, v in j.args.items() if k in copy.arg_names}
+            jobs += [j, compiled.job(copy, args, const, num_warps=j.num_warps, num_stages=j.num_stages)]
+            labels.append((label, ln.kernel, {k: const[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "HALF_M",
+                                                                    "SWAP_AB")}))
+    built = compiled.compile_many(jobs)
+    for (label, kernel, tile), shipped, nomath in zip(labels, built[0::2], built[1::2], strict=True):
+        a, b = _ptx_counts(shipped.asm["ptx"]), _ptx_counts(nomath.asm["ptx"])
+        rep = compiled.ptxas_report(nomath)
+        assert a["wgmma"] > 0 and b["wgmma"] == b["mma"] == 0, (label, kernel, a, b)
+        # the tiles' loads are the cp.async; ld.global are the index and routing-weight loads, replicated
+        # across threads by the epilogue's layout (the transposed accumulator's has more copies)
+        assert all(a[k] == b[k] > 0 for k in ("cp.async", "st.global")) and b["ld.global"] <= a["ld.global"], (a, b)
+        assert rep["spill_stores"] == 0, (label, kernel, rep)
+        print(f"{label} {kernel} {tile}: no math compiled for sm_90a: {b['cp.async']} cp.async and "
+              f"{b['st.global']} st.global as shipped, {b['ld.global']} ld.global ({a['ld.global']} shipped), "
+              f"no wgmma (shipped {a['wgmma']}), "
+              f"{rep['registers']} registers ({compiled.ptxas_report(shipped)['registers']} shipped), "
+              f"{nomath.shared} B shared ({shipped.shared} shipped), {compiled.programs_per_sm(nomath)} programs "
+              f"per SM ({compiled.programs_per_sm(shipped)} shipped), no spills")
+
+
+def check_bound():
+    """On the CPU: the copy with MATH is the shipped kernel (the same values); without, it stores what
+    every load must give (every element summed in); the whole path against float64; then the PTX."""
+    gen = torch.Generator().manual_seed(0)
+    tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2}
+    for T, H, I, E, K, block_m, extra, dtype in [  # noqa: E741
+            (40, 40, 48, 5, 2, 32, {"HALF_M": True}, torch.float32),  # blocks of both heights
+            (30, 24, 40, 7, 3, 16, {"SWAP_AB": True}, torch.bfloat16),  # tiles transposed, bf16 bits
+            (3, 72, 40, 3, 1, 16, {}, torch.bfloat16)]:  # K = 1, three K steps
+        shape = wd.MoEShape("check", H=H, I=I, E=E, K=K)
+        w13, w2 = shape.weights(dtype=dtype, seed=1)
+        x = torch.randn(T, H, generator=gen).to(dtype)
+        tw, ids = wd.route(torch.randn(T, E, generator=gen), K)
+        cfg = {"BLOCK_M": block_m, "gate_up": dict(tile, **extra), "down": dict(tile, **extra)}
+        ref = wd.reference_moe(x, w13, w2, tw, ids)
+        with _alloc.poisoned(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "invalid value", RuntimeWarning)  # combine adds no-math bits
+            y = ex.moe_expert(x, w13, w2, tw, ids, config=cfg)
+            same = torch.equal(kn.moe(x, w13, w2, tw, ids, config=cfg, math=True), y)
+            check_nomath(x, w13, w2, tw, ids, cfg)
+            check_nomath(x, w13, w2, tw, ids, deeper(cfg))
+            bound = kn.moe(x, w13, w2, tw, ids, config=cfg)
+        err = wd.rel_error(y, ref) / (wd.rounding_floor(ref, dtype) if dtype != torch.float32 else 1e-6)
+        assert same and err <= 4 and bound.shape == y.shape, (T, H, I, E, K, same, err)
+        print(f"T={T} H={H} I={I} E={E} K={K} BLOCK_M={block_m} {extra or 'plain'} {str(dtype)[6:]}: path "
+              f"{err:.2f} × the {'bf16 floor' if dtype != torch.float32 else '1e-6 bar'} from float64, MATH copy "
+              "the same values, no math (and one stage deeper): every load summed into its output")
+    if wd.INTERPRET:
+        check_bound_ptx()
+
+
+GEMMS = ("gate_up", "down")
+
+
+def deeper(cfg: dict, gemms=GEMMS) -> dict:
+    """``cfg`` with the no-math loops of ``gemms`` one stage deeper (``expert_knobs``' LOOP_STAGES)."""
+    return {**cfg, **{g: dict(cfg[g], LOOP_STAGES=cfg[g]["num_stages"] + 1) for g in gemms}}
+
+
+def main_bound():
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=["olmoe-1b-7b", "dbrx", "qwen3-30b-a3b", "mixtral-8x7b"])
+    p.add_argument("--T", type=int, nargs="+", default=[32, 64, 128, 256])
+    p.add_argument("--reps", type=int, default=60)
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args()
+    if args.check:
+        return check_bound()
+
+    from harness import cases, checked_us
+
+    measured_path = harness.results_dir() / "tuned_shapes_cache.json"
+    measured = json.loads(measured_path.read_text()) if measured_path.exists() else {}
+    shapes = [_shape(n) for n in args.presets]
+    pdl = _runtime.USE_PDL
+
+    def key(kind, math, cfg):  # what decides a GEMM's binary (K is not specialized on)
+        return json.dumps([kind, math, cfg["BLOCK_M"], cfg[kind], pdl], sort_keys=True)
+
+    jobs = {}  # every GEMM binary the run may launch, compiled in parallel first
+    for s in shapes:
+        for T in args.T:
+            for cfg in bound_configs(s, T, measured).values():
+                for kind, math, c in itertools.product(GEMMS, (None, False), (cfg, deeper(cfg))):
+                    if math is None and c is not cfg:
+                        continue
+                    jobs[key(kind, math, c)] = (kind, math, s.K, c["BLOCK_M"], c[kind], pdl)
+    facts = dict(zip(jobs, kn.precompile(list(jobs.values())), strict=True))
+    bad = {k: v for k, v in facts.items() if not isinstance(v, dict)}
+    print(f"{len(jobs)} GEMM binaries compiled, {len(bad)} failed {list(bad.items())[:3]}", flush=True)
+
+    def binaries(cfg, math, kinds=GEMMS):
+        """The compiled facts of a form's GEMMs on this GPU (registers, spills, shared memory,
+        programs per SM), for the rows' detail."""
+        out = {}
+        for kind in kinds:
+            f = facts.get(key(kind, math, cfg))
+            out.update({f"{kind}_{k}": v for k, v in f.items()} if isinstance(f, dict) else {})
+        return out
+
+    def shipped_shared(cfg):
+        """The no-math form of ``cfg`` in the shipped kernels' shared memory: one stage deeper where
+        the shipped GEMM holds one buffer more (wgmma: its asynchronous MMA reads one while the
+        loads fill the others); None where no GEMM does (mma.sync tiles: the same already)."""
+        gemms = [g for g in GEMMS if (facts.get(key(g, None, cfg)) or {}).get("shared", 0)
+                 > (facts.get(key(g, False, cfg)) or {}).get("shared", 0)]
+        return deeper(cfg, gemms) if gemms else None
+
+    ceiling = read_ceiling()
+    print(f"read ceiling {ceiling:.3f} TB/s", flush=True)
+    out = harness.results_dir() / "expert_bound.csv"
+    rows, summary = [], {}
+
+    def add(case, variant, us, *, cfg=None, err=None, floor_us=None, **detail):
+        floor_us = case.floor_us if floor_us is None else floor_us
+        rows.append({"preset": case.shape.name, "T": case.T, "seed": case.seed, "variant": variant,
+                     "config": cfg or "", "us": round(us, 3), "floor_us": round(floor_us, 3),
+                     "frac_ceiling": round(floor_us / us, 4), "ceiling_TBps": round(case.ceiling, 4),
+                     "error_over_floor": "" if err is None else round(err, 3), **detail, **meta()})
+        summary[(case.shape.name, case.T, variant)] = floor_us / us
+        print(f"{case.shape.name:14s} T={case.T:3d} {variant:30s} {us:9.2f} us {100 * floor_us / us:5.1f}%"
+              + (f"  err/floor {err:.2f}" if err is not None else ""), flush=True)
+
+    def graph_us(step, L):
+        g, _ = capture(step)
+        us = time_replays(g, reps=args.reps).median_us / L
+        del g
+        return us
+
+    for case in cases(shapes, args.T, ceiling=ceiling):
+        s, T, L = case.shape, case.T, len(case.layers)
+        steps = list(zip(case.layers, case.inputs, strict=True))
+        weights = sum(torch.unique(i.topk_ids).numel() for i in case.inputs) / L * 3 * s.I * s.H * 2
+        for label, cfg in bound_configs(s, T, measured).items():
+            # (a) the whole path, checked against float64 first
+            us, err, _ = checked_us(case, partial(ex.moe_expert, config=cfg), f"path {label}", reps=args.reps)
+            add(case, f"path {label}", us, cfg=cfg, err=err, **binaries(cfg, None))
+            # (b) the same launches, no math; copy 0's GEMM outputs checked first; then in the
+            # shipped kernels' shared memory, where that differs
+            (w13, w2), i0 = steps[0]
+            for form, c in (("no math", cfg), ("no math, shipped smem", shipped_shared(cfg))):
+                if c is None:
+                    continue
+                check_nomath(i0.x, w13, w2, i0.topk_weights, i0.topk_ids, c, pdl=pdl)
+                add(case, f"{form} {label}", graph_us(lambda c=c, steps=steps: [
+                    kn.moe(i.x, w13, w2, i.topk_weights, i.topk_ids, config=c, pdl=pdl) for (w13, w2), i in steps], L),
+                    cfg=c, **binaries(c, False))
+            # each GEMM alone, shipped and no math, over aligned copies (floor: its weight rows)
+            als = [ex.align(i.topk_ids, s.E, cfg["BLOCK_M"]) for i in case.inputs]
+            hs = [ex.gate_up(i.x, None, w13, al, cfg["gate_up"], gather_k=s.K)
+                  for ((w13, _), i), al in zip(steps, als, strict=True)]
+            for math, tag in ((None, ""), (False, " no math")):
+                gu = [partial(ex.gate_up, i.x, None, w13, al, cfg["gate_up"], gather_k=s.K, pdl=pdl) if math is None
+                      else partial(kn.gate_up, i.x, w13, al, cfg["gate_up"], s.K, pdl=pdl)
+                      for ((w13, _), i), al in zip(steps, als, strict=True)]
+                dn = [partial(ex.down, h, None, w2, al, i.topk_weights, cfg["down"], scatter=True, pdl=pdl)
+                      if math is None else partial(kn.down, h, w2, al, i.topk_weights, cfg["down"], pdl=pdl)
+                      for ((_, w2), i), al, h in zip(steps, als, hs, strict=True)]
+                for gemm, kind, fns, share in (("gate/up", "gate_up", gu, 2 / 3), ("down", "down", dn, 1 / 3)):
+                    add(case, f"{gemm}{tag} {label}", graph_us(lambda fns=fns: [f() for f in fns], L), cfg=cfg[kind],
+                        floor_us=share * weights / (ceiling * 1e12) * 1e6, floor="weights",
+                        **binaries(cfg, math, (kind,)))
+            del als, hs
+        # (c) one streaming read of the floor's bytes, each layer copy's own buffer
+        r = small_read(int(case.floor_us * 1e-6 * ceiling * 1e12), copies=L, reps=args.reps)
+        add(case, "read", r["us"], cfg={k: r[k] for k in ("programs_per_sm", "BLOCK", "num_warps")})
+        harness.save(out, rows)  # after every case: a run cut short keeps what it measured
+    bound_summary(summary, shapes, args.T, ceiling)
+
+
+def bound_summary(frac: dict, shapes, Ts, ceiling: float):
+    """Per shape and T: each form's fraction of the read ceiling, and the best path's time over
+    the best no-math time of the same launches (the share of its bound the path reaches)."""
+    forms = {"path default": "path dflt", "path tuned": "path tuned", "no math default": "bound dflt",
+             "no math tuned": "bound tuned", "no math, shipped smem default": "smem dflt",
+             "no math, shipped smem tuned": "smem tuned", "read": "read"}
+    print(f"\n% of the read ceiling ({ceiling:.3f} TB/s). bound: the same launches without math; smem: the "
+          "same in the shipped kernels' shared memory (- where that is the bound's); read: one read of the "
+          "bytes. The bar: 85 %.")
+    print(f"{'shape':16s} {'T':>4s} " + " ".join(f"{f:>11s}" for f in forms.values()) + "  path/bound")
+    for s in shapes:
+        for T in Ts:
+            f = {v: frac.get((s.name, T, v)) for v in forms}
+            paths = [x for v, x in f.items() if x and v.startswith("path")]
+            bounds = [x for v, x in f.items() if x and v.startswith("no math")]
+            share = f"{100 * max(paths) / max(bounds):9.1f}%" if paths and bounds else ""
+            print(f"{s.name:16s} {T:4d} " + " ".join(f"{100 * x:10.1f}%" if x else f"{'-':>11s}" for x in f.values())
+                  + f"  {share}")
+
 VERSIONS = {
     "align": (main_align, []),
     "tiles": (main_tiles, []),
     "pdl": (main_pdl, []),
     "half_m": (main_half_m, []),
     "swap_ab": (main_swap_ab, []),
+    "bound": (main_bound, []),
 }
 
 

@@ -288,6 +288,7 @@ SPECS = {
     "expert_pdl.csv": ("expert_path", "pdl", "variant", None, {}, _expert_pdl),
     "half_m.csv": ("expert_path", "half_m", "variant", "config", {}, _half_m),
     "swap_ab.csv": ("expert_path", "swap_ab", "form", None, {}, None),
+    "expert_bound.csv": ("expert_path", "bound", "variant", "config", {}, None),
 }
 
 

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("reads.py", "bound", "scratch at rest", 18),  # a read with each way to wait: nine kinds, two sizes
     ("warp_down.py", "17", "per-slot error", 4),  # v17: the down tile in both forms
     ("gate_up.py", "slices", "against float64", 4),  # the gate/up step sliced and in one load, two shapes
+    ("expert_path.py", "bound", "no math", 5),  # no-math GEMMs: three shapes read in full, two compiled for sm_90a
 ])
 def test_experiment_checks_pass_in_the_interpreter(script, version, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
