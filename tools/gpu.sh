@@ -17,6 +17,8 @@
 #   dladder   experiments/warp_down.py --version ladder: a read, then the down kernel's ingredients one by one
 #   align     experiments/expert_path.py --version align: align's kernel four ways (ALIGN_ARGS)
 #   swapab    experiments/expert_path.py --version swap_ab: the expert GEMMs with SWAP_AB (the tile transposed on the tensor cores) against the tuned tiles
+#   xbound    experiments/expert_path.py --version bound: the expert path at T = 32 … 256 against the same launches with no
+#             math and one read of its bytes (XBOUND_ARGS; at most 3 minutes)
 #   draws     experiments/warp_schedule.py --version draws: the tuned schedule choice (pair, grouped, expert) on several routing draws
 #   order     experiments/one_launch.py --version 16: one launch, each down program taking its token's experts as gate/up finishes them (v16)
 #   down2d    experiments/warp_down.py --version 17: the shipped K 2-D down tiles against the 3-D tile they replace (DOWN2D_ARGS)
@@ -101,6 +103,7 @@ for stage in "$@"; do
     dladder) experiment dladder warp_down ladder down_ladder "${TIMEOUT_DLADDER:-200}" ${DLADDER_ARGS:-} ;;
     align) experiment align expert_path align align_variants "${TIMEOUT_ALIGN:-200}" ${ALIGN_ARGS:-} ;;
     swapab) experiment swapab expert_path swap_ab swap_ab "${TIMEOUT_SWAPAB:-300}" ${SWAPAB_ARGS:-} ;;
+    xbound) experiment xbound expert_path bound expert_bound "${TIMEOUT_XBOUND:-180}" ${XBOUND_ARGS:-} ;;
     draws) experiment draws warp_schedule draws schedule_draws "${TIMEOUT_DRAWS:-300}" ${DRAWS_ARGS:-} ;;
     order) experiment order one_launch 16 expert_order "${TIMEOUT_ORDER:-420}" ${ORDER_ARGS:-} ;;
     down2d) experiment down2d warp_down 17 down_2d "${TIMEOUT_DOWN2D:-300}" ${DOWN2D_ARGS:-} ;;

@@ -18,6 +18,7 @@ runs=(
   "one_launch 8 $P --T 1"
   "warp_schedule draws $P --T 8 --seeds 1000 3000"
   "expert_path swap_ab $P --T 1"
+  "expert_path bound $P --T 256"
   "one_launch 16 $P --T 1"
   "reads bound $P --rows 16 24 --warps 8"
 )
