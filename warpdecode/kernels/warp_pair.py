@@ -239,21 +239,21 @@ def _down_chunk(
             tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0.0,
                                      eviction_policy="evict_first"),)
         return tiles
-    elif K_FIRST:
-        offs_k = tl.arange(0, K_PAD)
-        mask_k = offs_k < K
-        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
-        w_ptrs = (w2_ptr + e[:, None, None] * stride_we + offs_h[None, :, None].to(tl.int64) * stride_wr
-                  + offs_i[None, None, :])
-        mask = mask_k[:, None, None] & (offs_h < H)[None, :, None] & (offs_i < I)[None, None, :]
-        return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-    else:
+    elif not K_FIRST:
         offs_k = tl.arange(0, K_PAD)
         mask_k = offs_k < K
         e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
         w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
                   + offs_i[None, None, :])
         mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
+        return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    else:  # K_FIRST
+        offs_k = tl.arange(0, K_PAD)
+        mask_k = offs_k < K
+        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+        w_ptrs = (w2_ptr + e[:, None, None] * stride_we + offs_h[None, :, None].to(tl.int64) * stride_wr
+                  + offs_i[None, None, :])
+        mask = mask_k[:, None, None] & (offs_h < H)[None, :, None] & (offs_i < I)[None, None, :]
         return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
 
 
