@@ -275,6 +275,7 @@ SPECS = {
     "chunk_flags.csv": ("warp_down", _shipped_or("14"), "variant", None, {}, None),
     "down_tma.csv": ("warp_down", _shipped_or("15"), "variant", None, {}, None),
     "down_2d.csv": ("warp_down", _shipped_or("17"), "variant", None, {}, None),
+    "down_kfirst.csv": ("warp_down", _shipped_or("18"), "variant", None, {}, None),
     "warp_atomic.csv": ("one_launch", _shipped_or("6", "split"), "variant", None, {}, None),
     "ordered_launch.csv": ("one_launch", _shipped_or("8", "pair"), "kind", "config", {}, None),
     "expert_order.csv": ("one_launch", _expert_order, "variant", None, {}, None),

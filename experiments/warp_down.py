@@ -8,6 +8,8 @@ weight stream into the gate/up kernel's tail.
     python experiments/warp_down.py --version 14 …      (--check likewise)
     python experiments/warp_down.py --version 15 [--kinds tma cp.async]
     python experiments/warp_down.py --version 15 --check   # compiles for sm_90a, no GPU needed
+    python experiments/warp_down.py --version 18 [--presets …] [--T 1 2 4 8]
+    TRITON_INTERPRET=1 python experiments/warp_down.py --version 18 --check
 
 - ladder: the load geometry costs ~2 µs at T = 1 (the kernel's loads 10.3–10.5 µs against a tile
   read of the routed experts' w2 at 8.4 µs); no tile the tuner tries reaches the read.
@@ -16,8 +18,10 @@ weight stream into the gate/up kernel's tail.
   the partial-sum protocol at the end costs more than the early chunks gain (+9 %).
 - 15: the whole tile into shared memory (Gluon, TMA or cp.async) before the wait. Not promoted:
   the down kernel alone is no faster with every byte requested (+5 %).
+- 17: K 2-D tiles (``PER_SLOT``) against the [rows, K, columns] tile: promoted where Triton ≥ 3.8.
+- 18: one [K, rows, columns] tile (``K_FIRST``) against the shipped form: on the H200 to decide.
 
-Rows: experiments/results/<GPU>/{down_ladder,down_preload,chunk_flags,down_tma}.csv.
+Rows: experiments/results/<GPU>/{down_ladder,down_preload,chunk_flags,down_tma,down_2d,down_kfirst}.csv.
 """
 
 from __future__ import annotations
@@ -950,8 +954,8 @@ def main_v15():
 # 3.6's 3-D tile. So ``PER_SLOT`` follows the Triton release.
 
 
-def down_form(per_slot: bool):
-    """The shipped down kernel with its tile in the given form."""
+def down_form(per_slot: bool, k_first: bool = False):
+    """The shipped down kernel with its tile in the given form (``k_first``: v18's [K, rows, columns])."""
     def down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Tensor:
         E, H, I = w2.shape  # noqa: E741
         T, K = topk_ids.shape
@@ -959,7 +963,8 @@ def down_form(per_slot: bool):
         kp.warp_down_kernel[(T * triton.cdiv(H, cfg["BLOCK_H"]),)](
             act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
             K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
-            USE_PDL=wp.USE_PDL, PER_SLOT=per_slot, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            USE_PDL=wp.USE_PDL, PER_SLOT=per_slot, K_FIRST=k_first, num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
             **({"launch_pdl": True} if wp.USE_PDL else {}))
         return y
     return down
@@ -1050,12 +1055,89 @@ def main_v17():
     harness.save(harness.results_dir() / "down_2d.csv", rows)
 
 
+# ==================================================================================================
+# version 18: the down tile as one [K, rows, columns] tile (``warp_pair.K_FIRST``) against the shipped
+# form, each at the tuned config.
+#
+#     python experiments/warp_down.py --version 18 [--presets …] [--T 1 2 4 8]
+#     python experiments/warp_down.py --version 18 --check     # both forms against float64 (interpreter)
+#
+# On Triton 3.8 the per-slot form (v17) has, compiled for sm_90a at Qwen3-30B-A3B T = 1's config, 65
+# barriers against 3.6's 10, 64-bit intermediate loads, and one layout conversion of the intermediate per
+# slot and step. With the experts first, 3.8's coalesce pass breaks the tie of the two contiguity-1 axes
+# towards the rows (warps over rows, K inside each thread, as 3.6's [rows, K, columns] tile); the
+# intermediate of all K slots is one [K, columns] load (16-byte loads) converted once per step, and the
+# slots' products are taken from the tile in registers and chained, one FMA per weight. Compiled, at
+# every tuned and default config of the presets: 3.6's barriers per step and its load widths, one
+# FMA and one convert per weight; registers within -8 … +32 of the per-slot form's, except gpt-oss-20b
+# T = 2, 4 (254 against 167); 28–56 B spilled at the three largest tuned tiles (Qwen3-235B-A22B T = 1,
+# DeepSeek-V3 T = 2, 8), where the per-slot form spills nothing. On 3.6 the same tile puts its warps
+# over K (3.6 orders K before the rows): there it is timed only to show that it is no form for 3.6.
+# Rows: experiments/results/<GPU>/down_kfirst.csv, and lines ``<preset> T=<T> <label> <µs> us <%>%
+# err/floor <e>`` then ``<preset> T=<T> k-first/shipped <ratio>`` per case.
+
+
+def check_v18():
+    """The shipped form and the [K, rows, columns] tile against float64 at odd shapes (K = 1, K = E,
+    K not a power of two, I not a multiple of BLOCK_I, rows past H), poisoned."""
+    gen = torch.Generator().manual_seed(18)
+    shapes = [(1, 40, 48, 5, 2, 16), (3, 24, 40, 7, 7, 16), (2, 16, 64, 3, 1, 32), (2, 12, 33, 6, 3, 16)]
+    for T, H, I, E, K, c in shapes:  # noqa: E741
+        act = torch.randn(T * K, I, generator=gen)
+        w2 = (torch.randn(E, H, I, generator=gen) / I**0.5).bfloat16()
+        ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
+        tw = torch.rand(T, K, generator=gen)
+        ref = torch.einsum("tkhi,tki,tk->th", w2.double()[ids.long()], act.double().view(T, K, I), tw.double())
+        cfg = {"BLOCK_H": 8, "BLOCK_I": c, "num_warps": 1, "num_stages": 1}
+        errs = {}
+        for label, form in (("shipped", down_form(kp.PER_SLOT, kp.K_FIRST)), ("k-first", down_form(False, True))):
+            with _alloc.poisoned():  # an output element left unwritten is NaN
+                y = form(act, w2, ids, tw, cfg, torch.float32)
+            errs[label] = ((y.double() - ref).norm() / ref.norm()).item()
+        assert max(errs.values()) < 1e-6, (T, H, I, E, K, c, errs)
+        print(f"T={T} H={H} I={I} E={E} K={K}: k-first error {errs['k-first']:.1e}, shipped {errs['shipped']:.1e}")
+
+
+def main_v18():
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=list(wd.PRESETS))
+    p.add_argument("--T", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args()
+    if args.check:
+        return check_v18()
+
+    from harness import cases, checked_us_or_none, down_runs, row
+
+    shipped = "k-first" if kp.K_FIRST else "per-slot" if kp.PER_SLOT else "3-D"
+    print(f"triton {triton.__version__}, torch {torch.__version__}: shipped form {shipped}", flush=True)
+    rows = []
+    for case in cases(args.presets, args.T):
+        s, T = case.shape, case.T
+        tuned = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)
+        us_of = {}
+        for label, step, _ in down_runs(case, down_form(False, True), [tuned["down"]], prefix="k-first "):
+            res = checked_us_or_none(case, step, label, tol=1.5)
+            if res is None:
+                continue
+            us, err, _ = res
+            us_of[label.split(" ")[0] if not label.startswith("shipped again") else "again"] = us
+            rows.append(row(case, variant=label, us=us, err=err, detail={"shipped_form": shipped},
+                            run=f"triton {triton.__version__}"))  # one CSV holds both releases' rows
+            print(f"{s.name:18s} T={T:<3d} {label:60s} {us:8.2f} us {100 * case.floor_us / us:5.1f}% "
+                  f"err/floor {err:.2f}", flush=True)
+        if "k-first" in us_of and "shipped" in us_of:
+            print(f"{s.name:18s} T={T:<3d} k-first/shipped {us_of['k-first'] / us_of['shipped']:.3f}", flush=True)
+    harness.save(harness.results_dir() / "down_kfirst.csv", rows)
+
+
 VERSIONS = {
     "ladder": (main_ladder, []),
     "13": (main_v13, []),
     "14": (main_v14, []),
     "15": (main_v15, []),
     "17": (main_v17, []),
+    "18": (main_v18, []),
 }
 
 

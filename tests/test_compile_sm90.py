@@ -298,8 +298,9 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
     columns; a tile wider than that spreads each row over min(num_warps, columns / 256) warps (the
     row's sum then crosses warps through shared memory), and the remaining warps stack over rows.
     With columns ≤ 256, or one warp, each output row belongs to exactly one warp. The down kernel's
-    K experts stay inside each thread: its [rows, K, columns] tile has no warp over K, and its
-    ``PER_SLOT`` form is K 2-D [rows, columns] tiles."""
+    K experts stay inside each thread: its [rows, K, columns] tile has no warp over K, its
+    ``PER_SLOT`` form is K 2-D [rows, columns] tiles, and its ``K_FIRST`` form one [K, rows, columns]
+    tile, again with no warp over K."""
     job = SPECS[name]
     c = job.constexprs
     down_rank = 2 if c.get("PER_SLOT") or job.name.endswith("_fp8_kernel") else 3
@@ -328,6 +329,8 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
         for rows, columns in tiles[rank]:
             warps_on_a_row = min(job.num_warps, max(1, columns // (32 * per_lane)))
             want = [min(rows, job.num_warps // warps_on_a_row)] + [1] * (rank - 2) + [warps_on_a_row]
+            if rank == 3 and c.get("K_FIRST"):  # [K, rows, columns]
+                want = [1] + want[:1] + want[2:]
             if fields["warpsPerCTA"] == want:  # K (the 3-D tile's middle axis): no warp
                 matches.append((rank, rows, columns))
         assert matches, (layout, layouts[layout], tiles)

@@ -85,3 +85,29 @@ def test_warp_gate_up_in_slices_matches_float64(slices, seed):
     ref = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
     err = ((act.double() - ref).norm() / ref.norm()).item()
     assert err < 1e-6, err  # an FP32 intermediate, FP32 sums: no bf16 rounding after the inputs
+
+
+@pytest.mark.parametrize("form", ["3-D", "per-slot", "k-first"])
+@pytest.mark.parametrize("T,H,I,E,K", [(2, 24, 40, 5, 1), (3, 16, 40, 6, 6), (2, 20, 33, 7, 3)],
+                         ids=["K=1", "K=E", "K=3,I-partial"])
+def test_warp_down_forms_match_float64(form, T, H, I, E, K, seed, monkeypatch):  # noqa: E741
+    """The down tile's three forms (``warp_pair``: [rows, K, columns], K 2-D tiles, [K, rows,
+    columns]) compute Σ_j w[t, j] · W2[e_tj]·a[tK+j] as float64 does: K = 1, K = E, K not a power of
+    two (padded slots), I past the last full 16-column step, rows past H; poisoned."""
+    from warpdecode import warp as wp
+    from warpdecode.kernels import warp_pair as kp
+
+    monkeypatch.setattr(kp, "PER_SLOT", form == "per-slot")
+    monkeypatch.setattr(kp, "K_FIRST", form == "k-first")
+    gen = torch.Generator().manual_seed(seed)
+    act = torch.randn(T * K, I, generator=gen)
+    w2 = (torch.randn(E, H, I, generator=gen) * I**-0.5).bfloat16()
+    ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
+    tw = torch.rand(T, K, generator=gen)
+    cfg = {"BLOCK_H": 8, "BLOCK_I": 16, "num_warps": 1, "num_stages": 1}
+    with _alloc.poisoned():
+        y = wp.warp_down(act, w2, ids, tw, cfg, torch.float32)
+    w = w2.double()[ids.long()]  # (T, K, H, I)
+    ref = torch.einsum("tkhi,tki,tk->th", w, act.double().view(T, K, I), tw.double())
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-6, err  # FP32 sums of bf16 weights and an FP32 intermediate: no rounding after the inputs

@@ -22,6 +22,7 @@
 #   draws     experiments/warp_schedule.py --version draws: the tuned schedule choice (pair, grouped, expert) on several routing draws
 #   order     experiments/one_launch.py --version 16: one launch, each down program taking its token's experts as gate/up finishes them (v16)
 #   down2d    experiments/warp_down.py --version 17: the shipped K 2-D down tiles against the 3-D tile they replace (DOWN2D_ARGS)
+#   kfirst    experiments/warp_down.py --version 18: the [K, rows, columns] down tile against the shipped form (KFIRST_ARGS)
 #   shapes    tune the real layer shapes that are not presets into a fresh per-user cache (TUNE_SHAPES: "H I E K;…"),
 #             then experiments/defaults.py on them: defaults against tuned, auto against the faster path
 #   bound     experiments/reads.py --version bound: a read of a T = 1 call's bytes with each way to wait after it, in one launch or two (BOUND_ARGS)
@@ -107,6 +108,7 @@ for stage in "$@"; do
     draws) experiment draws warp_schedule draws schedule_draws "${TIMEOUT_DRAWS:-300}" ${DRAWS_ARGS:-} ;;
     order) experiment order one_launch 16 expert_order "${TIMEOUT_ORDER:-420}" ${ORDER_ARGS:-} ;;
     down2d) experiment down2d warp_down 17 down_2d "${TIMEOUT_DOWN2D:-300}" ${DOWN2D_ARGS:-} ;;
+    kfirst) experiment kfirst warp_down 18 down_kfirst "${TIMEOUT_KFIRST:-240}" ${KFIRST_ARGS:-} ;;
     shapes)
       export WARPDECODE_CACHE_DIR=${WARPDECODE_CACHE_DIR:-/tmp/warpdecode-cache}
       IFS=';' read -ra tune_shapes <<< "${TUNE_SHAPES:-2048 1408 64 6;2048 1408 60 4;3584 2560 64 8;6144 10752 16 4}"

@@ -47,9 +47,9 @@ def code_of(ptx: str) -> str:
 
 def knobs(kernel, cfg: dict) -> dict:
     """The removed knobs, where ``kernel`` still has them, at what the launcher passed for ``cfg``;
-    and the down tile's form (``PER_SLOT``) and gate/up's slices (``SUB_H``), where the kernel has them."""
+    and the down tile's form (``PER_SLOT``, ``K_FIRST``) and gate/up's slices (``SUB_H``), where the kernel has them."""
     old = {"EVICT": cfg.get("evict", "evict_first"), "LEAN": cfg.get("lean", False), "PAIR_FASTEST": True,
-           "PER_SLOT": getattr(kp, "PER_SLOT", False)}
+           "PER_SLOT": getattr(kp, "PER_SLOT", False), "K_FIRST": getattr(kp, "K_FIRST", False)}
     if "SUB_H" in kernel.arg_names:
         old["SUB_H"] = kp.gate_up_slice(cfg)
     return {k: v for k, v in old.items() if k in kernel.arg_names}

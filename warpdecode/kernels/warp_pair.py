@@ -50,6 +50,15 @@ Triton release) the down tile is K 2-D [rows, columns] tiles instead, accumulate
 slot's intermediate row takes its own trip through shared memory to the tile's layout), so 3.6
 keeps the 3-D tile.
 
+A third form (``K_FIRST``) puts the experts first: one [K, rows, columns] tile. The tie then breaks
+the other way on 3.8 (warps over rows, K inside each thread, as 3.6's [rows, K, columns] tile), the
+intermediate chunk of all K slots is loaded once as a [K, columns] tile (16-byte loads) and crosses
+to the tile's layout in one trip through shared memory per step, as on 3.6, and each slot's products
+are taken from the tile in registers (``_slots``: halving the K axis) and chained into the
+accumulator, one FMA per weight (a ``tl.sum`` over K would be a tree of multiplies and adds on 3.8).
+Compiled for sm_90a it has 3.6's barriers per step and load widths; ``experiments/warp_down.py`` v18
+times it against the per-slot form. ``LATE_DOWN_FORM`` picks the form where the release needs one.
+
 Every weight load is ``evict_first``: each weight byte is read once per call, so it streams past
 L2 and leaves L2 to the intermediate and to rows that tokens share.
 
@@ -73,13 +82,22 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-#: Whether the down tile is K 2-D tiles (Triton ≥ 3.8, whose coalesce pass puts a 3-D tile's warps
-#: over K) or one [rows, K, columns] tile (Triton 3.6, warps over rows); see above.
-PER_SLOT = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
+#: Whether this Triton release's coalesce pass puts a [rows, K, columns] tile's warps over K (3.8 and
+#: later; 3.6 puts them over rows): such a release needs another form of the down tile (see above).
+WARPS_OVER_K = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
+
+#: The down tile's form where the release needs another: "per-slot" (K 2-D [rows, columns] tiles) or
+#: "k-first" (one [K, rows, columns] tile). Triton 3.6 keeps the [rows, K, columns] tile either way.
+LATE_DOWN_FORM = "per-slot"
+
+#: Whether the down tile is K 2-D tiles, or (``K_FIRST``) one [K, rows, columns] tile; neither: one
+#: [rows, K, columns] tile.
+PER_SLOT = WARPS_OVER_K and LATE_DOWN_FORM == "per-slot"
+K_FIRST = WARPS_OVER_K and LATE_DOWN_FORM == "k-first"
 
 #: Whether the compiler sums a lane's products as a tree (Triton ≥ 3.8) rather than as a chain of FMAs
 #: (3.6): where it does, the gate/up step is loaded in slices (``SUB_H``, see ``_gate_up_tile``).
-TREE_SUMS = PER_SLOT
+TREE_SUMS = WARPS_OVER_K
 
 
 def gate_up_slice(cfg: dict) -> int:
@@ -177,16 +195,39 @@ def _gate_up_tile(
 
 
 @triton.jit
+def _slots(x, N: tl.constexpr):
+    """The N tensors x[..., j], j = 0 … N-1 in order, of x[..., N] (N a power of two), by halving
+    the last axis: where that axis lies inside each thread, in registers."""
+    if N == 1:
+        return (tl.reshape(x, x.shape[:-1]),)
+    parts = (x,)
+    for _ in tl.static_range(N.bit_length() - 1):
+        # each split takes the even and the odd entries; evens of all parts first keeps j in order
+        evens = ()
+        odds = ()
+        for p in tl.static_range(len(parts)):
+            q = parts[p]
+            if q.shape[-1] > 2:
+                q = tl.reshape(q, q.shape[:-1] + [q.shape[-1] // 2, 2])
+            lo, hi = tl.split(q)
+            evens = evens + (lo,)
+            odds = odds + (hi,)
+        parts = evens + odds
+    return parts
+
+
+@triton.jit
 def _down_chunk(
     w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr,
     t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
     PER_SLOT: tl.constexpr,  # the tile's form: see PER_SLOT below
+    K_FIRST: tl.constexpr = False,  # the tile's form: see K_FIRST below
 ):
     """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs (rows of hidden outputs × the token's
-    K routed experts × columns): one [BLOCK_H, K_PAD, BLOCK_I] tile, or with ``PER_SLOT`` a tuple of
-    K [BLOCK_H, BLOCK_I] tiles. Rows past H, slots past K and columns past I load zeros, so a program
-    with no rows left loads nothing."""
+    K routed experts × columns): one [BLOCK_H, K_PAD, BLOCK_I] tile, with ``PER_SLOT`` a tuple of
+    K [BLOCK_H, BLOCK_I] tiles, with ``K_FIRST`` one [K_PAD, BLOCK_H, BLOCK_I] tile. Rows past H, slots
+    past K and columns past I load zeros, so a program with no rows left loads nothing."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_i = i0 + tl.arange(0, BLOCK_I)
     if PER_SLOT:
@@ -198,13 +239,21 @@ def _down_chunk(
             tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0.0,
                                      eviction_policy="evict_first"),)
         return tiles
-    else:
+    elif not K_FIRST:
         offs_k = tl.arange(0, K_PAD)
         mask_k = offs_k < K
         e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
         w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
                   + offs_i[None, None, :])
         mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
+        return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    else:  # K_FIRST
+        offs_k = tl.arange(0, K_PAD)
+        mask_k = offs_k < K
+        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+        w_ptrs = (w2_ptr + e[:, None, None] * stride_we + offs_h[None, :, None].to(tl.int64) * stride_wr
+                  + offs_i[None, None, :])
+        mask = mask_k[:, None, None] & (offs_h < H)[None, :, None] & (offs_i < I)[None, None, :]
         return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
 
 
@@ -224,6 +273,26 @@ def _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
 
 
 @triton.jit
+def _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
+                       K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_I: tl.constexpr, ACT_CACHE: tl.constexpr):
+    """``K_FIRST``: acc += Σ_j w[t, j] · wv[j] · act[tK+j, i0:i0+BLOCK_I]. The intermediate of all K
+    slots is one [K_PAD, BLOCK_I] load, broadcast over the tile's rows in one layout conversion; the
+    slots' products are taken from the [K_PAD, BLOCK_H, BLOCK_I] product in registers and added to
+    the accumulator one after another, which the compiler contracts into one FMA per weight."""
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
+    a = tl.load(act_ptr + pairs[:, None] * stride_at + offs_i[None, :], mask=mask_k[:, None] & (offs_i < I)[None, :],
+                other=0.0, cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
+    products = _slots(tl.permute(wv.to(tl.float32) * a[:, None, :], (1, 2, 0)), K_PAD)  # K axis last, then split
+    for j in tl.static_range(K_PAD):
+        acc += products[j]
+    return acc
+
+
+@triton.jit
 def _down_tile(
     act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr,
     H, I, stride_at, stride_we, stride_wr, stride_yt,
@@ -232,12 +301,13 @@ def _down_tile(
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
     ACT_CACHE: tl.constexpr,  # "" or ".cg": read the intermediate from L2, past this SM's L1
     PER_SLOT: tl.constexpr,
+    K_FIRST: tl.constexpr = False,
 ):
     """y[t, rows] = Σ_j topk_weights[t, j] · w2[e_j, rows, :] · act[t·K + j, :]. Rows go to warps,
     the K experts stay inside each thread, columns go across a warp's lanes: the combine over K is
     in registers, and summing the accumulator over its columns is the dot product, across the warp.
-    With ``PER_SLOT`` the first step is taken before the loop, so the loop carries one accumulator,
-    never a tuple of tiles."""
+    With ``PER_SLOT`` or ``K_FIRST`` the first step is taken before the loop, so the loop carries one
+    accumulator, never the weight tile (which the compiler carries unpacked, two bf16 in two registers)."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     if PER_SLOT:
         acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
@@ -246,6 +316,14 @@ def _down_tile(
             wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
                              BLOCK_I, PER_SLOT)
             acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, BLOCK_I, ACT_CACHE)
+    elif K_FIRST:
+        acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
+                                 tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, K_PAD, BLOCK_I, ACT_CACHE)
+        for i0 in range(BLOCK_I, I, BLOCK_I):
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
+                             BLOCK_I, PER_SLOT, K_FIRST)
+            acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, K_PAD, BLOCK_I,
+                                     ACT_CACHE)
     else:
         offs_k = tl.arange(0, K_PAD)
         mask_k = offs_k < K
@@ -326,15 +404,16 @@ def warp_down_kernel(
     BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
     BLOCK_I: tl.constexpr,  # columns of I per step
     USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
-    PER_SLOT: tl.constexpr,  # the down tile's form (PER_SLOT below)
+    PER_SLOT: tl.constexpr,  # the down tile's form (PER_SLOT, K_FIRST below)
+    K_FIRST: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     t = pid % T  # fastest: tokens side by side share w2 rows of common experts
     pid_h = pid // T
     # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
     wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I,
-                     PER_SLOT)
+                     PER_SLOT, K_FIRST)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
     _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
-               stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", PER_SLOT)
+               stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", PER_SLOT, K_FIRST)

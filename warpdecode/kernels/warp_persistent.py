@@ -85,7 +85,8 @@ def warp_fused_kernel(
     DN_BLOCK_I: tl.constexpr,  # ... by columns of I
     PHASE: tl.constexpr,  # 0: both, with the grid barrier between; 1: gate/up only; 2: down only
     MAX_SPINS: tl.constexpr,
-    PER_SLOT: tl.constexpr,  # the down tile's form (warp_pair.PER_SLOT)
+    PER_SLOT: tl.constexpr,  # the down tile's form (warp_pair.PER_SLOT, warp_pair.K_FIRST)
+    K_FIRST: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -101,14 +102,14 @@ def warp_fused_kernel(
     if PHASE != 1:  # down: units of DN_BLOCK_H outputs of one token, the token varying fastest
         # the first unit's first columns do not depend on the intermediate: load them before waiting
         wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, pid % T, pid // T, 0,
-                         K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, PER_SLOT)
+                         K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, PER_SLOT, K_FIRST)
         if PHASE == 0:
             _grid_barrier(barrier_ptr, generation, num_programs, MAX_SPINS)
         for unit in range(pid, T * tl.cdiv(H, DN_BLOCK_H), num_programs):
             if unit != pid:
                 wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, unit % T, unit // T, 0,
-                                 K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, PER_SLOT)
+                                 K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, PER_SLOT, K_FIRST)
             # (PHASE 0: the intermediate other SMs stored, read from L2, past this SM's L1)
             _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e,
                        stride_w2r, stride_yt, unit % T, unit // T, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I,
-                       ".cg" if PHASE == 0 else "", PER_SLOT)
+                       ".cg" if PHASE == 0 else "", PER_SLOT, K_FIRST)
