@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("one_launch.py", "16", "no program gave up", 10),  # v16: one launch, down walks experts as gate/up ends them
     ("reads.py", "bound", "scratch at rest", 18),  # a read with each way to wait: nine kinds, two sizes
     ("warp_down.py", "17", "per-slot error", 4),  # v17: the down tile in both forms
+    ("fp8_warp.py", "tiles", "the shipped pair's bits", 4),  # the integer e4m3 dequantization, bit for bit
 ])
 def test_experiment_checks_pass_in_the_interpreter(script, version, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
