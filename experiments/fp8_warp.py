@@ -22,7 +22,8 @@ memory, set the pace.
   (one per Triton release, architecture, kernel and tile).
 - tiles: at T = 1, 2, 4, 8 on qwen3-30b-a3b, olmoe-1b-7b and mixtral-8x7b (block128 weights), each
   checked against float64 on the dequantized weights (poisoned outputs) and then timed as
-  ``harness.checked_us`` times (CUDA graph over rotated layer copies, median): the shipped FP8 pair
+  ``harness.checked_us`` times (CUDA graph over rotated layer copies, as many as FP8 weights need to
+  touch ≥ 3× the L2 at T = 1, median): the shipped FP8 pair
   at its default tiles; the pair with the integer dequantization (``bits``, below) at the same tiles;
   the pair with each gate/up tile of ``GATE_UP`` (the default down tile) and each down tile of
   ``DOWN`` (the default gate/up tile), then the fastest gate/up and down tiles together (the
@@ -63,6 +64,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 import warpdecode as wd
 from warpdecode import _alloc, compiled, quant
 from warpdecode import warp as wp
+from warpdecode.bench import fp8 as bench_fp8
+from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers
 from warpdecode.configs import warp_config, warp_fp8_config
 from warpdecode.kernels.warp_fp8 import _scales
 
@@ -436,6 +439,30 @@ def fp8_floor_us(shape, q13, q2, inp, ceiling) -> float:
     return nbytes / (ceiling * 1e12) * 1e6
 
 
+def fp8_cases(presets, Ts, ceiling):
+    """(bf16 case, FP8 case) per preset and T, as ``harness.cases`` makes them but with as many layer
+    copies as FP8 weights need for a T = 1 step to touch ≥ 3× the L2 (``bench.fp8.copies``; twice
+    the bf16 copies' count), each copy quantized (block128) from its bf16 draw; the same routing in
+    both. The FP8 case's floor is the FP8 bytes, its reference float64 on the dequantized weights."""
+    for name in presets:
+        shape = wd.get_preset(name)
+        n = bench_fp8.copies(shape, 3 * shape.I * shape.H * (1 + 4 / 16384))
+        layers = make_layers(shape, n)
+        fp8_layers = [quant.quantize_experts(w13, w2, "block128") for w13, w2 in layers]
+        for T in Ts:
+            inputs = make_inputs(shape, T, n, seed=1000 + T)
+            i0 = inputs[0]
+            bf16_floor = sum(bytes_needed(shape, i) for i in inputs) / n / (ceiling * 1e12) * 1e6
+            fp8_floor = sum(fp8_floor_us(shape, *lay, i, ceiling)
+                            for lay, i in zip(fp8_layers, inputs, strict=True)) / n
+            yield (harness.Case(shape, T, 1000 + T, layers, inputs, bf16_floor, ceiling,
+                                wd.reference_moe(i0.x, *layers[0], i0.topk_weights, i0.topk_ids)),
+                   harness.Case(shape, T, 1000 + T, fp8_layers, inputs, fp8_floor, ceiling,
+                                wd.reference_moe(i0.x, *fp8_layers[0], i0.topk_weights, i0.topk_ids)))
+        layers = fp8_layers = None
+        torch.cuda.empty_cache()
+
+
 def _run(rows, fcase, reps, label, version, fn, cfg, *, c=None, detail=None, same_as=None):
     """Check and time ``fn`` on ``c`` (default ``fcase``, the FP8 layers), append its row against the
     FP8 bytes' floor; (µs, copy 0's output), or (None, None) where the launch fails."""
@@ -464,17 +491,9 @@ def main_tiles():
     ceiling = harness.read_ceiling()
     print(f"read ceiling {ceiling:.3f} TB/s")
     rows, path = [], harness.results_dir() / "fp8_tiles.csv"
-    for case in harness.cases(presets, Ts, ceiling=ceiling):
+    for case, fcase in fp8_cases(presets, Ts, ceiling):
         s = case.shape
-        if case.T == Ts[0]:  # the FP8 copies of this preset's layers, once
-            fp8_layers = [quant.quantize_experts(w13, w2, "block128") for w13, w2 in case.layers]
-        fcase = harness.Case(s, case.T, case.seed, fp8_layers, case.inputs, 0.0, ceiling,
-                             wd.reference_moe(case.inputs[0].x, *fp8_layers[0], case.inputs[0].topk_weights,
-                                              case.inputs[0].topk_ids))
-        floor = sum(fp8_floor_us(s, *lay, i, ceiling) for lay, i in zip(fp8_layers, case.inputs, strict=True))
-        fcase.floor_us = floor / len(case.inputs)
         default = warp_fp8_config(s.H, s.I, s.E, s.K, case.T, "block128")
-
         run = partial(_run, rows, fcase, args.reps)
         tuned16 = warp_config(s.H, s.I, s.E, s.K, case.T)
         run("bf16 pair (tuned)", "shipped", wp.moe_warp, tuned16, c=case,
