@@ -108,6 +108,10 @@ SCENARIOS = [
     ("odd-T=1-warp-fp8-mxfp8", "warp", ODD, 1, BF16, dict(weights="mxfp8"), DEFAULTS),
     ("mixtral-T=1-warp-fp8-block128", "warp", MIXTRAL, 1, BF16, dict(weights="block128"), DEFAULTS),
     ("mixtral-T=1-warp-fp8-mxfp8", "warp", MIXTRAL, 1, BF16, dict(weights="mxfp8"), DEFAULTS),
+    # tiles of several rows (bench.fp8.CANDIDATES, experiments/fp8_warp.py): no spills, the layout rule
+    ("qwen3-30b-T=1-warp-fp8-rows", "warp", QWEN, 1, BF16, dict(weights="block128", config={
+        "gate_up": {"BLOCK_I": 4, "BLOCK_H": 1024, "num_warps": 2, "num_stages": 1},
+        "down": {"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}}), DEFAULTS),
     # FP8 weights on the expert path: weight-only (bf16 activations, the e4m3 tiles widened) and w8a8
     # (e4m3 on both sides), decode tiles (SWAP_AB) and the largest default tiles
     ("qwen3-30b-T=8-expert-fp8w-block128", "expert", QWEN, 8, BF16, dict(weights="block128"), DEFAULTS),

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("gate_up.py", "slices", "against float64", 4),  # the gate/up step sliced and in one load, two shapes
     ("expert_path.py", "bound", "no math", 5),  # no-math GEMMs: three shapes read in full, two compiled for sm_90a
     ("warp_down.py", "18", "k-first error", 4),  # v18: the [K, rows, columns] tile against the shipped form
+    ("fp8_warp.py", "tiles", "the shipped pair's bits", 4),  # the integer e4m3 dequantization, bit for bit
 ])
 def test_experiment_checks_pass_in_the_interpreter(script, version, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}

@@ -36,6 +36,9 @@
 #   compiled  the torch.compile GPU tests: warpdecode::moe and warpdecode::moe_fp8 (FP8 weights) compiled
 #             with Inductor and CUDA graphs (mode="reduce-overhead", fullgraph) against eager, and the
 #             compiled tiny Qwen3-MoE's generate; log compiled.log (about 3 minutes)
+#   fp8tiles  experiments/fp8_warp.py --version tiles: the FP8 pair at its default tiles, with the integer
+#             dequantization, at gate/up and down tiles of several rows, and the bf16 pair, T = 1 2 4 8 on
+#             qwen3-30b-a3b olmoe-1b-7b mixtral-8x7b against the FP8 bytes' floor (FP8TILES_ARGS); about 3 minutes
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
 #   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
@@ -109,6 +112,7 @@ for stage in "$@"; do
     order) experiment order one_launch 16 expert_order "${TIMEOUT_ORDER:-420}" ${ORDER_ARGS:-} ;;
     down2d) experiment down2d warp_down 17 down_2d "${TIMEOUT_DOWN2D:-300}" ${DOWN2D_ARGS:-} ;;
     kfirst) experiment kfirst warp_down 18 down_kfirst "${TIMEOUT_KFIRST:-240}" ${KFIRST_ARGS:-} ;;
+    fp8tiles) experiment fp8tiles fp8_warp tiles fp8_tiles "${TIMEOUT_FP8TILES:-240}" ${FP8TILES_ARGS:-} ;;
     shapes)
       export WARPDECODE_CACHE_DIR=${WARPDECODE_CACHE_DIR:-/tmp/warpdecode-cache}
       IFS=';' read -ra tune_shapes <<< "${TUNE_SHAPES:-2048 1408 64 6;2048 1408 60 4;3584 2560 64 8;6144 10752 16 4}"

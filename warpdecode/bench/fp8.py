@@ -52,10 +52,13 @@ LESSON_T = (1, 8, 64)
 BAR = {"qwen3_t1_us": 12.0, "speedup": 1.6, "warp_error_over_floor": 1.1, "auto_over_faster": 1.05}
 
 #: The FP8 pair's candidate tiles, tried at T = 1 on each preset (the default is always among them).
+#: Gate/up: one row on one warp (the defaults), and two or four rows per program, which share the
+#: step's x and its address and mask arithmetic (``experiments/fp8_warp.py --version count``: fewer
+#: instructions per weight byte); down: the defaults' tiles, a warp over each row.
 CANDIDATES = [
     {"gate_up": {"BLOCK_I": bi, "BLOCK_H": bh, "num_warps": w, "num_stages": 1},
      "down": {"BLOCK_H": dh, "BLOCK_I": di, "num_warps": dw, "num_stages": 1}}
-    for bi, bh, w in ((1, 1024, 1), (1, 2048, 1), (1, 2048, 2), (2, 1024, 1))
+    for bi, bh, w in ((1, 1024, 1), (1, 2048, 1), (2, 1024, 1), (4, 512, 1), (4, 1024, 1), (4, 1024, 2))
     for dh, di, dw in ((4, 512, 4), (8, 512, 4), (4, 1024, 2))
 ]
 

@@ -1,0 +1,543 @@
+"""Warp decode with FP8 weights (``kernels/warp_fp8.py``): what its instructions cost per weight byte,
+and what an integer dequantization and tiles of several rows buy.
+
+    python experiments/fp8_warp.py --version count [--arch 90 100]     # no GPU: compiled for sm_90a / sm_100a
+    python experiments/fp8_warp.py --version tiles [--presets …] [--T 1 2 4 8] [--reps 50]
+    TRITON_INTERPRET=1 python experiments/fp8_warp.py --version tiles --check
+
+A warp streams 16 bytes per lane per load, 16 e4m3 against bf16's 8, so at the same bandwidth each
+lane has twice the weights to turn into FP32 products per cycle. The kernels are issue-bound where
+their instructions per weight byte approach what the SMs can issue while the HBM delivers a byte:
+an H200 SM issues 4 warp instructions a cycle (128 lane instructions) and receives about 17 bytes of
+a 4.5 TB/s read a cycle at 1.98 GHz, so above ~7 lane instructions per byte and lane the SMs, not the
+memory, set the pace.
+
+- count: each kernel compiled as the launchers would launch it (``warpdecode.compiled``) and
+  disassembled (Triton's nvdisasm): registers, spills, and the SASS one program executes per byte
+  of weights each lane loads at Qwen3-30B-A3B (H = 2048, I = 768; loop bodies counted once per
+  trip), with the instructions that do the arithmetic: the e4m3 pair → f16x2 conversion
+  (``F2FP.F16.E4M3.UNPACK_B``, one per two weights), f16 → f32 (``HADD2.F32``, one per weight) and
+  the FMA (one per weight), then what moves the activations between layouts (``SEL``, ``SHFL.IDX``,
+  ``BAR.SYNC``) and the warp sums (``SHFL.BFLY``). Rows: ``experiments/results/compiled/fp8_instructions.csv``
+  (one per Triton release, architecture, kernel and tile).
+- tiles: at T = 1, 2, 4, 8 on qwen3-30b-a3b, olmoe-1b-7b and mixtral-8x7b (block128 weights), each
+  checked against float64 on the dequantized weights (poisoned outputs) and then timed as
+  ``harness.checked_us`` times (CUDA graph over rotated layer copies, as many as FP8 weights need to
+  touch ≥ 3× the L2 at T = 1, median): the shipped FP8 pair
+  at its default tiles; the pair with the integer dequantization (``bits``, below) at the same tiles;
+  the pair with each gate/up tile of ``GATE_UP`` (the default down tile) and each down tile of
+  ``DOWN`` (the default gate/up tile), then the fastest gate/up and down tiles together (the
+  defaults included); and the bf16 pair (tuned, as ``moe`` runs it). ``detail.same_bits``: whether
+  the bits pair's output has the shipped pair's bits.
+  ``floor_us`` is the FP8 bytes (every routed expert's e4m3 rows and scales once, x, y, routing) at
+  the read ceiling measured in the same run, for every row, the bf16 pair's too (its own floor is
+  in ``detail``). Rows: ``experiments/results/<GPU>/fp8_tiles.csv``.
+
+The integer dequantization (``bits``): the e4m3 bits b placed in an FP32 word, sign << 31 |
+(b & 0x7F) << 20, are q · 2^-120 exactly, subnormals included (as FP32 denormals; the kernels' FMAs
+keep denormals). The 2^120 goes half into the activation (x · 2^64, once per element and step) and
+half into the scale multiply (s · 2^56, once per scale group), so every product and partial sum is
+2^-56 times the shipped kernel's and the result is the same bits wherever those stay normal FP32
+numbers: |x| < 2^64, s < 2^72 (an e8m0 scale up to 2^71), and no product of magnitude below 2^-70.
+It costs integer instructions (a byte permute or shift, a shift, a mask: about three per weight)
+where the hardware path takes one and a half (``F2FP`` for two, ``HADD2.F32`` for one), so ``count``
+is expected to show it behind; ``tiles`` times it all the same.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import os
+import re
+import subprocess
+import tempfile
+from functools import partial
+from pathlib import Path
+
+import harness
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+import warpdecode as wd
+from warpdecode import _alloc, compiled, quant
+from warpdecode import warp as wp
+from warpdecode.bench import fp8 as bench_fp8
+from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers
+from warpdecode.configs import warp_config, warp_fp8_config
+from warpdecode.kernels.warp_fp8 import _scales
+
+PRESETS = ["qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"]
+TS = [1, 2, 4, 8]
+
+#: Gate/up tiles timed by ``tiles`` (rows, columns, warps), with the default down tile: one to eight
+#: rows per program on one to four warps (the default, one row on one warp, first). Each compiles
+#: without spills on Triton 3.6 and 3.8 for sm_90a and sm_100a (``count``).
+GATE_UP = [(1, 2048, 1), (2, 1024, 1), (2, 2048, 2), (4, 512, 1), (4, 1024, 1), (4, 1024, 2), (8, 512, 1),
+           (8, 512, 2), (8, 1024, 4)]
+#: Down tiles timed by ``tiles`` (rows, columns, warps), with the default gate/up tile; those narrower
+#: than a warp's 512 columns put several rows on a warp. (8, 256, 1) is left out: it spills on Triton
+#: 3.8 for sm_90a (``fp8_instructions.csv``).
+DOWN = [(4, 512, 4), (8, 512, 4), (8, 128, 1), (16, 128, 2), (8, 256, 2), (16, 256, 4)]
+
+#: x · 2^X_SHIFT and s · 2^(120 − X_SHIFT): where the integer dequantization's 2^120 goes.
+X_SHIFT = 64
+#: 0x87F00000 as an int32: the sign bit and the seven bits below the FP32 exponent's top four.
+SIGN_EXP_MANT = tl.constexpr(0x87F00000 - (1 << 32))
+
+
+def gate_up_cfg(t):
+    return {"BLOCK_I": t[0], "BLOCK_H": t[1], "num_warps": t[2], "num_stages": 1}
+
+
+def down_cfg(t):
+    return {"BLOCK_H": t[0], "BLOCK_I": t[1], "num_warps": t[2], "num_stages": 1}
+
+
+# ==================================================================================================
+# bits: the shipped pair with e4m3 → FP32 by integer operations (q · 2^-120), the 2^120 folded into
+# the activations and the scales; otherwise the kernels of kernels/warp_fp8.py line for line
+
+
+@triton.jit
+def _e4m3_bits(w):
+    """q · 2^-120 exactly, as FP32, from a tile of e4m3: the byte moved to the top of a word, shifted
+    right by four with its sign (bits 31…27 the sign, 26…20 the exponent and mantissa), the four
+    copies of the sign below bit 31 masked off."""
+    b = w.to(tl.uint8, bitcast=True).to(tl.int32)
+    bits = ((b << 24) >> 4) & SIGN_EXP_MANT
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _group_sums_bits(w, v, ROWS: tl.constexpr, COLS: tl.constexpr, GROUP_K: tl.constexpr):
+    """warp_fp8._group_sums with w as q · 2^-120 (``_e4m3_bits``); v already carries its 2^X_SHIFT."""
+    p = _e4m3_bits(w) * v[None, :]
+    return tl.sum(tl.reshape(p, [ROWS, COLS // GROUP_K, GROUP_K]), axis=2)
+
+
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
+def bits_gate_up_kernel(x_ptr, w13_ptr, w13_scale_ptr, topk_ids_ptr, act_ptr, H, I, NUM_PAIRS, K, S_UP,
+                        stride_xt, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_at,
+                        BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, GROUP_N: tl.constexpr,
+                        GROUP_K: tl.constexpr, E8M0: tl.constexpr, USE_PDL: tl.constexpr,
+                        X_UP: tl.constexpr, S_UP_F: tl.constexpr):
+    if USE_PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
+    t = pair // K
+    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = offs_i < I
+    offs_h = tl.arange(0, BLOCK_H)
+    G: tl.constexpr = BLOCK_H // GROUP_K
+    offs_g = tl.arange(0, G)
+    groups = tl.cdiv(H, GROUP_K)
+    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
+    up_ptrs = gate_ptrs + I * stride_wr
+    gs_ptrs = w13_scale_ptr + e * stride_se + (offs_i // GROUP_N)[:, None] * stride_sr + offs_g[None, :] * stride_sc
+    us_ptrs = gs_ptrs + S_UP * stride_sr
+    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_h
+    acc_g = tl.zeros([BLOCK_I, G], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_I, G], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        mask_h = (h0 + offs_h) < H
+        xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0).to(tl.float32) * X_UP
+        mask = mask_i[:, None] & mask_h[None, :]
+        g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
+        g0 = h0 // GROUP_K
+        mask_s = mask_i[:, None] & (g0 + offs_g < groups)[None, :]
+        acc_g += _group_sums_bits(g, xv, BLOCK_I, BLOCK_H, GROUP_K) * (
+            _scales(gs_ptrs + g0 * stride_sc, mask_s, E8M0) * S_UP_F)
+        acc_u += _group_sums_bits(u, xv, BLOCK_I, BLOCK_H, GROUP_K) * (
+            _scales(us_ptrs + g0 * stride_sc, mask_s, E8M0) * S_UP_F)
+    gate = tl.sum(acc_g, axis=1)
+    up = tl.sum(acc_u, axis=1)
+    a = gate * tl.sigmoid(gate) * up
+    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
+
+
+@triton.jit
+def _bits_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
+                K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    mask = (offs_h < H)[:, None] & (offs_i < I)[None, :]
+    offs = offs_h[:, None] * stride_wr + offs_i[None, :]
+    tiles = ()
+    for j in tl.static_range(K):
+        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + j).to(tl.int64)
+        tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0.0,
+                                 eviction_policy="evict_first"),)
+    return tiles
+
+
+@triton.jit
+def _bits_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se, stride_sr,
+               stride_sc, t, pid_h, i0, wv, acc, K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+               GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, E8M0: tl.constexpr, X_UP: tl.constexpr,
+               S_UP_F: tl.constexpr):
+    G: tl.constexpr = BLOCK_I // GROUP_K
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    offs_g = i0 // GROUP_K + tl.arange(0, G)
+    mask_s = (offs_h < H)[:, None] & (offs_g < tl.cdiv(I, GROUP_K))[None, :]
+    s_offs = (offs_h // GROUP_N)[:, None] * stride_sr + offs_g[None, :] * stride_sc
+    for j in tl.static_range(K):
+        pair = t.to(tl.int64) * K + j
+        e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+        rw = tl.load(topk_weights_ptr + pair)
+        a = tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0.0).to(tl.float32) * rw * X_UP
+        s = _scales(w2_scale_ptr + e * stride_se + s_offs, mask_s, E8M0) * S_UP_F
+        acc += _group_sums_bits(wv[j], a, BLOCK_H, BLOCK_I, GROUP_K) * s
+    return acc
+
+
+@triton.jit(do_not_specialize=["T"])
+def bits_down_kernel(act_ptr, w2_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, T,
+                     stride_at, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_yt,
+                     K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr,
+                     GROUP_K: tl.constexpr, E8M0: tl.constexpr, USE_PDL: tl.constexpr,
+                     X_UP: tl.constexpr, S_UP_F: tl.constexpr):
+    pid = tl.program_id(0)
+    t = pid % T
+    pid_h = pid // T
+    wv = _bits_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, BLOCK_H, BLOCK_I)
+    if USE_PDL:
+        gdc_wait()
+    acc = _bits_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se, stride_sr,
+                     stride_sc, t, pid_h, 0, wv, tl.zeros([BLOCK_H, BLOCK_I // GROUP_K], dtype=tl.float32),
+                     K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0, X_UP, S_UP_F)
+    for i0 in range(BLOCK_I, I, BLOCK_I):
+        wv = _bits_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H, BLOCK_I)
+        acc = _bits_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
+                         stride_sr, stride_sc, t, pid_h, i0, wv, acc, K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0,
+                         X_UP, S_UP_F)
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    y = tl.sum(acc, axis=1)
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
+
+
+BITS_META = {"X_UP": 2.0 ** X_SHIFT, "S_UP_F": 2.0 ** (120 - X_SHIFT)}
+
+
+def moe_bits(x, w13, w2, topk_weights, topk_ids, *, config=None, act_dtype=torch.float32):
+    """The FP8 pair (``warp.warp_gate_up_fp8`` / ``warp_down_fp8``) with the bits kernels."""
+    T, H = x.shape
+    E, two_i, _ = w13.shape
+    I = two_i // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    cfg = config or warp_config(H, I, E, K, T, weights=w13.FORMAT)
+    gu, dn = cfg["gate_up"], cfg["down"]
+    act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
+    q, s = w13.weight, w13.kernel_scale()
+    bits_gate_up_kernel[(T * K * triton.cdiv(I, gu["BLOCK_I"]),)](
+        x, q, s, topk_ids, act, H, I, T * K, K, w13.up_scale_row, x.stride(0), q.stride(0), q.stride(1),
+        s.stride(0), s.stride(1), s.stride(2), act.stride(0),
+        BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], **wp._fp8_meta(w13, gu["BLOCK_H"], "gate_up BLOCK_H"),
+        USE_PDL=wp.USE_PDL, **BITS_META, num_warps=gu["num_warps"], num_stages=gu["num_stages"])
+    y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
+    q, s = w2.weight, w2.kernel_scale()
+    bits_down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
+        act, q, s, topk_ids, topk_weights, y, H, I, T, act.stride(0), q.stride(0), q.stride(1),
+        s.stride(0), s.stride(1), s.stride(2), y.stride(0),
+        K=K, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
+        USE_PDL=wp.USE_PDL, **BITS_META, num_warps=dn["num_warps"], num_stages=dn["num_stages"],
+        **({"launch_pdl": True} if wp.USE_PDL else {}))
+    return y
+
+
+@triton.jit
+def _bits_probe_kernel(w_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, _e4m3_bits(tl.load(w_ptr + offs, mask=offs < N)), mask=offs < N)
+
+
+def check_bits_patterns():
+    """Every e4m3 bit pattern but the two NaNs (0x7F, 0xFF): _e4m3_bits · 2^120 is the e4m3 value."""
+    codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8)
+    w = codes.view(quant.FP8)
+    out = torch.empty(len(codes), dtype=torch.float32)
+    _bits_probe_kernel[(1,)](w, out, len(codes), BLOCK=256)
+    want = w.to(torch.float64)
+    got = out.to(torch.float64) * 2.0**120
+    bad = (got != want) | (torch.signbit(got) != torch.signbit(want))
+    assert not bool(bad.any()), list(zip(codes[bad].tolist(), got[bad].tolist(), want[bad].tolist(), strict=True))
+    print(f"{len(codes)} e4m3 patterns: bits · 2^120 equal the e4m3 values, signed zeros included")
+
+
+def check_tiles():
+    """In the interpreter: the e4m3 patterns; then on two odd shapes (both formats on one) the bits pair
+    bit for bit against the shipped pair at the same tiles, at the interpreter's default tiles and at a
+    gate/up and a down tile of several rows, each against float64 on the dequantized weights, outputs
+    poisoned."""
+    check_bits_patterns()
+    for shape, T, formats in [(wd.MoEShape("c1", H=272, I=136, E=5, K=2), 2, ["block128"]),
+                              (wd.MoEShape("c2", H=160, I=96, E=7, K=3), 2, quant.FORMATS)]:
+        w13, w2 = shape.weights(dtype=torch.bfloat16, seed=1)
+        gen = torch.Generator().manual_seed(T)
+        x = torch.randn(T, shape.H, generator=gen).to(torch.bfloat16)
+        tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
+        ids = ids.to(torch.int32)
+        for fmt in formats:
+            q13, q2 = quant.quantize_experts(w13, w2, fmt)
+            ref = wd.reference_moe(x, q13, q2, tw, ids)
+            floor = wd.rounding_floor(ref, torch.bfloat16)
+            cfg = warp_fp8_config(shape.H, shape.I, shape.E, shape.K, T, fmt)
+            runs = [("bits", cfg)]
+            if shape.name == "c2" and fmt == "block128":  # several rows per program, on one and two warps
+                runs += [("tiles", {"gate_up": gate_up_cfg((4, 128, 1)), "down": down_cfg((8, 128, 2))})]
+            for kind, c in runs:
+                with _alloc.poisoned():
+                    shipped = wp.moe_warp(x, q13, q2, tw, ids, config=c)
+                    bits = moe_bits(x, q13, q2, tw, ids, config=c)
+                assert torch.equal(shipped.view(torch.int16), bits.view(torch.int16)), (shape.name, fmt, c)
+                err = wd.rel_error(shipped, ref) / floor
+                assert err < 4, (shape.name, fmt, c, err)
+                print(f"{shape.name} T={T} {fmt} {kind}: the bits pair has the shipped pair's bits; error "
+                      f"{err:.2f} × the floor")
+
+
+# ==================================================================================================
+# count: the compiled kernels, per weight byte
+
+
+OPS = {  # what counts, by SASS mnemonic (sm_90a and sm_100a spell these alike)
+    "fma": r"^FFMA2?\b", "cvt_e4m3x2": r"^F2FP\.F16\.E4M3", "cvt_f16_f32": r"^HADD2\.F32\b",
+    "int_ops": r"^(LOP3|PRMT|SHF|IMAD\.U32|IMAD\.SHL)", "relayout": r"^(SEL|SHFL\.IDX|BAR\.SYNC|STS|LDS|STSM)",
+    "warp_sums": r"^SHFL\.BFLY",
+}
+QWEN = wd.MoEShape("qwen3-30b-a3b", H=2048, I=768, E=128, K=8)
+
+
+def _sass(c) -> list[str]:
+    """The instructions of a compiled kernel in program order, label lines as ``LABEL name``."""
+    nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(c.asm["cubin"])
+        f.flush()
+        text = subprocess.run([str(nvdisasm), "-c", f.name], capture_output=True, text=True, check=True).stdout
+    out = []
+    for line in text.splitlines():
+        if lab := re.match(r"^\s*(\.L_x_\d+):", line):
+            out.append("LABEL " + lab.group(1))
+        elif m := re.match(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?(.*?)\s*;", line):
+            out.append(m.group(1))
+    return out
+
+
+def executed(ins: list[str], trips: int) -> collections.Counter:
+    """Mnemonics one program executes: every instruction once, each loop body (from a label to a
+    branch back to it) ``trips`` times in all."""
+    labels, flat = {}, []
+    for s in ins:
+        if s.startswith("LABEL "):
+            labels[s[6:]] = len(flat)
+        else:
+            flat.append(s.split()[0])
+    weight = [1] * len(flat)
+    k = 0
+    for s in ins:
+        if s.startswith("LABEL "):
+            continue
+        b = re.search(r"\bBRA\b.*?\((\.L_x_\d+)\)", s)
+        if b and labels.get(b.group(1), len(flat)) <= k:
+            for i in range(labels[b.group(1)], k + 1):
+                weight[i] = trips
+        k += 1
+    out = collections.Counter()
+    for op, w in zip(flat, weight, strict=True):
+        out[op] += w
+    return out
+
+
+def _jobs(arch: int):
+    """(variant, Job, tile, weight bytes per program, loop trips) at Qwen3-30B-A3B, T = 1."""
+
+    def launches(cfg):
+        return compiled.record_launches("warp", QWEN, 1, gpu_name="no tuned table", arch=arch,
+                                        weights="block128", config=cfg)
+
+    # the defaults a GPU of this architecture takes (configs' GPU branch, as recorded)
+    gu, dn = (ln.job for ln in launches(None))
+    default = {"gate_up": gate_up_cfg((gu.constexprs["BLOCK_I"], gu.constexprs["BLOCK_H"], gu.num_warps)),
+               "down": down_cfg((dn.constexprs["BLOCK_H"], dn.constexprs["BLOCK_I"], dn.num_warps))}
+
+    out = []
+    for name, cfg in ([("default", default)]
+                      + [("gate_up tile", {"gate_up": gate_up_cfg(g), "down": default["down"]}) for g in GATE_UP[1:]]
+                      + [("down tile", {"gate_up": default["gate_up"], "down": down_cfg(d)}) for d in DOWN[1:]]):
+        for ln in launches(cfg):
+            if name == "gate_up tile" and "down" in ln.kernel or name == "down tile" and "gate" in ln.kernel:
+                continue
+            out.append((name, ln.job))
+    for ln in launches(default):  # the bits kernels at the default tiles
+        j = ln.job
+        bits = compiled.Job("fp8_warp", "bits_" + j.name.removeprefix("warp_").replace("_fp8", ""), j.args,
+                            {**j.constexprs, **BITS_META}, j.num_warps, j.num_stages, j.arch)
+        out.append(("bits", bits))
+    rows = []
+    for name, j in out:
+        c = j.constexprs
+        if "gate_up" in j.name:
+            tile, nbytes = (c["BLOCK_I"], c["BLOCK_H"]), 2 * c["BLOCK_I"] * QWEN.H
+            trips = triton.cdiv(QWEN.H, c["BLOCK_H"])
+        else:  # the first chunk is peeled: the loop runs the rest
+            tile, nbytes = (c["BLOCK_H"], c["BLOCK_I"]), QWEN.K * c["BLOCK_H"] * QWEN.I
+            trips = triton.cdiv(QWEN.I, c["BLOCK_I"]) - 1
+        rows.append((name, j, tile, nbytes, trips))
+    return rows
+
+
+def main_count():
+    p = harness.parser(__doc__, ["count"])
+    p.add_argument("--arch", type=int, nargs="+", default=[90, 100])
+    args = p.parse_args()
+    # the compiling child process imports this file by name (the bits kernels' module)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(harness.HERE), os.environ.get("PYTHONPATH")]))
+    rows = []
+    for arch in args.arch:
+        jobs = _jobs(arch)
+        for (name, j, tile, nbytes, trips), c in zip(jobs, compiled.compile_many([r[1] for r in jobs]), strict=True):
+            rep = compiled.ptxas_report(c)
+            ops = executed(_sass(c), trips)
+            per_byte = 32 * j.num_warps / nbytes  # a program's lane instructions over the bytes its lanes load
+            r = {"triton": triton.__version__, "arch": compiled.arch_name(arch), "kernel": j.name, "variant": name,
+                 "tile": f"{tile[0]}x{tile[1]}", "num_warps": j.num_warps, "registers": rep["registers"],
+                 "spill_bytes": rep["spill_stores"] + rep["spill_loads"],
+                 "instr_per_byte": round(sum(ops.values()) * per_byte, 3)}
+            for k, pat in OPS.items():
+                r[k + "_per_byte"] = round(sum(v for op, v in ops.items() if re.match(pat, op)) * per_byte, 3)
+            rows.append(r)
+            print(f"{r['arch']} {j.name:24s} {name:13s} {r['tile']:>8s} w{j.num_warps}: {rep['registers']:3d} regs, "
+                  f"spills {r['spill_bytes']:4d} B, {r['instr_per_byte']:5.2f} instr/B/lane (FMA {r['fma_per_byte']}, "
+                  f"cvt {r['cvt_e4m3x2_per_byte']}+{r['cvt_f16_f32_per_byte']}, int {r['int_ops_per_byte']}, "
+                  f"relayout {r['relayout_per_byte']}, sums {r['warp_sums_per_byte']})")
+    path = harness.HERE / "results" / "compiled" / "fp8_instructions.csv"
+    keep = [r for r in harness.read(path) if r["triton"] != triton.__version__ or r["arch"] not in
+            {compiled.arch_name(a) for a in args.arch}]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(keep + rows)
+    print(f"rows: {path}")
+    return 0
+
+
+# ==================================================================================================
+# tiles: on the GPU
+
+
+def fp8_floor_us(shape, q13, q2, inp, ceiling) -> float:
+    distinct = torch.unique(inp.topk_ids).numel()
+    nbytes = distinct * (q13.nbytes + q2.nbytes) / shape.E + 2 * inp.x.shape[0] * shape.H * 2 + inp.topk_ids.numel() * 8
+    return nbytes / (ceiling * 1e12) * 1e6
+
+
+def fp8_cases(presets, Ts, ceiling):
+    """(bf16 case, FP8 case) per preset and T, as ``harness.cases`` makes them but with as many layer
+    copies as FP8 weights need for a T = 1 step to touch ≥ 3× the L2 (``bench.fp8.copies``; twice
+    the bf16 copies' count), each copy quantized (block128) from its bf16 draw; the same routing in
+    both. The FP8 case's floor is the FP8 bytes, its reference float64 on the dequantized weights."""
+    for name in presets:
+        shape = wd.get_preset(name)
+        n = bench_fp8.copies(shape, 3 * shape.I * shape.H * (1 + 4 / 16384))
+        layers = make_layers(shape, n)
+        fp8_layers = [quant.quantize_experts(w13, w2, "block128") for w13, w2 in layers]
+        for T in Ts:
+            inputs = make_inputs(shape, T, n, seed=1000 + T)
+            i0 = inputs[0]
+            bf16_floor = sum(bytes_needed(shape, i) for i in inputs) / n / (ceiling * 1e12) * 1e6
+            fp8_floor = sum(fp8_floor_us(shape, *lay, i, ceiling)
+                            for lay, i in zip(fp8_layers, inputs, strict=True)) / n
+            yield (harness.Case(shape, T, 1000 + T, layers, inputs, bf16_floor, ceiling,
+                                wd.reference_moe(i0.x, *layers[0], i0.topk_weights, i0.topk_ids)),
+                   harness.Case(shape, T, 1000 + T, fp8_layers, inputs, fp8_floor, ceiling,
+                                wd.reference_moe(i0.x, *fp8_layers[0], i0.topk_weights, i0.topk_ids)))
+        layers = fp8_layers = None
+        torch.cuda.empty_cache()
+
+
+def _run(rows, fcase, reps, label, version, fn, cfg, *, c=None, detail=None, same_as=None):
+    """Check and time ``fn`` on ``c`` (default ``fcase``, the FP8 layers), append its row against the
+    FP8 bytes' floor; (µs, copy 0's output), or (None, None) where the launch fails."""
+    r = harness.checked_us_or_none(c or fcase, fn, label, reps=reps)
+    if r is None:
+        return None, None
+    us, err, y0 = r
+    if same_as is not None:  # the same bits as the shipped pair unless a product left FP32's normal range
+        detail = {**(detail or {}), "same_bits": torch.equal(y0, same_as)}
+    rows.append(harness.row(fcase, us=us, err=err, experiment="fp8_warp", version=version, variant=label,
+                            config=harness.literal(cfg), detail=harness.literal(detail)))
+    same = f"  same bits: {detail['same_bits']}" if same_as is not None else ""
+    print(f"{fcase.shape.name:14s} T={fcase.T} {label:42s} {us:9.2f} µs  {fcase.floor_us / us:6.1%} of the ceiling "
+          f"(FP8 bytes)  error/floor {err:.2f}{same}", flush=True)
+    return us, y0
+
+
+def main_tiles():
+    p = harness.parser(__doc__, ["tiles"], presets=PRESETS, Ts=TS)
+    p.add_argument("--reps", type=int, default=50)
+    args = p.parse_args()
+    if args.check:
+        check_tiles()
+        return 0
+    presets, Ts = args.presets or PRESETS, args.T or TS
+    ceiling = harness.read_ceiling()
+    print(f"read ceiling {ceiling:.3f} TB/s")
+    rows, path = [], harness.results_dir() / "fp8_tiles.csv"
+    for case, fcase in fp8_cases(presets, Ts, ceiling):
+        s = case.shape
+        default = warp_fp8_config(s.H, s.I, s.E, s.K, case.T, "block128")
+        run = partial(_run, rows, fcase, args.reps)
+        tuned16 = warp_config(s.H, s.I, s.E, s.K, case.T)
+        run("bf16 pair (tuned)", "shipped", wp.moe_warp, tuned16, c=case,
+            detail={"bf16_floor_us": round(case.floor_us, 3)})
+        us_default, y_shipped = run("fp8 pair (default)", "shipped", wp.moe_warp, default)
+        run("fp8 pair, bits dequant (default)", "bits", partial(moe_bits, config=default), default, same_as=y_shipped)
+        best = {}
+        for kind, tiles, cfg_of in (("gate_up", GATE_UP, gate_up_cfg), ("down", DOWN, down_cfg)):
+            times = [(us_default, default[kind])] if us_default is not None else []
+            for t in tiles:
+                if cfg_of(t) != default[kind]:
+                    cfg = {**default, kind: cfg_of(t)}
+                    us, _ = run(f"fp8 pair, {kind} {t}", "tiles", partial(wp.moe_warp, config=cfg), cfg)
+                    times += [(us, cfg_of(t))] if us is not None else []
+            best[kind] = min(times, key=lambda ut: ut[0])[1] if times else None
+        if best["gate_up"] and best["down"] and best != {k: default[k] for k in best}:
+            run("fp8 pair, the fastest gate_up and down tiles", "tiles", partial(wp.moe_warp, config=best), best)
+        harness.write("fp8_tiles", rows, path)
+    print(f"rows: {path}")
+    summary(rows)
+    return 0
+
+
+def summary(rows):
+    """Per preset and T: the default FP8 pair, bits, the fastest tile and the bf16 pair, with the
+    speed-up of the fastest FP8 row over the bf16 pair."""
+    by = collections.defaultdict(dict)
+    for r in rows:
+        by[(r["preset"], r["T"])][r["variant"]] = r
+    print("\npreset          T   bf16 µs  fp8 µs  bits µs  fastest FP8 µs (of the ceiling), which  bf16/fastest")
+    for (p, T), v in by.items():
+        bf = v.get("bf16 pair (tuned)", {}).get("us", float("nan"))
+        d = v.get("fp8 pair (default)", {}).get("us", float("nan"))
+        b = v.get("fp8 pair, bits dequant (default)", {}).get("us", float("nan"))
+        tiles = [r for k, r in v.items() if k.startswith("fp8 pair")]
+        best = min(tiles, key=lambda r: r["us"]) if tiles else None
+        if best:
+            what = best["variant"].removeprefix("fp8 pair, ")
+            what += f" {best['config']}" if "fastest" in what else ""
+            print(f"{p:14s} {T:2d} {bf:8.2f} {d:7.2f} {b:8.2f}  {best['us']:8.2f} ({best['frac_ceiling']:.0%}) "
+                  f"{what}  {bf / best['us']:.2f}x")
+
+
+VERSIONS = {"count": (main_count, []), "tiles": (main_tiles, [])}
+
+if __name__ == "__main__":
+    harness.dispatch(__doc__, VERSIONS)
