@@ -347,23 +347,27 @@ def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
 
 def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dict:  # noqa: E741
     """Launch configuration of warp decode's FP8-weight pair (``kernels/warp_fp8.py``): the tuned
-    table's ``warp_<format>`` entry, else the bf16 pair's rule in bytes. One 16-byte load is 16
-    e4m3, so a warp spans 512 columns: the gate/up tile keeps one warp, one neuron and 1024 or
-    2048 columns per step (half the bf16 step's bytes: x stays 16-bit, and what a lane holds of it
-    sets the registers); the down tile keeps each lane's one 16-byte load per row per expert, twice
-    the bf16 tile's columns. Every step is whole scale groups (128 or 32 columns)."""
+    table's ``warp_<format>`` entry, else the rule below. One 16-byte load is 16 e4m3, so a warp
+    spans 512 columns. The FP8 pair issues about as many instructions per weight byte as the SMs
+    can issue at full read speed with one row per program (``experiments/fp8_warp.py --version
+    count``), and rows per program share the activation's and the addresses' instructions: the
+    gate/up tile is 4 rows of up to 1024 columns on one warp (4 KB of weights a step, the bf16
+    tile's bytes); the down tile 8 rows of 512 columns on 4 warps, or, where few experts share
+    long rows (K ≤ 4, I ≥ 2048), 4 rows of 1024 on 2. Measured on the H200 (``fp8_tiles.csv``,
+    block128, T = 1, 2, 4, 8 on Qwen3-30B-A3B, OLMoE, Mixtral): that gate/up tile takes
+    0.82–0.96× the one-row tile's time (Mixtral T = 8: 1.06×), that down tile 0.92–1.0× the
+    4-row one's at K = 8. Every step is whole scale groups (128 or 32 columns)."""
     tuned = _lookup(f"warp_{weights}", H, I, E, K, T)
     if tuned:
         return tuned
     if _runtime.INTERPRET:  # 128-column steps: H and I past 128 span steps and end in a partial block
         return {"gate_up": {"BLOCK_I": 16, "BLOCK_H": 128, "num_warps": 4, "num_stages": 1},
                 "down": {"BLOCK_H": 16, "BLOCK_I": 128, "num_warps": 4, "num_stages": 1}}
-    block_h = min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
     return {
-        "gate_up": {"BLOCK_I": 1, "BLOCK_H": max(128, min(block_h, triton.next_power_of_2(H))), "num_warps": 1,
+        "gate_up": {"BLOCK_I": 4, "BLOCK_H": max(128, min(1024, triton.next_power_of_2(H))), "num_warps": 1,
                     "num_stages": 1},
         "down": ({"BLOCK_H": 4, "BLOCK_I": 1024, "num_warps": 2, "num_stages": 1} if K <= 4 and I >= 2048
-                 else {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}),
+                 else {"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}),
     }
 
 
