@@ -57,7 +57,8 @@ to the tile's layout in one trip through shared memory per step, as on 3.6, and 
 are taken from the tile in registers (``_slots``: halving the K axis) and chained into the
 accumulator, one FMA per weight (a ``tl.sum`` over K would be a tree of multiplies and adds on 3.8).
 Compiled for sm_90a it has 3.6's barriers per step and load widths; ``experiments/warp_down.py`` v18
-times it against the per-slot form. ``LATE_DOWN_FORM`` picks the form where the release needs one.
+times it against the per-slot form: 0.83–1.00× its time on 3.8, so ``LATE_DOWN_FORM`` is k-first,
+except for tiles whose threads would hold too many weights per step (``down_form``).
 
 Every weight load is ``evict_first``: each weight byte is read once per call, so it streams past
 L2 and leaves L2 to the intermediate and to rows that tokens share.
@@ -88,12 +89,31 @@ WARPS_OVER_K = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8
 
 #: The down tile's form where the release needs another: "per-slot" (K 2-D [rows, columns] tiles) or
 #: "k-first" (one [K, rows, columns] tile). Triton 3.6 keeps the [rows, K, columns] tile either way.
-LATE_DOWN_FORM = "per-slot"
+#: Measured on the H200 with Triton 3.8 (``experiments/warp_down.py`` v18, the pair at T = 1, 2, 4
+#: on the presets): k-first takes 0.83–1.00× the per-slot form's time (Qwen3-30B-A3B T = 1: 22.8
+#: against 27.1 µs, 3.6's 3-D tile 23.1).
+LATE_DOWN_FORM = "k-first"
 
 #: Whether the down tile is K 2-D tiles, or (``K_FIRST``) one [K, rows, columns] tile; neither: one
-#: [rows, K, columns] tile.
+#: [rows, K, columns] tile. The release's form; a launch takes :func:`down_form`'s.
 PER_SLOT = WARPS_OVER_K and LATE_DOWN_FORM == "per-slot"
 K_FIRST = WARPS_OVER_K and LATE_DOWN_FORM == "k-first"
+
+#: The weights one thread holds of a k-first step (K_PAD · BLOCK_H · BLOCK_I / (32 · num_warps))
+#: past which that tile spills: compiled for sm_90a on Triton 3.8, 256 (the tuned [16, 512] on 8 warps
+#: and [8, 512] on 4 warps at K = 8) spill 28–56 B, 128 (gpt-oss-20b's [8, 512] on 4 warps, K = 4)
+#: does not. Past it the per-slot form runs, which holds one slot's tile at a time.
+K_FIRST_MAX_PER_THREAD = 128
+
+
+def down_form(cfg: dict, K: int) -> tuple[bool, bool]:
+    """(PER_SLOT, K_FIRST) of a down launch with config ``cfg`` and K routed experts: the release's
+    form, except that a k-first tile whose thread would hold more than
+    :data:`K_FIRST_MAX_PER_THREAD` weights per step runs per slot."""
+    if K_FIRST and (triton.next_power_of_2(K) * cfg["BLOCK_H"] * cfg["BLOCK_I"]
+                    > K_FIRST_MAX_PER_THREAD * 32 * cfg["num_warps"]):
+        return True, False
+    return PER_SLOT, K_FIRST
 
 #: Whether the compiler sums a lane's products as a tree (Triton ≥ 3.8) rather than as a chain of FMAs
 #: (3.6): where it does, the gate/up step is loaded in slices (``SUB_H``, see ``_gate_up_tile``).
