@@ -418,8 +418,10 @@ print(ladder.table(hf_rows))
 
 # %% [markdown]
 # `generate` tokens/s with transformers' own `grouped_mm` experts against `warpdecode`, a Qwen3-MoE
-# of Qwen3-30B-A3B's shapes with fewer layers and random weights (`warpdecode/bench/hf_generate.py`;
-# `python -m warpdecode e2e --what generate` writes `results/<GPU>/hf_generate.csv`):
+# of Qwen3-30B-A3B's shapes with as many of its 48 layers as the GPU holds and random weights
+# (`warpdecode/bench/hf_generate.py`; `python -m warpdecode e2e --what generate` writes
+# `results/<GPU>/hf_generate.csv`), beside Amdahl's prediction from grouped_mm's measured expert
+# share and the expert layers' own speed-up:
 
 # %%
 hf_gen = ladder.results("hf_generate.csv")
@@ -437,6 +439,8 @@ if hf_gen:  # the latest Qwen3-30B-A3B run: one depth, one compile mode (eager w
         if "grouped_mm" in by and "warpdecode" in by:
             gain = float(by["warpdecode"]["tokens_per_s"]) / float(by["grouped_mm"]["tokens_per_s"])
             row["warpdecode / grouped_mm"] = f"{gain:.2f}×"
+            predicted = by["warpdecode"].get("amdahl_predicted")
+            row["Amdahl predicts"] = f"{float(predicted):.2f}×" if predicted else "–"
             same = by["warpdecode"].get("same_tokens_as_grouped_mm")
             row["same tokens"] = f"{float(same):.0%}" if same else "–"
         gen_rows.append(row)
