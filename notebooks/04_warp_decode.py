@@ -251,6 +251,7 @@ for name, lns in jobs.items():
         ce = ln.job.constexprs
         tile = (f"[{ce['BLOCK_I']}, {ce['BLOCK_H']}]" if ln.kernel == "warp_gate_up_kernel"
                 else f"{ce['K']} × [{ce['BLOCK_H']}, {ce['BLOCK_I']}]" if ce["PER_SLOT"]
+                else f"[{ce['K_PAD']}, {ce['BLOCK_H']}, {ce['BLOCK_I']}]" if ce.get("K_FIRST")
                 else f"[{ce['BLOCK_H']}, {ce['K_PAD']}, {ce['BLOCK_I']}]")
         weight_layout = next((L for L in compiled.layouts(c) if "sizePerThread = [1, 8]" in L
                               or "sizePerThread = [1, 1, 8]" in L), "(no [1, 8] layout)")
@@ -265,9 +266,11 @@ for name, lns in jobs.items():
 #   The down kernel's `[rows, K, columns]` tile gets `sizePerThread = [1, 1, 8]`,
 #   `warpsPerCTA = [4, 1, 1]`: rows over warps, the K experts inside each thread (the combine costs
 #   no communication at all), columns over lanes. Where the Triton release would put that tile's
-#   warps over K (3.8 and later: `warp_pair.PER_SLOT`), the kernel loads K `[rows, columns]` tiles
-#   in the gate/up tile's layout instead and adds them into one FP32 tile, the same combine in each
-#   thread's registers.
+#   warps over K (3.8 and later), the kernel puts the experts first instead, one `[K, rows, columns]`
+#   tile (`warp_pair.K_FIRST`), whose tie the compiler breaks towards rows again; each slot's
+#   products are taken from it in registers and chained into one FP32 tile, the same combine in
+#   each thread's registers (K `[rows, columns]` tiles, `warp_pair.PER_SLOT`, where a thread would
+#   hold too many of a step's weights).
 # - **tuned, T = 1 and T = 4**: one row, one warp, and a step of many 256-column pieces: the single
 #   warp walks the row piece by piece, each lane holding several 16-byte loads per projection, and
 #   the sum still never leaves the warp. The down kernel stacks its rows over its warps. Longer rows
