@@ -52,7 +52,7 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
     T, K = topk_ids.shape
     y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
     grid = (T * triton.cdiv(H, cfg["BLOCK_H"]),)
-    per_slot, k_first = kp.down_form(cfg, K)
+    per_slot, k_first = kp.down_form(cfg, K, w2.element_size())
     kp.warp_down_kernel[grid](
         act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], USE_PDL=USE_PDL,
@@ -185,7 +185,7 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
     y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
     gu, dn = cfg["gate_up"], cfg["down"]
-    per_slot, k_first = kp.down_form({**dn, "num_warps": cfg["num_warps"]}, K)
+    per_slot, k_first = kp.down_form({**dn, "num_warps": cfg["num_warps"]}, K, w2.element_size())
     meta = dict(K=K, K_PAD=triton.next_power_of_2(K), PER_SLOT=per_slot, K_FIRST=k_first, GU_BLOCK_I=gu["BLOCK_I"],
                 GU_BLOCK_H=gu["BLOCK_H"], DN_BLOCK_H=dn["BLOCK_H"], DN_BLOCK_I=dn["BLOCK_I"], MAX_SPINS=MAX_SPINS,
                 num_warps=cfg["num_warps"], num_stages=1)

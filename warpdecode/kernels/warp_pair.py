@@ -99,19 +99,20 @@ LATE_DOWN_FORM = "k-first"
 PER_SLOT = WARPS_OVER_K and LATE_DOWN_FORM == "per-slot"
 K_FIRST = WARPS_OVER_K and LATE_DOWN_FORM == "k-first"
 
-#: The weights one thread holds of a k-first step (K_PAD · BLOCK_H · BLOCK_I / (32 · num_warps))
-#: past which that tile spills: compiled for sm_90a on Triton 3.8, 256 (the tuned [16, 512] on 8 warps
-#: and [8, 512] on 4 warps at K = 8) spill 28–56 B, 128 (gpt-oss-20b's [8, 512] on 4 warps, K = 4)
-#: does not. Past it the per-slot form runs, which holds one slot's tile at a time.
-K_FIRST_MAX_PER_THREAD = 128
+#: The bytes of weights one thread holds of a k-first step (K_PAD · BLOCK_H · BLOCK_I · element
+#: size / (32 · num_warps)) past which that tile spills: compiled on Triton 3.8 for sm_90a, 512 B
+#: (bf16: the tuned [16, 512] on 8 warps and [8, 512] on 4 warps at K = 8) spill 28–56 B, 256 B
+#: (gpt-oss-20b's [8, 512] on 4 warps, K = 4) does not; on 3.9 for sm_100a an FP32 tile of 512 B
+#: spills 8 B. Past it the per-slot form runs, which holds one slot's tile at a time.
+K_FIRST_MAX_BYTES_PER_THREAD = 256
 
 
-def down_form(cfg: dict, K: int) -> tuple[bool, bool]:
-    """(PER_SLOT, K_FIRST) of a down launch with config ``cfg`` and K routed experts: the release's
-    form, except that a k-first tile whose thread would hold more than
-    :data:`K_FIRST_MAX_PER_THREAD` weights per step runs per slot."""
-    if K_FIRST and (triton.next_power_of_2(K) * cfg["BLOCK_H"] * cfg["BLOCK_I"]
-                    > K_FIRST_MAX_PER_THREAD * 32 * cfg["num_warps"]):
+def down_form(cfg: dict, K: int, elem_bytes: int) -> tuple[bool, bool]:
+    """(PER_SLOT, K_FIRST) of a down launch with config ``cfg``, K routed experts and weights of
+    ``elem_bytes`` bytes: the release's form, except that a k-first tile whose thread would hold
+    more than :data:`K_FIRST_MAX_BYTES_PER_THREAD` of a step's weights runs per slot."""
+    if K_FIRST and (triton.next_power_of_2(K) * cfg["BLOCK_H"] * cfg["BLOCK_I"] * elem_bytes
+                    > K_FIRST_MAX_BYTES_PER_THREAD * 32 * cfg["num_warps"]):
         return True, False
     return PER_SLOT, K_FIRST
 
