@@ -45,11 +45,15 @@ def code_of(ptx: str) -> str:
     return "\n".join(out)
 
 
-def knobs(kernel, cfg: dict) -> dict:
+def knobs(kernel, cfg: dict, K: int = 1, persistent: bool = False) -> dict:
     """The removed knobs, where ``kernel`` still has them, at what the launcher passed for ``cfg``;
-    and the down tile's form (``PER_SLOT``, ``K_FIRST``) and gate/up's slices (``SUB_H``), where the kernel has them."""
-    old = {"EVICT": cfg.get("evict", "evict_first"), "LEAN": cfg.get("lean", False), "PAIR_FASTEST": True,
-           "PER_SLOT": getattr(kp, "PER_SLOT", False), "K_FIRST": getattr(kp, "K_FIRST", False)}
+    and the down tile's form (``PER_SLOT``, ``K_FIRST``: ``warp_pair.down_form`` for bf16 weights
+    and K experts, where the checkout has it) and gate/up's slices (``SUB_H``), where the kernel has them."""
+    old = {"EVICT": cfg.get("evict", "evict_first"), "LEAN": cfg.get("lean", False), "PAIR_FASTEST": True}
+    if hasattr(kp, "down_form") and "BLOCK_H" in cfg:
+        old["PER_SLOT"], old["K_FIRST"] = kp.down_form(cfg, K, 2, persistent=persistent)
+    else:
+        old["PER_SLOT"] = getattr(kp, "PER_SLOT", False)
     if "SUB_H" in kernel.arg_names:
         old["SUB_H"] = kp.gate_up_slice(cfg)
     return {k: v for k, v in old.items() if k in kernel.arg_names}
@@ -70,7 +74,7 @@ def pair_jobs(key, H, I, K, T, cfg):  # noqa: E741
             dict(act_ptr=f32, w2_ptr=bf, topk_ids_ptr=i32, topk_weights_ptr=f32, y_ptr=bf, H=H, I=I, T=T,
                  stride_at=I, stride_we=H * I, stride_wr=I, stride_yt=H),
             dict(K=K, K_PAD=1 << (K - 1).bit_length(), BLOCK_H=d["BLOCK_H"], BLOCK_I=d["BLOCK_I"], USE_PDL=True,
-                 **knobs(kp.warp_down_kernel, d)), num_warps=d["num_warps"], num_stages=d["num_stages"])),
+                 **knobs(kp.warp_down_kernel, d, K)), num_warps=d["num_warps"], num_stages=d["num_stages"])),
     ]
 
 
@@ -108,7 +112,7 @@ def fused_job(label, H, I, K, T, cfg):  # noqa: E741
              stride_w2r=I, stride_at=I, stride_yt=H),
         dict(K=K, K_PAD=1 << (K - 1).bit_length(), GU_BLOCK_I=gu["BLOCK_I"], GU_BLOCK_H=gu["BLOCK_H"],
              DN_BLOCK_H=dn["BLOCK_H"], DN_BLOCK_I=dn["BLOCK_I"], PHASE=0, MAX_SPINS=1 << 20,
-             **knobs(kf.warp_fused_kernel, {})),
+             **knobs(kf.warp_fused_kernel, {**dn, "num_warps": cfg["num_warps"]}, K, persistent=True)),
         num_warps=cfg["num_warps"], num_stages=1))]
 
 

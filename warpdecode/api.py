@@ -239,13 +239,18 @@ def _moe_op(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: 
     """``warpdecode.moe`` as one PyTorch operator, what ``torch.compile`` traces (``moe`` validates
     first, at trace time; the id range is then checked on the device, without a host sync)."""
     check_views(x=x, w13=w13, w2=w2, topk_weights=topk_weights)
+    return _op_body(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedule, deterministic,
+                    batch_invariant)
+
+
+def _op_body(x, w13, w2, topk_weights, topk_ids, *options):
+    """What both operators run once their views are checked: the dims, an empty batch, the call."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     d = Dims(T=T, H=H, I=two_i // 2, E=E, K=topk_ids.shape[1])
     if T == 0:
         return x.new_empty(0, H)
-    return _run(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
-                batch_invariant)
+    return _run(x, w13, w2, topk_weights, topk_ids, d, *options)
 
 
 @_moe_op.register_fake
@@ -268,13 +273,8 @@ def _moe_fp8_op(x: torch.Tensor, w13_weight: torch.Tensor, w13_scale: torch.Tens
     w13 = cls.wrap(w13_weight, w13_scale, dtype=x.dtype, gate_up=True, name="w13")
     w2 = cls.wrap(w2_weight, w2_scale, dtype=x.dtype, gate_up=False, name="w2")
     check_views(x=x, topk_weights=topk_weights, **weight_tensors(w13=w13, w2=w2))
-    T, H = x.shape
-    E, two_i, _ = w13_weight.shape
-    d = Dims(T=T, H=H, I=two_i // 2, E=E, K=topk_ids.shape[1])
-    if T == 0:
-        return x.new_empty(0, H)
-    return _run(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
-                batch_invariant)
+    return _op_body(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedule, deterministic,
+                    batch_invariant)
 
 
 @_moe_fp8_op.register_fake

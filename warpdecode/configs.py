@@ -120,24 +120,31 @@ def merge_tables(*tables_in_order: dict) -> dict:
 
 
 #: Families whose entries hold only on the Triton release they were tuned on: warp decode's
-#: kernels compile to a different form on another release (``kernels/warp_pair.PER_SLOT``, the
+#: kernels compile to a different form on another release (``kernels/warp_pair.down_form``, the
 #: gate/up slices). Measured on the H200 with Triton 3.8: the 3.6-tuned warp entries ran 0.94–1.39×
 #: the time of the defaults (Mixtral T = 2: 400 against 287 µs), the 3.6-tuned expert tiles
-#: 0.91–1.02× it (``experiments/results/NVIDIA_H200/defaults_triton38.csv``). A table says its
+#: 0.92–1.02× it (``experiments/results/NVIDIA_H200/defaults_triton38.csv``). A table says its
 #: release in ``"triton"``; on another release these families are left out and the defaults run.
 RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8")
 
 
-def release() -> str:
-    """The running Triton's major.minor release, what a tuned table's ``"triton"`` is compared with."""
-    return ".".join(triton.__version__.split(".")[:2])
+def release(version: str | None = None) -> str:
+    """The major.minor release of a Triton version (default: the running one's), what a tuned
+    table's ``"triton"`` is compared by."""
+    return ".".join(str(version or triton.__version__).split(".")[:2])
+
+
+def other_release(table: dict) -> str | None:
+    """The Triton version ``table`` says it was tuned on, if that is another release than the running
+    one; None for this release or a table that names none."""
+    tuned_on = table.get("triton")
+    return tuned_on if tuned_on and release(tuned_on) != release() else None
 
 
 def for_this_release(table: dict) -> dict:
-    """``table`` without its :data:`RELEASE_BOUND` families if it says it was tuned on another
-    Triton release (a table that names none is taken as it is)."""
-    tuned_on = table.get("triton")
-    if not tuned_on or ".".join(str(tuned_on).split(".")[:2]) == release():
+    """``table`` without its :data:`RELEASE_BOUND` families if it was tuned on another Triton
+    release (:func:`other_release`)."""
+    if other_release(table) is None:
         return table
     return {k: v for k, v in table.items() if k not in RELEASE_BOUND}
 
@@ -209,7 +216,7 @@ def tuning_note(shapes) -> str:
     command = "python -m warpdecode tune " + " ".join(f"--shape {s.H} {s.I} {s.E} {s.K}" for s in missing)
     shipped = _read(tuned_file()) if sources()[0] else {}
     other = (f" (the shipped table is Triton {shipped['triton']}'s; warp decode's entries hold only on that release, "
-             f"this is {triton.__version__})" if for_this_release(shipped) is not shipped else "")
+             f"this is {triton.__version__})" if other_release(shipped) else "")
     return (f"launch configurations: no tuned table for {names} on {gpu}{other}, so the defaults run (rules of the "
             f"shape, T and this GPU's limits); to tune them here, remembered in {cache_dir()}: {command}")
 

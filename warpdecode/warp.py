@@ -185,10 +185,7 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
     y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
     gu, dn = cfg["gate_up"], cfg["down"]
-    # the persistent kernel keeps the per-slot form where the release needs another than 3.6's: it
-    # holds gate/up's state beside the down tile within 128 registers, where a k-first tile spilled
-    # (FP32 odd shape, sm_100a, Triton 3.9); it is an option, never the tuner's pick
-    per_slot, k_first = kp.WARPS_OVER_K, False
+    per_slot, k_first = kp.down_form({**dn, "num_warps": cfg["num_warps"]}, K, w2.element_size(), persistent=True)
     meta = dict(K=K, K_PAD=triton.next_power_of_2(K), PER_SLOT=per_slot, K_FIRST=k_first, GU_BLOCK_I=gu["BLOCK_I"],
                 GU_BLOCK_H=gu["BLOCK_H"], DN_BLOCK_H=dn["BLOCK_H"], DN_BLOCK_I=dn["BLOCK_I"], MAX_SPINS=MAX_SPINS,
                 num_warps=cfg["num_warps"], num_stages=1)

@@ -107,11 +107,14 @@ K_FIRST = WARPS_OVER_K and LATE_DOWN_FORM == "k-first"
 K_FIRST_MAX_BYTES_PER_THREAD = 256
 
 
-def down_form(cfg: dict, K: int, elem_bytes: int) -> tuple[bool, bool]:
-    """(PER_SLOT, K_FIRST) of a down launch with config ``cfg``, K routed experts and weights of
-    ``elem_bytes`` bytes: the release's form, except that a k-first tile whose thread would hold
-    more than :data:`K_FIRST_MAX_BYTES_PER_THREAD` of a step's weights runs per slot."""
-    if K_FIRST and (triton.next_power_of_2(K) * cfg["BLOCK_H"] * cfg["BLOCK_I"] * elem_bytes
+def down_form(cfg: dict, K: int, elem_bytes: int, *, persistent: bool = False) -> tuple[bool, bool]:
+    """(PER_SLOT, K_FIRST) of a down tile with config ``cfg`` (its ``num_warps`` the launch's), K
+    routed experts and weights of ``elem_bytes`` bytes: the release's form, except that a k-first
+    tile whose thread would hold more than :data:`K_FIRST_MAX_BYTES_PER_THREAD` of a step's weights
+    runs per slot, and so does the ``persistent`` kernel's (``warp_persistent.py``: it holds gate/up's
+    state beside the down tile within 128 registers, where a k-first FP32 tile spilled 8 B on 3.9
+    for sm_100a)."""
+    if K_FIRST and (persistent or triton.next_power_of_2(K) * cfg["BLOCK_H"] * cfg["BLOCK_I"] * elem_bytes
                     > K_FIRST_MAX_BYTES_PER_THREAD * 32 * cfg["num_warps"]):
         return True, False
     return PER_SLOT, K_FIRST
