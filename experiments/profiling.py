@@ -211,7 +211,7 @@ def main_hf_compiled():
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from warpdecode.bench.hf_generate import generate_kwargs, step_clock
+    from warpdecode.bench.hf_generate import _reset_compiled, generate_kwargs, step_clock
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen3-30b-a3b")
@@ -233,9 +233,7 @@ def main_hf_compiled():
     mask = torch.ones_like(ids)
     for impl in args.impls:
         model.set_experts_implementation(impl)
-        torch._dynamo.reset()
-        if hasattr(model, "_compiled_call"):
-            del model._compiled_call
+        _reset_compiled(model)  # each implementation compiles its own graph
         counters.clear()
         clock = step_clock()
         kw = generate_kwargs("reduce-overhead", args.tokens, clock)
@@ -275,9 +273,7 @@ def main_hf_compiled():
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=22, max_name_column_width=60))
         if args.trace:
             prof.export_chrome_trace(f"{args.trace}.{impl}.json")
-        torch._dynamo.reset()
-        if hasattr(model, "_compiled_call"):
-            del model._compiled_call
+        _reset_compiled(model)
 
 
 # ==================================================================================================
