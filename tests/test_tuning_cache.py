@@ -382,11 +382,13 @@ def test_the_cost_model_against_the_measured_crossovers():
     """The H200's measured crossovers (the shipped table's six presets, from speed.csv via report; the
     four other shapes' from ``tune --shape``, kept in experiments/results/NVIDIA_H200/
     tuned_shapes_cache.json) against :func:`api.model_crossover`. "Right": the same T, or one step
-    away on the grid 1, 2, 4, …. The model gets eight of the ten exactly and the other two one step
-    off (DeepSeek-V3 late, Qwen1.5-MoE early). What the misses cost, on the measured times of every
-    T: at most 3.3 % over the faster path (a constant crossover of T ≤ 8 loses up to 8.9 %). Before the
-    expert path's weight stream was modelled below the ceiling (``EXPERT_READ_FRACTION``), the model
-    got none of the six presets exactly and lost up to 5.4 %."""
+    away on the grid 1, 2, 4, …. The model gets seven of the ten exactly and the other three one step
+    off: DeepSeek-V3 late; Qwen1.5-MoE and Qwen3-30B-A3B early, where the tuned pair wins at T = 8
+    but the defaults, which the model stands for, run the grouped schedule, which the model leaves
+    to the expert path. What the misses cost, on the measured times of every T: at most 3.3 % over
+    the faster path (a constant crossover of T ≤ 8 loses up to 8.9 %). Before the expert path's
+    weight stream was modelled below the ceiling (``EXPERT_READ_FRACTION``), the model got none of
+    the six presets exactly and lost up to 5.4 %."""
     tables = [json.loads(SHIPPED_H200.read_text()), json.loads(NON_PRESET_H200.read_text())]
     exact = within_one = 0
     lines = []
@@ -400,7 +402,7 @@ def test_the_cost_model_against_the_measured_crossovers():
     print("\n".join(lines) + f"\nexact {exact}/10, within one step {within_one}/10")
     assert [len(t["crossover"]) for t in tables] == [6, 4]
     assert within_one == 10
-    assert exact >= 8
+    assert exact >= 7
 
     def worst_loss(crossover_of_shape):
         """The most ``auto`` with that crossover loses against the faster path, over the evidence."""
@@ -416,6 +418,22 @@ def test_the_cost_model_against_the_measured_crossovers():
     model, constant = worst_loss(api.model_crossover), worst_loss(lambda *shape: 8)
     print(f"worst loss against the faster path: model {model:.1%}, T <= 8 {constant:.1%}")
     assert model < 0.05 and model < constant
+
+
+def test_the_model_leaves_the_grouped_schedule_to_the_expert_path():
+    """Without a table, warp decode's defaults run the grouped schedule once tokens share experts;
+    the model does not price it, and the crossover ends before it with 16-bit weights. FP8 weights
+    run the pair at every T: their crossover follows the modelled times alone (Qwen3-30B-A3B's
+    FP8 pair is modelled to win at T = 8, where the grouped schedule would start)."""
+    for shape in (warpdecode.get_preset(n) for n in warpdecode.MODEL_PRESETS):
+        xo = api.model_crossover(shape.H, shape.I, shape.E, shape.K)
+        assert not any(configs.shares_experts(shape.E, shape.K, T) for T in T_GRID if T <= xo), shape.name
+        beyond = [T for T in T_GRID if T > xo]
+        warp, expert = api.model_us(shape.H, shape.I, shape.E, shape.K, beyond[0])
+        assert warp > expert or configs.shares_experts(shape.E, shape.K, beyond[0]), shape.name
+    q = warpdecode.get_preset("qwen3-30b-a3b")
+    assert api.model_crossover(q.H, q.I, q.E, q.K) == 4
+    assert configs.shares_experts(q.E, q.K, 8) and api.model_crossover(q.H, q.I, q.E, q.K, 2, 1) == 8
 
 
 def test_the_model_takes_warp_decode_at_one_token_and_the_expert_path_at_many():

@@ -10,7 +10,7 @@ import torch
 
 from . import _runtime, configs
 from .checks import Dims, check_moe_inputs, check_views, weight_tensors
-from .configs import expected_distinct, load_tuned, shape_key
+from .configs import expected_distinct, load_tuned, shape_key, shares_experts
 from .expert import moe_expert
 from .loop import moe_loop
 from .quant import CLASSES, is_fp8
@@ -48,8 +48,8 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E74
     intermediates, the (T·K, H) partial outputs), pays more launches, and its GEMM tiles stream the
     weights at ``EXPERT_READ_FRACTION`` of the ceiling where the pair's rows stream at it. The grouped schedule
     (one read per expert for up to 16 tokens, which the defaults take once tokens share experts:
-    :func:`warpdecode.configs.shares_experts`) is not modelled: the pair's time is an upper bound
-    on warp decode's there, so the modelled crossover errs early, towards the expert path."""
+    :func:`warpdecode.configs.shares_experts`) is not modelled here; :func:`model_crossover` leaves
+    it to the expert path."""
     expert_bytes = 3 * I * H * (w_elem or elem)
     distinct = expected_distinct(E, K, T)
     hbm_us = distinct * expert_bytes / (READ_TBPS * 1e6)
@@ -62,11 +62,19 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E74
 @functools.cache
 def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2, w_elem: int | None = None) -> int:  # noqa: E741
     """The largest T on :data:`T_GRID` up to which :func:`model_us` has warp decode no slower than
-    the expert path at every T of the grid (the rule the measured crossover follows); 0 if none."""
+    the expert path at every T of the grid (the rule the measured crossover follows); 0 if none.
+
+    With weights in the activations' dtype (``w_elem`` None) it also ends before the first T at
+    which warp decode's defaults run the grouped schedule (:func:`warpdecode.configs.shares_experts`),
+    which the model does not price: there the grouped schedule and the expert path read the same
+    bytes, and the expert path is the faster of the two in 71 of 72 routing draws with tuned
+    configs (1.01-1.13× its time, ``experiments/results/NVIDIA_H200/schedule_draws.csv``, T = 4, 8, 16
+    on four presets), and with defaults in 56 of the 61 rows of ``defaults.csv`` where they run it
+    (the other five, dbrx and Mixtral at T = 4-16, within 1.9 %). FP8 weights run the pair at every T."""
     best = 0
     for T in T_GRID:
         warp, expert = model_us(H, I, E, K, T, elem, w_elem)
-        if warp > expert:
+        if warp > expert or (w_elem is None and shares_experts(E, K, T)):
             break
         best = T
     return best
