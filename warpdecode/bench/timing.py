@@ -93,6 +93,28 @@ def time_replays(graph, *, reps: int = 100, warmup: int = 10, min_warmup_ms: flo
     return _stats([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
 
 
+def time_interleaved(graphs: list, *, reps: int = 100, rounds: int = 5, warmup: int = 10,
+                     min_warmup_ms: float = 50.0) -> list[Timing]:
+    """:func:`time_replays` for several graphs at once, in ``rounds`` rounds of ``reps // rounds``
+    replays each, the graphs' order rotated every round, so that a drift of the GPU's clocks or
+    temperature over the run reaches every graph alike: graphs that launch the same kernels come
+    out alike (timed one after another, such pairs differed by up to 3 % at 0.9 ms per replay)."""
+    for g in graphs:
+        _warm_up(g.replay, warmup, min_warmup_ms)
+    per = max(1, reps // rounds)
+    events = [[] for _ in graphs]
+    for r in range(rounds):
+        for k in (list(range(len(graphs)))[r % len(graphs):] + list(range(len(graphs)))[:r % len(graphs)]):
+            for _ in range(per):
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                graphs[k].replay()
+                e.record()
+                events[k].append((s, e))
+    torch.cuda.synchronize()
+    return [_stats([s.elapsed_time(e) for s, e in ev]) for ev in events]
+
+
 def time_eager(fn, *, reps: int = 30, warmup: int = 3) -> Timing:
     """For code a graph cannot capture (host syncs): events around each eager call."""
     _warm_up(fn, warmup, 50.0)
