@@ -47,7 +47,8 @@
 #             invariance's cost (experiments/warp_schedule.py --version invariant), then compiled static-cache
 #             HF generate, grouped_mm against warpdecode: qwen3-30b-a3b at batch 1 4 16, olmoe-1b-7b and
 #             mixtral-8x7b at batch 1, GEN_LAYERS layers each (default 4; empty: as many as fit), the last
-#             model given what time is left
+#             model given what time is left; GEN_SPECS ("model:batches:limit;…") picks other runs, in
+#             that order, and GEN_TESTS=0 leaves out the tests and the invariance cost
 #   hfprof    experiments/profiling.py --version hf_compiled: torch.profiler on compiled static-cache HF generate
 #             (HFPROF_ARGS), the host's launches outside the CUDA graphs and the GPU's busy time per step
 #   notebooks execute notebooks/*.ipynb in place (carry .whl with the Jupyter wheels)
@@ -172,13 +173,15 @@ for stage in "$@"; do
       gen_end=$((SECONDS + ${GEN_BUDGET:-460}))
       cap() { local rest=$((gen_end - SECONDS)); [ "$rest" -lt 20 ] && rest=20; echo $(( $1 < rest ? $1 : rest )); }
       gen_layers=${GEN_LAYERS-4}
-      run gen_tests "$(cap "${TIMEOUT_GEN_TESTS:-120}")" python3 -m pytest -m gpu -v -rfEx -p no:cacheprovider \
-          tests/test_gpu.py -k "${GEN_TESTS_K:-cuda_graph or batch_invariant or runs_on_the_gpu}"
-      run invariant "$(cap "${TIMEOUT_INVARIANT:-100}")" python3 experiments/warp_schedule.py --version invariant \
-          --reps 40 ${INVARIANT_ARGS:-}
-      cp "experiments/$GPU_DIR/batch_invariance.csv" "$OUT/" 2>/dev/null
-      for spec in "qwen3-30b-a3b:1 4 16:${TIMEOUT_GEN_QWEN:-170}" "olmoe-1b-7b:1:${TIMEOUT_GEN_OLMOE:-90}" \
-                  "mixtral-8x7b:1:600"; do
+      if [ "${GEN_TESTS:-1}" = 1 ]; then
+        run gen_tests "$(cap "${TIMEOUT_GEN_TESTS:-120}")" python3 -m pytest -m gpu -v -rfEx -p no:cacheprovider \
+            tests/test_gpu.py -k "${GEN_TESTS_K:-cuda_graph or batch_invariant or runs_on_the_gpu}"
+        run invariant "$(cap "${TIMEOUT_INVARIANT:-100}")" python3 experiments/warp_schedule.py --version invariant \
+            --reps 40 ${INVARIANT_ARGS:-}
+        cp "experiments/$GPU_DIR/batch_invariance.csv" "$OUT/" 2>/dev/null
+      fi
+      IFS=';' read -ra gen_specs <<< "${GEN_SPECS:-qwen3-30b-a3b:1 4 16:${TIMEOUT_GEN_QWEN:-170};olmoe-1b-7b:1:${TIMEOUT_GEN_OLMOE:-90};mixtral-8x7b:1:600}"
+      for spec in "${gen_specs[@]}"; do
         IFS=: read -r hf_model batches limit <<< "$spec"
         run "gen_${hf_model%%-*}" "$(cap "$limit")" python3 -m warpdecode e2e --what generate --hf-models "$hf_model" \
             --hf-batch $batches ${gen_layers:+--hf-layers $gen_layers} ${GEN_ARGS:-}
