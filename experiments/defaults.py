@@ -10,8 +10,10 @@ table (the presets have one) and once with every table switched off (each path's
 ``auto``'s crossover without a table), timed in one process as ``warpdecode.bench.sweep.speed``
 times them (CUDA-graph replays over rotated layer copies, the read ceiling measured first). Rows:
 ``experiments/results/<GPU>/defaults.csv`` (``tables`` = ``tuned`` or ``off``). The summary it
-prints last: per shape and T the defaults' time over the tuned one (presets), the expert path's
-fraction of the ceiling at T ≥ 32, and ``auto`` over the faster of its two paths.
+prints last (``--summary CSV`` prints it again): per shape and T the defaults' time over the tuned
+one, the expert path's fraction of the ceiling at T ≥ 32, and ``auto`` over the faster of its two
+paths, beside the path ``auto`` picks (``auto_picks``: w, e) and that path's time over the faster
+one. ``auto`` runs the picked path's kernels, so the two figures differ by the timing's noise.
 
 ``--version down``: the data behind warp decode's default down tile. On every shape, at the T's
 where the defaults run the pair (T = 1, 2, 4), the pair with its default gate/up tile and each of
@@ -31,7 +33,7 @@ from pathlib import Path
 import torch
 
 import warpdecode as wd
-from warpdecode import configs
+from warpdecode import api, configs
 
 #: Real MoE layers that are not presets: I not a power of two, E not a power of two, K = 6, H ≥ 5120.
 SHAPES = [
@@ -78,9 +80,14 @@ def main(argv=None):
     p.add_argument("--shapes", nargs="+", help="preset or extra shape names (default: the six presets and SHAPES)")
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--out", type=Path, help="the CSV (default experiments/results/<GPU>/defaults.csv)")
+    p.add_argument("--summary", type=Path, metavar="CSV", help="print the summary of a CSV this wrote, and stop")
     args = p.parse_args(argv)
     if args.check:
         return check()
+    if args.summary:
+        import csv
+
+        return summary(list(csv.DictReader(args.summary.open())))
     if not torch.cuda.is_available():
         sys.exit("timing needs a CUDA GPU (--check runs on the CPU)")
     from warpdecode.bench import data, sweep
@@ -99,8 +106,10 @@ def main(argv=None):
             ctx = no_tables() if tables == "off" else contextlib.nullcontext()
             with ctx:
                 got = sweep.speed([shape], args.T, ["warp", "expert", "auto"], ceiling_tbps=ceiling, reps=args.reps)
+                picks = {T: api.pick_method(T, shape.H, shape.I, shape.E, shape.K) for T in args.T}
             for r in got:
-                rows.append({**r, "tables": tables, "H": shape.H, "I": shape.I, "E": shape.E, "K": shape.K})
+                rows.append({**r, "tables": tables, "H": shape.H, "I": shape.I, "E": shape.E, "K": shape.K,
+                             "auto_picks": picks[int(r["T"])]})
         out = args.out or Path("experiments/results") / torch.cuda.get_device_name().replace(" ", "_") / "defaults.csv"
         data.KEYS.setdefault(out.name, ("preset", "T", "method", "tables"))
         data.merge_write(out, [r for r in rows if r["preset"] == shape.name])
@@ -116,18 +125,25 @@ def summary(rows):
         a, b = by.get((preset, T, m, "off")), by.get((preset, T, m, "tuned"))
         return f"{a / b:.3f}" if a and b else "-"
 
+    picks = {(r["preset"], int(r["T"]), r["tables"]): r.get("auto_picks") for r in rows}
+
     def auto_over(preset, T, tables):
+        """auto's time over the faster path's, and the time of the path auto picks over it: the two
+        differ by the timing's noise alone, auto running the picked path's kernels."""
         a = by.get((preset, T, "auto", tables))
         paths = [v for m in ("warp", "expert") if (v := by.get((preset, T, m, tables)))]
-        return f"{a / min(paths):.3f}" if a and paths else "-"
+        pick = picks.get((preset, T, tables))
+        picked = by.get((preset, T, pick, tables)) if pick else None
+        timed = f"{a / min(paths):.3f}" if a and paths else "-"
+        return timed + (f" {pick[0]} {picked / min(paths):.3f}" if picked and paths else "")
 
-    print("\nshape                  T   warp off/tuned  expert off/tuned  expert%(off)  auto/faster(off)  "
-          "auto/faster(tuned)")
+    print("\nshape                  T   warp off/tuned  expert off/tuned  expert%(off)  auto/faster, picks (off)  "
+          "auto/faster, picks (tuned)")
     for preset in dict.fromkeys(r["preset"] for r in rows):
         for T in sorted({int(r["T"]) for r in rows if r["preset"] == preset}):
             print(f"{preset:20s} {T:4d}   {ratio(preset, T, 'warp'):>12s}  {ratio(preset, T, 'expert'):>16s}  "
-                  f"{100 * frac.get((preset, T, 'expert', 'off'), 0):10.1f}%  {auto_over(preset, T, 'off'):>16s}  "
-                  f"{auto_over(preset, T, 'tuned'):>18s}")
+                  f"{100 * frac.get((preset, T, 'expert', 'off'), 0):10.1f}%  {auto_over(preset, T, 'off'):>24s}  "
+                  f"{auto_over(preset, T, 'tuned'):>26s}")
 
 def down_tiles(shapes, Ts):
     """``--version down``: the pair with its default gate/up tile and each of :data:`DOWN_TILES`."""
