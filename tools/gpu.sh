@@ -32,7 +32,8 @@
 #             four runs (the bar's warp figures, auto across T, accuracy, error across FP8_LAYERS model
 #             layers), each under its own limit; prints the bar's figures; results/<GPU>/fp8_speed.csv,
 #             fp8_accuracy.csv, fp8_layers.csv, fp8_tuned.json to $OUT
-#             (FP8_PRESETS, FP8_LESSON=1 adds the w8a8/MXFP8 expert-path rows); at most about 6.5 minutes
+#             (FP8_PRESETS, FP8_LESSON=1 adds the w8a8/MXFP8 expert-path rows, FP8_RUNS picks among
+#             "pytest warp auto accuracy layers"; the warp run starts fp8_speed.csv afresh); at most about 6.5 minutes
 #   compiled  the torch.compile GPU tests: warpdecode::moe and warpdecode::moe_fp8 (FP8 weights) compiled
 #             with Inductor and CUDA graphs (mode="reduce-overhead", fullgraph) against eager, and the
 #             compiled tiny Qwen3-MoE's generate; log compiled.log (about 3 minutes)
@@ -135,15 +136,18 @@ for stage in "$@"; do
           -k "${MEMTEST_K:-edge or T0 or barriers}" ;;
     fp8)  # limits sum to about 6.5 minutes; each run keeps what it finished
       presets=${FP8_PRESETS:-qwen3-30b-a3b qwen3-235b-a22b deepseek-v3 mixtral-8x7b gpt-oss-20b olmoe-1b-7b}
-      run fp8_pytest "${TIMEOUT_FP8_PYTEST:-110}" python3 -m pytest -q -rfE -p no:cacheprovider -p no:randomly \
-          tests/test_fp8_gpu.py tests/test_fp8.py -k "presets or edges or (graph and not compiled) or convert or at_the_floor"
-      run fp8_warp "${TIMEOUT_FP8_WARP:-120}" python3 -m warpdecode.bench.fp8 --fresh --what speed --phase warp \
-          --presets $presets --budget-s 90
-      run fp8_auto "${TIMEOUT_FP8_AUTO:-80}" python3 -m warpdecode.bench.fp8 --what speed --phase auto \
-          --presets $presets --budget-s 50
-      run fp8_accuracy "${TIMEOUT_FP8_ACCURACY:-35}" python3 -m warpdecode.bench.fp8 --what accuracy \
-          --presets $presets --budget-s 20
-      run fp8_layers "${TIMEOUT_FP8_LAYERS:-35}" python3 -m warpdecode.bench.fp8 --what layers --layers "${FP8_LAYERS:-8}"
+      fp8_runs=" ${FP8_RUNS:-pytest warp auto accuracy layers} "
+      [[ $fp8_runs == *" pytest "* ]] && run fp8_pytest "${TIMEOUT_FP8_PYTEST:-110}" python3 -m pytest -q -rfE \
+          -p no:cacheprovider -p no:randomly tests/test_fp8_gpu.py tests/test_fp8.py \
+          -k "presets or edges or (graph and not compiled) or convert or at_the_floor"
+      [[ $fp8_runs == *" warp "* ]] && run fp8_warp "${TIMEOUT_FP8_WARP:-120}" python3 -m warpdecode.bench.fp8 --fresh \
+          --what speed --phase warp --presets $presets --budget-s 90
+      [[ $fp8_runs == *" auto "* ]] && run fp8_auto "${TIMEOUT_FP8_AUTO:-80}" python3 -m warpdecode.bench.fp8 --what speed \
+          --phase auto --presets $presets --budget-s $(( ${TIMEOUT_FP8_AUTO:-80} - 30 ))
+      [[ $fp8_runs == *" accuracy "* ]] && run fp8_accuracy "${TIMEOUT_FP8_ACCURACY:-35}" python3 -m warpdecode.bench.fp8 \
+          --what accuracy --presets $presets --budget-s 20
+      [[ $fp8_runs == *" layers "* ]] && run fp8_layers "${TIMEOUT_FP8_LAYERS:-35}" python3 -m warpdecode.bench.fp8 \
+          --what layers --layers "${FP8_LAYERS:-8}"
       if [ -n "${FP8_LESSON:-}" ]; then
         run fp8_lesson "${TIMEOUT_FP8_LESSON:-150}" python3 -m warpdecode.bench.fp8 --what speed --phase lesson \
             --presets $presets --budget-s 120
