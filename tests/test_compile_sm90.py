@@ -131,12 +131,25 @@ def _tuned_warp_scenarios():
     path = configs.tuned_file(H200)
     if not path.exists():
         return []
-    table = json.loads(path.read_text()).get("warp", {})
+    tables = json.loads(path.read_text())
     out = []
-    for key, buckets in table.items():
+    for key, buckets in tables.get("warp", {}).items():
         s = {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}
         for t_max, _ in buckets:
             out.append((f"{key.replace(',', '-')}-T={t_max}-warp-H200-tuned", "warp", s, t_max, BF16, {}, H200))
+    # the FP8 pair's tuned buckets that are not its defaults (the scenarios above compile those),
+    # each distinct (format, K, tiles) once: its kernels specialize on K and the tiles, not on H or I
+    seen = set()
+    for fmt in ("block128", "mxfp8"):
+        for key, buckets in tables.get(f"warp_{fmt}", {}).items():
+            s = {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}
+            default = json.dumps(configs.default_warp_fp8(s["H"], s["I"], s["K"]), sort_keys=True)
+            for t_max, cfg in buckets:
+                tiles = json.dumps({k: cfg[k] for k in ("gate_up", "down")}, sort_keys=True)
+                if tiles != default and (fmt, s["K"], tiles) not in seen:
+                    seen.add((fmt, s["K"], tiles))
+                    out.append((f"{key.replace(',', '-')}-T={t_max}-warp-fp8-{fmt}-H200-tuned", "warp", s, t_max,
+                                BF16, dict(weights=fmt), H200))
     return out
 
 

@@ -360,3 +360,48 @@ def test_fp8_benchmark_code_paths_and_figures(monkeypatch, tmp_path):
     assert any(line.startswith("tiny block128: bf16 / FP8 warp decode") for line in lines), lines
     assert any("auto (block128) / faster path" in line for line in lines), lines
     assert any(line.startswith("error/floor warp (mxfp8)") for line in lines), lines
+
+
+def test_fp8_tuned_entries_take_the_searched_tiles_only_where_they_won():
+    """bench.fp8.tuned_entries: per T the searched tiles where the warp phase timed them under
+    SEARCHED_MARGIN of the defaults, else the defaults, and the defaults past the last T; no entry
+    for a shape on which the defaults won everywhere. The shipped H200 table holds exactly what it
+    gives on the committed rows (``--what table``)."""
+    import json
+
+    from warpdecode.bench import fp8 as bench
+    from warpdecode.configs import default_warp_fp8, shape_key, tuned_file
+
+    q, o = wd.get_preset("qwen3-30b-a3b"), wd.get_preset("olmoe-1b-7b")
+    kq, ko = (shape_key(s.H, s.I, s.E, s.K) for s in (q, o))
+    searched_cfg = {"gate_up": {"BLOCK_I": 2, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1},
+                    "down": {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}}
+    rows = [{"preset": p, "method": "warp", "weights": "block128", "config": c, "T": str(T), "median_us": str(us)}
+            for p, T, c, us in [("qwen3-30b-a3b", 1, "default", 20), ("qwen3-30b-a3b", 1, "searched", 17),
+                                ("qwen3-30b-a3b", 2, "default", 30), ("qwen3-30b-a3b", 2, "searched", 29.9),
+                                ("olmoe-1b-7b", 1, "default", 20), ("olmoe-1b-7b", 1, "searched", 20.5)]]
+    got = bench.tuned_entries(rows, {"warp_block128": {kq: [[8, searched_cfg]], ko: [[8, searched_cfg]]}})
+    assert list(got) == ["warp_block128"] and list(got["warp_block128"]) == [kq]  # OLMoE: the defaults won
+    (t1, c1), (t2, c2) = got["warp_block128"][kq]
+    assert (t1, t2) == (1, 2) and c1["gate_up"] == searched_cfg["gate_up"]
+    assert c2["gate_up"] == default_warp_fp8(q.H, q.I, q.K)["gate_up"]  # 0.3 % faster: within the margin
+    assert c1["measured_us"] == {"default": 20.0, "searched": 17.0}
+
+    shipped = json.loads(tuned_file("NVIDIA H200").read_text())
+    import csv
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "results" / "NVIDIA_H200"
+    with (results / "fp8_speed.csv").open() as f:
+        committed = list(csv.DictReader(f))
+    shipped_fp8 = {k: v for k, v in shipped.items() if k.startswith("warp_")}
+
+    def left_out(shape, fmt, cfg):  # the tiles --what table found spilling (the compile checks compile the rest)
+        return shape_key(shape.H, shape.I, shape.E, shape.K) not in shipped_fp8.get(f"warp_{fmt}", {})
+
+    searched = json.loads((results / "fp8_tuned.json").read_text())
+    assert bench.tuned_entries(committed, searched, spills=left_out) == shipped_fp8
+    assert len(bench.tuned_entries(committed, searched)) == 2  # both formats have shapes where searched tiles won
+    # what moe reads there: Qwen3-30B-A3B T = 1 with mxfp8 weights runs the searched tiles
+    table_cfg = wd.configs.bucket(shipped, "warp_mxfp8", q.H, q.I, q.E, q.K, 1)
+    assert table_cfg["measured_us"]["searched"] < table_cfg["measured_us"]["default"]

@@ -370,6 +370,11 @@ def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dic
     if _runtime.INTERPRET:  # 128-column steps: H and I past 128 span steps and end in a partial block
         return {"gate_up": {"BLOCK_I": 16, "BLOCK_H": 128, "num_warps": 4, "num_stages": 1},
                 "down": {"BLOCK_H": 16, "BLOCK_I": 128, "num_warps": 4, "num_stages": 1}}
+    return default_warp_fp8(H, I, K)
+
+
+def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
+    """The FP8 pair's tiles on a GPU where no tuned one exists (:func:`warp_fp8_config`'s rule)."""
     return {
         "gate_up": {"BLOCK_I": 4, "BLOCK_H": max(128, min(1024, triton.next_power_of_2(H))), "num_warps": 1,
                     "num_stages": 1},

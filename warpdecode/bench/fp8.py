@@ -2,6 +2,7 @@
 of issue 23's bar, as tidy CSV.
 
     python -m warpdecode.bench.fp8 --what speed accuracy layers [--phase warp auto lesson] [--presets ...] [--out DIR]
+    python -m warpdecode.bench.fp8 --what table --gpu "NVIDIA H200" --out results/NVIDIA_H200   # no GPU needed
 
 speed (``fp8_speed.csv``): per preset and T, warp decode with bf16 weights (the tuned pair, as
 ``moe`` runs it), warp decode with FP8 weights in both formats (the default tiles and the fastest
@@ -14,7 +15,8 @@ against float64 on the dequantized weights, over that layer's bf16 floor, the bf
 the bf16 weights beside it, and the weights' own quantization cost (the FP8 layer's float64 result
 against the bf16 layer's). layers (``fp8_layers.csv``): the same comparison across a model's layers
 (:func:`layer_errors`). Every row names the GPU, versions and date. The figures of the bar are
-printed at the end (:func:`figures`), from the rows alone.
+printed at the end (:func:`figures`), from the rows alone. table: the tuned table's FP8 warp
+entries from the warp phase's rows (:func:`tuned_entries`).
 """
 
 from __future__ import annotations
@@ -412,6 +414,87 @@ def measured_crossover(rows: list[dict], preset: str, weights: str = "block128")
     return best
 
 
+#: How much faster than the default tiles the searched ones must be at a T to be written for it:
+#: less is within the run-to-run spread of one T's median (about 1 % on the H200).
+SEARCHED_MARGIN = 0.99
+
+
+def tuned_entries(rows: list[dict], searched: dict, spills=lambda shape, fmt, cfg: False) -> dict:
+    """The FP8 pair's tuned-table families (``warp_<format>``) from the warp phase's rows and the
+    searched tiles (``fp8_tuned.json``'s ``warp_<format>``): per preset and format, at each T the
+    phase timed, the searched tiles where they took less than :data:`SEARCHED_MARGIN` of the
+    default tiles' time, else the defaults (:func:`warpdecode.configs.default_warp_fp8`), as
+    buckets; past the last T the defaults. Searched tiles for which ``spills(shape, fmt, cfg)``
+    holds are never taken (a tuned configuration compiles without spills, as the defaults do). A
+    shape on which the defaults win at every T gets no entry. Each bucket carries the two times it
+    was chosen from (``measured_us``)."""
+    from ..configs import default_warp_fp8
+
+    out: dict = {}
+    for family, shapes in searched.items():
+        if not family.startswith("warp_"):
+            continue
+        fmt = family.removeprefix("warp_")
+        for key, buckets in shapes.items():
+            H, I, E, K = (int(kv.split("=")[1]) for kv in key.split(","))  # noqa: E741
+            cfg = buckets[-1][1]
+            preset = next((p for p in MODEL_PRESETS if shape_key(*(getattr(get_preset(p), a) for a in "HIEK")) == key),
+                          None)
+            times = {(int(r["T"]), r["config"]): float(r["median_us"]) for r in rows
+                     if r["preset"] == preset and r["method"] == "warp" and r["weights"] == fmt}
+            entry, won = [], False
+            usable = preset is not None and not spills(get_preset(preset), fmt, cfg)
+            for T in sorted({t for t, c in times if c == "default" and (t, "searched") in times}):
+                d, sr = times[(T, "default")], times[(T, "searched")]
+                win = usable and sr < SEARCHED_MARGIN * d
+                won |= win
+                entry.append([T, {**(cfg if win else default_warp_fp8(H, I, K)),
+                                  "measured_us": {"default": d, "searched": sr}}])
+            if won:
+                if entry[-1][1]["gate_up"] != default_warp_fp8(H, I, K)["gate_up"] or \
+                        entry[-1][1]["down"] != default_warp_fp8(H, I, K)["down"]:
+                    entry.append([SPEED_T[-1], default_warp_fp8(H, I, K)])
+                out.setdefault(family, {})[key] = entry
+    return out
+
+
+def _spills_sm90(shape, fmt: str, cfg: dict) -> bool:
+    """Whether the FP8 pair with tiles ``cfg`` spills registers compiled for sm_90a (offline)."""
+    from .. import compiled
+
+    jobs = [ln.job for ln in compiled.record_launches("warp", shape, 1, gpu_name="no tuned table", weights=fmt,
+                                                         config=cfg)]
+    reports = [compiled.ptxas_report(c) for c in compiled.compile_many(jobs, arch=90)]
+    for r in reports:
+        if r["spill_stores"]:
+            print(f"{shape.name} {fmt}: searched tiles spill ({r['spill_stores']} B, {r['registers']} registers), "
+                  "not taken")
+    return any(r["spill_stores"] for r in reports)
+
+
+def write_tuned(out: Path, gpu: str) -> Path:
+    """``--what table``: :func:`tuned_entries` from ``out``'s ``fp8_speed.csv`` and ``fp8_tuned.json``,
+    merged into the shipped table of ``gpu`` (its FP8 warp families replaced), which keeps the Triton
+    release it names: the rows' own, checked here."""
+    from .. import configs
+
+    with (out / "fp8_speed.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["gpu"] == gpu]
+    searched = json.loads((out / "fp8_tuned.json").read_text())
+    path = configs.tuned_file(gpu)
+    table = json.loads(path.read_text())
+    releases = {r["triton"] for r in rows if r["method"] == "warp"}
+    if releases != {table.get("triton")}:
+        sys.exit(f"{out / 'fp8_speed.csv'}: warp rows of Triton {sorted(releases)}, "
+                 f"{path.name} is {table.get('triton')}'s")
+    entries = tuned_entries(rows, searched, spills=_spills_sm90)
+    for family in [f for f in table if f.startswith("warp_")]:
+        del table[family]
+    configs.write_table(path, {**table, **entries})
+    print(f"{path}: " + ", ".join(f"{f} {len(v)} shapes" for f, v in entries.items()))
+    return path
+
+
 def layer_figures(rows: list[dict]) -> list[str]:
     """w8a8's error over warp decode's at the last layer and at the logits, against either model."""
     out = []
@@ -432,7 +515,10 @@ def layer_figures(rows: list[dict]) -> list[str]:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--what", nargs="+", default=["speed", "accuracy", "layers"],
-                    choices=["speed", "accuracy", "layers", "figures"])
+                    choices=["speed", "accuracy", "layers", "figures", "table"],
+                    help="table: the FP8 pair's tuned entries from the warp phase's rows into the shipped "
+                         "table (no GPU needed with --out and --gpu)")
+    ap.add_argument("--gpu", default=None, help="--what table: the GPU whose rows and table (default this one)")
     ap.add_argument("--layers", type=int, default=8, help="decoder layers of the across-layers run")
     ap.add_argument("--phase", nargs="+", default=list(PHASES), choices=list(PHASES),
                     help="the speed sweep's phases: " + "; ".join(f"{k}: {v}" for k, v in PHASES.items()))
@@ -442,7 +528,11 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="folder of the CSVs (default results/<GPU>/)")
     ap.add_argument("--budget-s", type=float, default=math.inf, help="start no preset past this many seconds")
     args = ap.parse_args(argv)
-    out = Path(args.out or f"results/{torch.cuda.get_device_name().replace(' ', '_')}")
+    gpu = args.gpu or torch.cuda.get_device_name()
+    out = Path(args.out or f"results/{gpu.replace(' ', '_')}")
+    if args.what == ["table"]:
+        write_tuned(out, gpu)
+        return None
     speed_csv, acc_csv, layers_csv = out / "fp8_speed.csv", out / "fp8_accuracy.csv", out / "fp8_layers.csv"
     deadline = time.monotonic() + args.budget_s
     if args.fresh:
