@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from .. import quant
+from .. import configs, quant
 from ..api import run_auto
 from ..configs import shape_key
 from ..expert import moe_expert
@@ -127,7 +127,8 @@ def _ids32(inp):
 PHASES = {
     "warp": "T = 1…8: warp decode with bf16 weights (tuned) and with FP8 weights (both formats, default and "
             "searched tiles)",
-    "auto": "T = 1…256, block128: warp decode, the weight-only expert path, auto",
+    "auto": "T = 1…256, block128: warp decode, the weight-only expert path, auto, each as moe runs it "
+            "(config 'moe': the tuned table's tiles where it has the shape)",
     "lesson": "T = 1, 8, 64: the w8a8 expert path (both formats), MXFP8's weight-only expert path",
 }
 
@@ -218,14 +219,16 @@ def _speed_preset(shape, phase, reps, ceiling, info):
             ref = reference_moe(i0.x, *bf16[0], i0.topk_weights, i0.topk_ids)
             row(T, "warp", "bf16", "tuned", moe_warp, bf16, inputs[:n16], bf16_bytes(shape, i0), ref)
             for f in formats:
-                runs = [("warp", "default", moe_warp)]
+                with configs.tables(shipped=False, cache=False):  # the rule's tiles, whatever a table holds
+                    default = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T, weights=f)
+                runs = [("warp", "default", partial(moe_warp, config=default))]
                 if searched is not None:
                     runs.append(("warp", "searched", partial(moe_warp, config=searched)))
                 timed(T, f, runs, inputs)
     elif phase == "auto":
         for T in SPEED_T:
-            timed(T, "block128", [("warp", "default", moe_warp), ("expert", "default", moe_expert),
-                                  ("auto", "default", run_auto)], make_inputs(shape, T, n8, seed=1000 + T))
+            timed(T, "block128", [("warp", "moe", moe_warp), ("expert", "moe", moe_expert),
+                                  ("auto", "moe", run_auto)], make_inputs(shape, T, n8, seed=1000 + T))
     else:
         w8a8 = ("expert_w8a8", "default", partial(moe_expert, act_format="fp8"))
         for T in LESSON_T:
@@ -368,7 +371,7 @@ def figures(speed_rows: list[dict], accuracy_rows: list[dict]) -> list[str]:
     for p in sorted({r["preset"] for r in s}):
         worst = []
         for T in SPEED_T:
-            paths = [us(s, preset=p, T=T, method=m, weights="block128", config="default") for m in ("warp", "expert")]
+            paths = [us(s, preset=p, T=T, method=m, weights="block128", config="moe") for m in ("warp", "expert")]
             auto = us(s, preset=p, T=T, method="auto", weights="block128")
             if not math.isnan(auto) and not all(math.isnan(v) for v in paths):
                 worst.append((auto / min(v for v in paths if not math.isnan(v)), T))
@@ -400,12 +403,12 @@ def figures(speed_rows: list[dict], accuracy_rows: list[dict]) -> list[str]:
 
 
 def measured_crossover(rows: list[dict], preset: str, weights: str = "block128") -> int:
-    """The largest T of :data:`SPEED_T` up to which warp decode (default tiles) is no slower than
+    """The largest T of :data:`SPEED_T` up to which warp decode (as ``moe`` runs it) is no slower than
     the expert path at every T measured, as ``auto``'s crossover rule reads it; 0 if none."""
     best = 0
     for T in SPEED_T:
         t = {r["method"]: float(r["median_us"]) for r in rows if r["preset"] == preset and int(r["T"]) == T
-             and r["weights"] == weights and r["config"] == "default" and r["method"] in ("warp", "expert")}
+             and r["weights"] == weights and r["config"] == "moe" and r["method"] in ("warp", "expert")}
         if len(t) < 2:
             continue
         if t["warp"] > t["expert"]:
