@@ -4,6 +4,8 @@ and what an integer dequantization and tiles of several rows buy.
     python experiments/fp8_warp.py --version count [--arch 90 100]     # no GPU: compiled for sm_90a / sm_100a
     python experiments/fp8_warp.py --version tiles [--presets …] [--T 1 2 4 8] [--reps 50]
     TRITON_INTERPRET=1 python experiments/fp8_warp.py --version tiles --check
+    python experiments/fp8_warp.py --version bound [--presets …] [--T …] [--reps 50]
+    TRITON_INTERPRET=1 python experiments/fp8_warp.py --version bound --check
 
 A warp streams 16 bytes per lane per load, 16 e4m3 against bf16's 8, so at the same bandwidth each
 lane has twice the weights to turn into FP32 products per cycle. The kernels are issue-bound where
@@ -32,6 +34,19 @@ memory, set the pace.
   ``floor_us`` is the FP8 bytes (every routed expert's e4m3 rows and scales once, x, y, routing) at
   the read ceiling measured in the same run, for every row, the bf16 pair's too (its own floor is
   in ``detail``). Rows: ``experiments/results/<GPU>/fp8_tiles.csv``.
+
+- bound: what the FP8 pair's own launches cost with no math, the bound the bar (≤ 12 µs at
+  Qwen3-30B-A3B T = 1) is reported against. At Qwen3-30B-A3B T = 1, 2, 4, 8 and T = 1 on the other
+  presets with FP8 weights (block128), over ``tiles``' layer copies, in one process: (a) the shipped
+  pair at its default tiles, checked against float64 first; (b) the same two launches with the
+  math removed (``nomath_*`` below: the same grids, tiles, warps, PDL chaining, evict_first weight
+  loads of the same bytes, the same loads of scales, x, the intermediate and the routing), each
+  loaded word summed as a wrapping int32 and one value per output written (an int32 per
+  intermediate element, 16 bits per element of y), copy 0's outputs checked against the sums
+  PyTorch computes before and after timing; (c) one streaming read of exactly the call's FP8 bytes
+  (``timing.small_read``, each copy its own buffer), with the read ceiling measured in the same
+  run. ``floor_us`` is the FP8 bytes at that ceiling (as in ``tiles``). Rows:
+  ``experiments/results/<GPU>/fp8_bound.csv`` (``bash tools/gpu.sh fp8bound``).
 
 The integer dequantization (``bits``): the e4m3 bits b placed in an FP32 word, sign << 31 |
 (b & 0x7F) << 20, are q · 2^-120 exactly, subnormals included (as FP32 denormals; the kernels' FMAs
@@ -65,6 +80,7 @@ import warpdecode as wd
 from warpdecode import _alloc, compiled, quant
 from warpdecode import warp as wp
 from warpdecode.bench import fp8 as bench_fp8
+from warpdecode.bench.timing import capture, small_read, time_replays
 from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers
 from warpdecode.configs import warp_config, warp_fp8_config
 from warpdecode.kernels.warp_fp8 import _down_fp8_chunk, _scales  # the loads are the shipped kernel's
@@ -522,7 +538,381 @@ def summary(rows):
                   f"{what}  {bf / best['us']:.2f}x")
 
 
-VERSIONS = {"count": (main_count, []), "tiles": (main_tiles, [])}
+# ==================================================================================================
+# bound: the pair's launches with no math (on the GPU)
+#
+# The weights, x and the intermediate are read as int32 words (the e4m3 bytes four to a word, bf16
+# two): the same bytes in the same 16-byte loads per lane, the tiles [rows, columns / 4] words.
+# Every loaded word, scale (FP32 bits, or e8m0 as an integer) and routing weight (FP32 bits) is added
+# into a wrapping int32 sum: one integer add per word where the shipped step spends 2.5 instructions
+# per weight byte. Only the unrolled down form (K ≤ warp.STATIC_SLOTS_MAX, every preset's K).
+
+
+@triton.jit
+def _wsum(v, axis: tl.constexpr):
+    """The int32 sum along ``axis``, wrapped (summed in int64: the interpreter's int32 sum widens, and a
+    wide scalar fails to convert back)."""
+    return tl.sum(v.to(tl.int64), axis=axis).to(tl.int32)
+
+
+@triton.jit
+def _scale_words(ptrs, mask, E8M0: tl.constexpr):
+    """warp_fp8._scales' loads as integers: FP32 bits, or the e8m0 bits."""
+    if E8M0:
+        return tl.load(ptrs, mask=mask, other=0).to(tl.int32)
+    else:
+        return tl.load(ptrs, mask=mask, other=0.0).to(tl.int32, bitcast=True)
+
+
+@triton.jit(do_not_specialize=["NUM_PAIRS"])
+def nomath_gate_up_kernel(
+    x_ptr,  # (T, H / 2) int32: bf16 x, two to a word
+    w13_ptr,  # (E, 2I, H / 4) int32: the e4m3 weights, four to a word
+    w13_scale_ptr,  # as warp_gate_up_fp8_kernel's
+    topk_ids_ptr,  # (T, K) int32
+    act_ptr,  # (T*K, I) int32: one sum per (pair, neuron)
+    H, I, NUM_PAIRS, K, S_UP,
+    stride_xt, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_at,  # elements (words for x, w13)
+    BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
+    E8M0: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    """warp_gate_up_fp8_kernel's grid, tiles, loads and store; its math replaced by sums of the words."""
+    if USE_PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
+    pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
+    t = pair // K
+    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = offs_i < I
+    W: tl.constexpr = BLOCK_H // 4  # weight words of a row per step
+    offs_w = tl.arange(0, W)
+    offs_x = tl.arange(0, BLOCK_H // 2)
+    G: tl.constexpr = BLOCK_H // GROUP_K
+    offs_g = tl.arange(0, G)
+    groups = tl.cdiv(H, GROUP_K)
+    gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_w[None, :]
+    up_ptrs = gate_ptrs + I * stride_wr
+    gs_ptrs = w13_scale_ptr + e * stride_se + (offs_i // GROUP_N)[:, None] * stride_sr + offs_g[None, :] * stride_sc
+    us_ptrs = gs_ptrs + S_UP * stride_sr
+    x_ptrs = x_ptr + t.to(tl.int64) * stride_xt + offs_x
+    acc_w = tl.zeros([BLOCK_I, W], dtype=tl.int32)
+    acc_s = tl.zeros([BLOCK_I, G], dtype=tl.int32)
+    acc_x = tl.zeros([BLOCK_H // 2], dtype=tl.int32)
+    for h0 in range(0, H, BLOCK_H):
+        acc_x += tl.load(x_ptrs + h0 // 2, mask=(h0 // 2 + offs_x) < H // 2, other=0)
+        mask = mask_i[:, None] & ((h0 // 4 + offs_w) < H // 4)[None, :]
+        acc_w += tl.load(gate_ptrs + h0 // 4, mask=mask, other=0, eviction_policy="evict_first")
+        acc_w += tl.load(up_ptrs + h0 // 4, mask=mask, other=0, eviction_policy="evict_first")
+        g0 = h0 // GROUP_K
+        mask_s = mask_i[:, None] & (g0 + offs_g < groups)[None, :]
+        acc_s += _scale_words(gs_ptrs + g0 * stride_sc, mask_s, E8M0)
+        acc_s += _scale_words(us_ptrs + g0 * stride_sc, mask_s, E8M0)
+    r = _wsum(acc_w, 1) + _wsum(acc_s, 1) + _wsum(acc_x, 0)
+    tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, r, mask=mask_i)
+
+
+@triton.jit
+def _nomath_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
+                  K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
+    """warp_fp8._down_fp8_chunk on w2 as words: K [BLOCK_H, BLOCK_I / 4] int32 tiles."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_w = i0 // 4 + tl.arange(0, BLOCK_I // 4)
+    mask = (offs_h < H)[:, None] & (offs_w < I // 4)[None, :]
+    offs = offs_h[:, None] * stride_wr + offs_w[None, :]
+    tiles = ()
+    for j in tl.static_range(K):
+        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + j).to(tl.int64)
+        tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0, eviction_policy="evict_first"),)
+    return tiles
+
+
+@triton.jit
+def _nomath_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se, stride_sr,
+                 stride_sc, t, pid_h, i0, wv, acc_w, acc_s, acc_a, acc_r, K: tl.constexpr, BLOCK_H: tl.constexpr,
+                 BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, E8M0: tl.constexpr):
+    """warp_fp8._down_fp8_step's loads (routing, intermediate, scales) per slot, summed with its tiles."""
+    G: tl.constexpr = BLOCK_I // GROUP_K
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    offs_g = i0 // GROUP_K + tl.arange(0, G)
+    mask_s = (offs_h < H)[:, None] & (offs_g < tl.cdiv(I, GROUP_K))[None, :]
+    s_offs = (offs_h // GROUP_N)[:, None] * stride_sr + offs_g[None, :] * stride_sc
+    for j in tl.static_range(K):
+        pair = t.to(tl.int64) * K + j
+        e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+        acc_r += tl.load(topk_weights_ptr + pair).to(tl.int32, bitcast=True)
+        acc_a += tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0)
+        acc_s += _scale_words(w2_scale_ptr + e * stride_se + s_offs, mask_s, E8M0)
+        acc_w += wv[j]
+    return acc_w, acc_s, acc_a, acc_r
+
+
+@triton.jit(do_not_specialize=["T"])
+def nomath_down_kernel(
+    act_ptr,  # (T*K, I) int32, from nomath_gate_up_kernel
+    w2_ptr,  # (E, H, I / 4) int32: the e4m3 weights, four to a word
+    w2_scale_ptr,  # as warp_down_fp8_kernel's
+    topk_ids_ptr,  # (T, K) int32
+    topk_weights_ptr,  # (T, K) fp32
+    y_ptr,  # (T, H) bf16 buffer: each output's sum folded to 16 bits (its bits)
+    H, I, T,
+    stride_at, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_yt,  # elements (words for w2)
+    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
+    E8M0: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    """warp_down_fp8_kernel's unrolled form: grid, tiles, the first chunk before the wait, loads and
+    store; its math replaced by sums of the words."""
+    pid = tl.program_id(0)
+    t = pid % T
+    pid_h = pid // T
+    wv = _nomath_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, BLOCK_H, BLOCK_I)
+    if USE_PDL:
+        gdc_wait()
+    acc_w, acc_s, acc_a, acc_r = _nomath_step(
+        act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se, stride_sr, stride_sc, t,
+        pid_h, 0, wv, tl.zeros([BLOCK_H, BLOCK_I // 4], dtype=tl.int32),
+        tl.zeros([BLOCK_H, BLOCK_I // GROUP_K], dtype=tl.int32), tl.zeros([BLOCK_I], dtype=tl.int32),
+        tl.zeros([], dtype=tl.int32), K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
+    for i0 in range(BLOCK_I, I, BLOCK_I):
+        wv = _nomath_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H, BLOCK_I)
+        acc_w, acc_s, acc_a, acc_r = _nomath_step(
+            act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se, stride_sr, stride_sc,
+            t, pid_h, i0, wv, acc_w, acc_s, acc_a, acc_r, K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    r = _wsum(acc_w, 1) + _wsum(acc_s, 1) + _wsum(acc_a, 0) + acc_r
+    y = (r ^ (r >> 16)).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y, mask=offs_h < H)
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bytes as int32 words along its last axis (a view)."""
+    return t.view(torch.int32)
+
+
+def moe_nomath(x, w13, w2, topk_weights, topk_ids, *, config=None):
+    """The FP8 pair's two launches (``warp.warp_gate_up_fp8`` / ``warp_down_fp8``) with the no-math
+    kernels: (the int32 intermediate, y: 16 bits of sum per output, in a bf16 tensor)."""
+    T, H = x.shape
+    E, two_i, _ = w13.shape
+    I = two_i // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    if wp.fp8_slot_loop(K):
+        raise ValueError(f"K={K}: the no-math copy has the unrolled down form only")
+    cfg = config or warp_config(H, I, E, K, T, weights=w13.FORMAT)
+    gu, dn = cfg["gate_up"], cfg["down"]
+    xw, q, s = _words(x), _words(w13.weight), w13.kernel_scale()
+    act = torch.empty(T * K, I, dtype=torch.int32, device=x.device)
+    nomath_gate_up_kernel[(T * K * triton.cdiv(I, gu["BLOCK_I"]),)](
+        xw, q, s, topk_ids, act, H, I, T * K, K, w13.up_scale_row, xw.stride(0), q.stride(0), q.stride(1),
+        s.stride(0), s.stride(1), s.stride(2), act.stride(0),
+        BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], **wp._fp8_meta(w13, gu["BLOCK_H"], "gate_up BLOCK_H"),
+        USE_PDL=wp.USE_PDL, num_warps=gu["num_warps"], num_stages=gu["num_stages"])
+    y = torch.empty(T, H, dtype=x.dtype, device=x.device)
+    q, s = _words(w2.weight), w2.kernel_scale()
+    nomath_down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
+        act, q, s, topk_ids, topk_weights, y, H, I, T, act.stride(0), q.stride(0), q.stride(1),
+        s.stride(0), s.stride(1), s.stride(2), y.stride(0),
+        K=K, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
+        USE_PDL=wp.USE_PDL, num_warps=dn["num_warps"], num_stages=dn["num_stages"],
+        **({"launch_pdl": True} if wp.USE_PDL else {}))
+    return act, y
+
+
+def _wrap(v: torch.Tensor) -> torch.Tensor:
+    """int64 sums as the wrapping int32 sums the kernels keep."""
+    return ((v + 2**31) % 2**32 - 2**31).to(torch.int32)
+
+
+def _scale_sums(w, e) -> torch.Tensor:
+    """(pairs, scale rows): each routed expert's scales summed along a row as the kernels add them."""
+    sc = w.kernel_scale()[e]
+    sc = sc.view(torch.int32) if sc.dtype == torch.float32 else sc
+    return sc.to(torch.int64).sum(-1)
+
+
+def expected_nomath(x, w13, w2, topk_weights, topk_ids, cfg):
+    """(act, y) the no-math pair must write, from PyTorch: the intermediate's sum per (pair, neuron)
+    of its gate and up rows' words, their scales and x's words; y's per (token, output) of its w2
+    rows' words and scales over the slots, the slots' intermediate rows, and each routing weight's
+    bits once per chunk of I, folded to 16 bits."""
+    T, H = x.shape
+    E, two_i, _ = w13.shape
+    I = two_i // 2  # noqa: E741
+    K = topk_ids.shape[1]
+    e = topk_ids.reshape(-1).long()
+    ws = _words(w13.weight)[e].sum(-1, dtype=torch.int64)  # (T*K, 2I)
+    ss = _scale_sums(w13, e)
+    i = torch.arange(I, device=x.device)
+    act = (ws[:, :I] + ws[:, I:] + ss[:, i // w13.GROUP_N] + ss[:, w13.up_scale_row + i // w13.GROUP_N]
+           + _words(x).sum(-1, dtype=torch.int64).repeat_interleave(K)[:, None])
+    act = _wrap(act)
+    h = torch.arange(H, device=x.device)
+    per = (_words(w2.weight)[e].sum(-1, dtype=torch.int64) + _scale_sums(w2, e)[:, h // w2.GROUP_N]
+           + act.sum(-1, dtype=torch.int64)[:, None]
+           + triton.cdiv(I, cfg["down"]["BLOCK_I"]) * topk_weights.reshape(-1).contiguous().view(torch.int32)
+           .to(torch.int64)[:, None])
+    r = _wrap(per.view(T, K, H).sum(1))
+    return act, (r ^ (r >> 16)).to(torch.int16).view(x.dtype)
+
+
+def _same(got, want) -> bool:
+    """(act, y) pairs equal bit for bit (y's bits as int16: a bf16 tensor of sums holds NaN patterns)."""
+    return all(torch.equal(g.view(torch.int16), w.view(torch.int16)) for g, w in zip(got, want, strict=True))
+
+
+def check_nomath(x, w13, w2, tw, ids, cfg, label=""):
+    """The no-math pair against ``expected_nomath``, bit for bit; returns the expected (act, y)."""
+    want = expected_nomath(x, w13, w2, tw, ids, cfg)
+    assert _same(moe_nomath(x, w13, w2, tw, ids, config=cfg), want), (label, cfg)
+    return want
+
+
+def _filled(step, fill):
+    """``timing.capture``, each output then filled with ``fill`` and the graph replayed once (an
+    element it never writes keeps the fill)."""
+    g, outs = capture(step)
+    for o in outs:
+        for t in o:
+            t.fill_(fill)
+    g.replay()
+    torch.cuda.synchronize()
+    return g, outs
+
+
+def check_bound_ptx():
+    """Compiled for sm_90a (offline) at Qwen3-30B-A3B T = 1's default tiles, block128: each no-math kernel has
+    the shipped kernel's evict_first weight loads (as many, 128 bits each), its PDL instructions,
+    and no e4m3 conversion and no FMA, without spills."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(harness.HERE), os.environ.get("PYTHONPATH")]))
+    jobs, labels = [], []
+    for fmt in ["block128"]:  # the format the bound measures
+        for ln in compiled.record_launches("warp", QWEN, 1, gpu_name="no tuned table", weights=fmt):
+            j = ln.job
+            name = "nomath_" + j.name.removeprefix("warp_").replace("_fp8", "")
+            words = {k: torch.int32 for k in ("x_ptr", "w13_ptr", "w2_ptr", "act_ptr") if k in j.args}
+            args = {**j.args, **words}
+            const = {k: v for k, v in j.constexprs.items() if k != "SLOT_LOOP"}
+            jobs += [j, compiled.Job("fp8_warp", name, args, const, j.num_warps, j.num_stages, j.arch)]
+            labels.append((fmt, j.name))
+    built = compiled.compile_many(jobs)
+    for (fmt, kernel), shipped, nomath in zip(labels, built[0::2], built[1::2], strict=True):
+        a, b = shipped.asm["ptx"], nomath.asm["ptx"]
+        weights = [re.findall(r"ld\.global\S*evict_first\S*\.v4\.b32", p) for p in (a, b)]
+        assert len(weights[0]) == len(weights[1]) > 0, (fmt, kernel, len(weights[0]), len(weights[1]))
+        assert len(re.findall(r"\bld\.global\S*evict_first", b)) == len(weights[1]), (fmt, kernel)
+        for op in ("griddepcontrol.wait", "griddepcontrol.launch_dependents"):
+            assert (op in a) == (op in b), (fmt, kernel, op)
+        assert "e4m3" in a and "e4m3" not in b and not re.search(r"\bfma\.", b), (fmt, kernel)
+        rep = compiled.ptxas_report(nomath)
+        assert rep["spill_stores"] == 0 and rep["stack_frame"] == 0, (fmt, kernel, rep)
+        print(f"{fmt} {kernel}: no math compiled for sm_90a, {len(weights[1])} evict_first 128-bit weight loads "
+              f"as shipped, no e4m3 conversion and no FMA, {rep['registers']} registers "
+              f"({compiled.ptxas_report(shipped)['registers']} shipped), no spills")
+
+
+def check_bound():
+    """In the interpreter: the no-math pair writes exactly the sums of what it must load (outputs
+    filled with a pattern first), both formats at the interpreter's tiles on one odd shape, tiles of
+    several rows on another; the streaming read's partial sums add up to its buffer; then the PTX
+    offline."""
+    several = {"gate_up": gate_up_cfg((16, 256, 4)), "down": down_cfg((8, 256, 2))}
+    for shape, T, formats, cfg in [(wd.MoEShape("c1", H=160, I=136, E=7, K=3), 1, quant.FORMATS, None),
+                                   (wd.MoEShape("c2", H=272, I=264, E=5, K=2), 2, ["block128"], several)]:
+        w13, w2 = shape.weights(dtype=torch.bfloat16, seed=1)
+        gen = torch.Generator().manual_seed(T)
+        x = torch.randn(T, shape.H, generator=gen).to(torch.bfloat16)
+        tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
+        for fmt in formats:
+            q13, q2 = quant.quantize_experts(w13, w2, fmt)
+            c = cfg or warp_fp8_config(shape.H, shape.I, shape.E, shape.K, T, fmt)
+            check_nomath(x, q13, q2, tw, ids, c, f"{shape.name} {fmt}")
+            print(f"{shape.name} T={T} {fmt} {c['gate_up']['BLOCK_I']}x{c['gate_up']['BLOCK_H']} / "
+                  f"{c['down']['BLOCK_H']}x{c['down']['BLOCK_I']}: no math, every word the pair must load summed "
+                  "into its outputs, bit for bit")
+    from warpdecode.bench.timing import _read_kernel
+
+    src = torch.randn(5000).to(torch.bfloat16)
+    out = torch.empty(3)
+    _read_kernel[(3,)](src, out, src.numel(), BLOCK=256)
+    assert abs(out.double().sum() - src.double().sum()) < 1e-3 * src.double().abs().sum()
+    print("the streaming read's partial sums add up to its buffer")
+    if wd.INTERPRET:
+        check_bound_ptx()
+
+
+#: The presets with FP8 weights and the T each is measured at by default (Qwen3-30B-A3B: the bar's).
+BOUND_PLAN = {"qwen3-30b-a3b": [1, 2, 4, 8], "olmoe-1b-7b": [1], "mixtral-8x7b": [1], "qwen3-235b-a22b": [1],
+              "deepseek-v3": [1], "gpt-oss-20b": [1]}
+
+
+def main_bound():
+    p = harness.parser(__doc__, ["bound"], presets=list(BOUND_PLAN), Ts=TS)
+    p.add_argument("--reps", type=int, default=50)
+    args = p.parse_args()
+    if args.check:
+        check_bound()
+        return 0
+    ceiling = harness.read_ceiling()
+    print(f"read ceiling {ceiling:.3f} TB/s", flush=True)
+    rows, path = [], harness.results_dir() / "fp8_bound.csv"
+
+    def add(fcase, version, variant, us, *, err=None, cfg=None, **detail):
+        r = harness.row(fcase, us=us, err=err or 0.0, experiment="fp8_warp", version=version, variant=variant,
+                        config=harness.literal(cfg), detail=harness.literal(detail))
+        if err is None:
+            r["error_over_floor"] = ""
+        rows.append(r)
+        print(f"{fcase.shape.name:16s} T={fcase.T} {variant:28s} {us:8.2f} µs  {fcase.floor_us / us:6.1%} of the "
+              f"ceiling (FP8 bytes: {fcase.floor_us:.2f} µs)" + (f"  error/floor {err:.2f}" if err else ""), flush=True)
+
+    for name in args.presets or list(BOUND_PLAN):
+        for _, fcase in fp8_cases([name], args.T or BOUND_PLAN.get(name, [1]), ceiling):
+            s, L = fcase.shape, len(fcase.layers)
+            cfg = warp_fp8_config(s.H, s.I, s.E, s.K, fcase.T, "block128")
+            steps = list(zip(fcase.layers, fcase.inputs, strict=True))
+            # (a) the shipped pair, checked against float64 first
+            us, err, _ = harness.checked_us(fcase, partial(wp.moe_warp, config=cfg), "fp8 pair (default)",
+                                            reps=args.reps)
+            add(fcase, "shipped", "fp8 pair (default)", us, err=err, cfg=cfg, copies=L)
+            # (b) the same launches without math: copy 0 checked eagerly, then in the graph
+            (q13, q2), i0 = steps[0]
+            want = check_nomath(i0.x, q13, q2, i0.topk_weights, i0.topk_ids, cfg, s.name)
+            g, outs = _filled(lambda steps=steps, cfg=cfg: [
+                moe_nomath(i.x, w13, w2, i.topk_weights, i.topk_ids, config=cfg) for (w13, w2), i in steps], 0x5A5A)
+            assert _same(outs[0], want), (s.name, fcase.T, "graph")
+            us_b = time_replays(g, reps=args.reps).median_us / L
+            assert _same(outs[0], want), (s.name, fcase.T, "replays")
+            del g, outs
+            add(fcase, "bound", "no math, same launches", us_b, cfg=cfg, copies=L, checked="sums, bit for bit")
+            # (c) one streaming read of the call's FP8 bytes, each copy its own buffer
+            nbytes = int(fcase.floor_us * 1e-6 * ceiling * 1e12)
+            r = small_read(nbytes, copies=L, reps=args.reps)
+            add(fcase, "bound", "read of the FP8 bytes", r["us"],
+                cfg={k: r[k] for k in ("programs_per_sm", "BLOCK", "num_warps")}, bytes=r["bytes"], copies=L)
+            harness.write("fp8_bound", rows, path)  # after every case: a run cut short keeps what it measured
+    print(f"rows: {path}")
+    bound_summary(rows)
+    return 0
+
+
+def bound_summary(rows):
+    """Per preset and T: the shipped pair, its launches without math and the read, in µs and as a share
+    of the ceiling, and the pair's time over its no-math launches'."""
+    by = collections.defaultdict(dict)
+    for r in rows:
+        by[(r["preset"], r["T"])][r["variant"]] = r
+    print("\npreset            T  FP8 bytes µs  pair µs (ceiling)  no math µs (ceiling)  read µs (ceiling)  "
+          "pair/no math")
+    for (p, T), v in by.items():
+        a, b, c = (v.get(k) for k in ("fp8 pair (default)", "no math, same launches", "read of the FP8 bytes"))
+        if a and b and c:
+            print(f"{p:16s} {T:2d} {a['floor_us']:12.2f} {a['us']:8.2f} ({a['frac_ceiling']:4.0%}) "
+                  f"{b['us']:11.2f} ({b['frac_ceiling']:4.0%}) {c['us']:10.2f} ({c['frac_ceiling']:4.0%}) "
+                  f"{a['us'] / b['us']:12.2f}x")
+
+
+VERSIONS = {"count": (main_count, []), "tiles": (main_tiles, []), "bound": (main_bound, [])}
 
 if __name__ == "__main__":
     harness.dispatch(__doc__, VERSIONS)

@@ -44,6 +44,7 @@ NO_TABLE = "no tuned table"
 ODD = dict(H=2880, I=1408, E=61, K=4)  # H/32 and I/32 not whole, prime E
 MIXTRAL = dict(H=4096, I=14336, E=8, K=2)
 QWEN = dict(H=2048, I=768, E=128, K=8)  # Qwen3-30B-A3B
+EDGE = dict(H=2880, I=1408, E=61, K=61)  # K = E, past warp.STATIC_SLOTS_MAX: the FP8 down kernel's slot loop
 SHAPES = {"odd": ODD, "mixtral": MIXTRAL, "qwen3-30b": QWEN}
 TS = (1, 3, 8, 64, 256)
 
@@ -79,6 +80,7 @@ def scenarios(arch: int) -> list[tuple]:
         for fmt in ("block128", "mxfp8"):
             for sname, T in (("qwen3-30b", 1), ("odd", 3), ("mixtral", 1)):
                 out.append((f"{sname}-T={T}-warp-fp8-{fmt}", "warp", SHAPES[sname], T, BF16, dict(weights=fmt)))
+            out.append((f"edge-T=3-K=E=61-warp-fp8-{fmt}", "warp", EDGE, 3, BF16, dict(weights=fmt)))
         # the expert path's FP8-weight GEMMs: weight-only and w8a8, decode and the largest default tiles
         for sname, T, fmt, act in (("qwen3-30b", 1, "block128", "native"), ("odd", 64, "mxfp8", "fp8"),
                                    ("mixtral", 256, "block128", "fp8"), ("mixtral", 256, "mxfp8", "native")):

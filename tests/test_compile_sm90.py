@@ -40,6 +40,7 @@ KERNEL_MODULES = (kx, kp, kg, kf, k8)
 QWEN = dict(H=2048, I=768, E=128, K=8)  # Qwen3-30B-A3B
 ODD = dict(H=2880, I=1408, E=61, K=4)  # H/32 and I/32 not whole, prime E
 MIXTRAL = dict(H=4096, I=14336, E=8, K=2)
+EDGE = dict(H=2880, I=1408, E=61, K=61)  # K = E, prime, past warp.STATIC_SLOTS_MAX (tests/test_fp8_gpu.py)
 DEFAULTS, H200 = "no tuned table", "NVIDIA H200"
 SCENARIOS = [
     ("qwen3-30b-T=8-warp", "warp", QWEN, 8, BF16, {}, DEFAULTS),
@@ -108,6 +109,9 @@ SCENARIOS = [
     ("odd-T=1-warp-fp8-mxfp8", "warp", ODD, 1, BF16, dict(weights="mxfp8"), DEFAULTS),
     ("mixtral-T=1-warp-fp8-block128", "warp", MIXTRAL, 1, BF16, dict(weights="block128"), DEFAULTS),
     ("mixtral-T=1-warp-fp8-mxfp8", "warp", MIXTRAL, 1, BF16, dict(weights="mxfp8"), DEFAULTS),
+    # K = E = 61: the down kernel's slots in a run-time loop (SLOT_LOOP), code that does not grow with K
+    ("edge-T=3-K=E=61-warp-fp8-block128", "warp", EDGE, 3, BF16, dict(weights="block128"), DEFAULTS),
+    ("edge-T=3-K=E=61-warp-fp8-mxfp8", "warp", EDGE, 3, BF16, dict(weights="mxfp8"), DEFAULTS),
     # tiles of several rows (bench.fp8.CANDIDATES, experiments/fp8_warp.py): no spills, the layout rule
     ("qwen3-30b-T=1-warp-fp8-rows", "warp", QWEN, 1, BF16, dict(weights="block128", config={
         "gate_up": {"BLOCK_I": 4, "BLOCK_H": 1024, "num_warps": 2, "num_stages": 1},
@@ -401,6 +405,26 @@ def test_gate_up_tile_fits_32_programs_per_sm(built):
     name = "warp_gate_up_kernel-qwen3-30b-T=1-warp-1x1024"
     assert compiled.ptxas_report(built[name])["registers"] <= 64
     assert compiled.programs_per_sm(built[name]) == 32
+
+
+FP8_DOWN = [n for n in PAIR if SPECS[n].name == "warp_down_fp8_kernel"]
+
+
+@pytest.mark.parametrize("name", FP8_DOWN)
+def test_fp8_down_loads_its_tiles_once_in_the_code(built, name):
+    """The FP8 down kernel's weight loads in the PTX: a tile for the first chunk and one in the
+    loop over chunks, K of each unrolled, one of each in the slot loop (``SLOT_LOOP``: the code
+    does not grow with K); the first weight load comes before the wait for the gate/up kernel."""
+    job, lines = SPECS[name], built[name].asm["ptx"].splitlines()
+    c = job.constexprs
+    per_tile = c["BLOCK_H"] * c["BLOCK_I"] // (job.num_warps * 32 * 16)  # 16 e4m3 a lane a load
+    loads = [i for i, ln in enumerate(lines) if "ld.global" in ln and "evict_first" in ln]
+    assert len(loads) == 2 * per_tile * (1 if c["SLOT_LOOP"] else c["K"]), (len(loads), per_tile, c)
+    assert loads[0] < next(i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln)
+
+
+def test_fp8_down_scenarios_reach_both_forms():
+    assert {SPECS[n].constexprs["SLOT_LOOP"] for n in FP8_DOWN} == {False, True}
 
 
 WIDE_GATE_UP = [n for n in PAIR if SPECS[n].name == "warp_gate_up_kernel" and SPECS[n].constexprs["BLOCK_H"] >= 2048]

@@ -41,6 +41,8 @@ CASES = [
     Case("K=1", T=4, H=96, I=40, E=8, K=1),
     Case("K=E=4", T=2, H=64, I=40, E=4, K=4),
     Case("idle-experts-subset", T=4, H=64, I=40, E=11, K=2, routing="idle"),
+    # K past warp.STATIC_SLOTS_MAX: the down kernel's slots in a run-time loop over two chunks of I, a partial row block
+    Case("slot-loop-K=E=11", T=1, H=40, I=136, E=11, K=11),
 ]
 
 
@@ -236,6 +238,12 @@ def test_warp_fp8_at_the_floor(case, fmt, seed):
     ref = wd.reference_moe(*inputs)
     ratio = error_over_floor(run_poisoned(inputs, method="warp"), ref)
     assert ratio <= TOLERANCE[torch.bfloat16]["warp"], ratio
+
+
+def test_fp8_down_form_by_k():
+    """Every preset's K takes the unrolled down kernel; the slot-loop case above is past it."""
+    assert not any(warp.fp8_slot_loop(s.K) for s in wd.PRESETS.values())
+    assert warp.fp8_slot_loop(CASES[-1].K) and CASES[-1].K == CASES[-1].E > warp.STATIC_SLOTS_MAX
 
 
 EXPERT_CASES = [CASES[0], CASES[1], Case("T*K>BLOCK_M-same-experts", T=12, H=64, I=40, E=5, K=2, routing="same")]

@@ -40,6 +40,9 @@
 #   fp8tiles  experiments/fp8_warp.py --version tiles: the FP8 pair at its default tiles, with the integer
 #             dequantization, at gate/up and down tiles of several rows, and the bf16 pair, T = 1 2 4 8 on
 #             qwen3-30b-a3b olmoe-1b-7b mixtral-8x7b against the FP8 bytes' floor (FP8TILES_ARGS); about 3 minutes
+#   fp8bound  experiments/fp8_warp.py --version bound: the FP8 pair (defaults), its two launches with no math and
+#             one read of its FP8 bytes, Qwen3-30B-A3B T = 1 2 4 8 and T = 1 on the other FP8 presets (FP8BOUND_ARGS);
+#             about 2 minutes
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
 #   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
@@ -115,6 +118,7 @@ for stage in "$@"; do
     down2d) experiment down2d warp_down 17 down_2d "${TIMEOUT_DOWN2D:-300}" ${DOWN2D_ARGS:-} ;;
     kfirst) experiment kfirst warp_down 18 down_kfirst "${TIMEOUT_KFIRST:-240}" ${KFIRST_ARGS:-} ;;
     fp8tiles) experiment fp8tiles fp8_warp tiles fp8_tiles "${TIMEOUT_FP8TILES:-240}" ${FP8TILES_ARGS:-} ;;
+    fp8bound) experiment fp8bound fp8_warp bound fp8_bound "${TIMEOUT_FP8BOUND:-150}" ${FP8BOUND_ARGS:-} ;;
     shapes)
       export WARPDECODE_CACHE_DIR=${WARPDECODE_CACHE_DIR:-/tmp/warpdecode-cache}
       IFS=';' read -ra tune_shapes <<< "${TUNE_SHAPES:-2048 1408 64 6;2048 1408 60 4;3584 2560 64 8;6144 10752 16 4}"

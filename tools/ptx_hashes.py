@@ -1,8 +1,10 @@
 """Hashes of the PTX (debug sections, .loc and .file lines stripped) of every tuned warp-decode
 kernel, compiled for sm_90a without a GPU: the pair's gate/up and down kernels of every tuned
 bucket, the grouped kernels of every tuned bucket and their default configs, and the persistent
-kernel's default config per tuned shape. Run it in two checkouts and diff the output to show that
-a change leaves the shipped GPU code as it was:
+kernel's default config per tuned shape; and the FP8-weight pair in both formats at each tuned
+shape (its launches as ``warpdecode.warp`` makes them on the H200, recorded by
+``compiled.record_launches``: its tiles and its down form are the launcher's). Run it in two
+checkouts and diff the output to show that a change leaves the shipped GPU code as it was:
 
     git worktree add /tmp/before <commit>
     (cd /tmp/before && TRITON_INTERPRET=0 PYTHONPATH=. python /path/to/tools/ptx_hashes.py) > before.txt
@@ -116,6 +118,14 @@ def fused_job(label, H, I, K, T, cfg):  # noqa: E741
         num_warps=cfg["num_warps"], num_stages=1))]
 
 
+def fp8_jobs(key, H, I, E, K):  # noqa: E741
+    """The FP8-weight pair at T = 1 in both formats, as the launcher records it (one compiled kernel
+    serves every T)."""
+    shape = warpdecode.MoEShape("tuned", H=H, I=I, E=E, K=K)
+    return [(f"{key} {fmt} {ln.kernel}", ln.job) for fmt in ("block128", "mxfp8")
+            for ln in compiled.record_launches("warp", shape, 1, gpu_name=TABLE.stem.replace("_", " "), weights=fmt)]
+
+
 def main():
     jobs = []
     for key, buckets in sorted(json.loads(TABLE.read_text())["warp"].items()):
@@ -133,6 +143,7 @@ def main():
         jobs += grouped_jobs(f"{key} default wide", H, I, E, K, 16, configs.default_grouped(True),
                              configs.default_grouped_down(True), wide=True)
         jobs += fused_job(f"{key} default", H, I, K, 16, configs.default_fused(H, I, K))
+        jobs += fp8_jobs(key, H, I, E, K)
     names = [n for n, _ in jobs]
     for name, c in zip(names, compiled.compile_many([j for _, j in jobs]), strict=True):
         print(name, hashlib.sha1(code_of(c.asm["ptx"]).encode()).hexdigest()[:16])

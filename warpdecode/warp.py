@@ -89,6 +89,18 @@ def warp_gate_up_fp8(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> to
     return act
 
 
+#: The most routed slots the FP8 down kernel unrolls: K ≤ this loads a chunk of all K slots' rows
+#: at once, K tiles in registers (every preset's K, at most 8); past it the slots go in a run-time
+#: loop, one tile at a time, whose code does not grow with K. At 8 rows × 512 columns on 4 warps,
+#: K = 16 unrolled spills on sm_90a, and K = 61 compiles for minutes.
+STATIC_SLOTS_MAX = 8
+
+
+def fp8_slot_loop(K: int) -> bool:
+    """Whether the FP8 down kernel takes its slots in a run-time loop (``SLOT_LOOP``): K past ``STATIC_SLOTS_MAX``."""
+    return K > STATIC_SLOTS_MAX
+
+
 def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Tensor:
     """Kernel 2 with FP8 weights: y (T, H) = Σ_j topk_weights[:, j] · (q · s)[e_j] act_j, in FP32."""
     E, H, I = w2.shape
@@ -100,7 +112,7 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
         act, q, s, topk_ids, topk_weights, y, H, I, T, act.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), y.stride(0),
         K=K, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], **_fp8_meta(w2, cfg["BLOCK_I"], "down BLOCK_I"),
-        USE_PDL=USE_PDL, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        USE_PDL=USE_PDL, SLOT_LOOP=fp8_slot_loop(K), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"launch_pdl": True} if USE_PDL else {}),
     )
     return y

@@ -24,7 +24,21 @@ are reshaped to [rows, groups, GROUP_K] and summed over the group (in-thread, th
 lanes that share it), giving one partial sum per (row, scale group); those are multiplied by the
 [rows, groups] tile of scales and accumulated, and the accumulator is summed over its groups
 once, at the end. The down tile is K 2-D [rows, columns] tiles, one per routed expert, on every
-Triton release (``warp_pair.PER_SLOT``'s form): each expert has scales of its own.
+Triton release (``warp_pair.PER_SLOT``'s form; one at a time in the slot loop below): each expert
+has scales of its own.
+
+Two forms of the down kernel's slots, chosen by the launcher (``warp.fp8_slot_loop``, the constexpr
+``SLOT_LOOP``): up to ``warp.STATIC_SLOTS_MAX`` routed slots (every preset's K) unrolled, a step
+loading the chunk of all K slots' rows at once; past it, the slots in a run-time loop, whose code
+and registers do not grow with K (unrolled, K tiles sit in registers and the step's code is
+written K times: the default tile spills at K = 16, and at K = 61 compiling takes minutes):
+
+    unrolled (K ≤ STATIC_SLOTS_MAX)           slot loop (K > STATIC_SLOTS_MAX)
+    for c in chunks of I:                     w = tile(slot 0, chunk 0)
+        w_0 … w_{K-1} = tiles(all K, c)       for n in 0 … K·chunks − 1:        slot j = n mod K, chunk c = n div K
+        for j < K:  acc += step(j, c, w_j)        w' = tile(step n + 1);  acc += step(j, c, w);  w = w'
+
+Both read the same bytes in the same tiles, and both load their first weights before the wait.
 
 Instructions per weight byte. With 16 e4m3 per lane per load where bf16 has 8, a lane has twice the
 weights to turn into products per byte loaded: per weight half a ``cvt.rn.f16x2.e4m3x2`` (SASS
@@ -42,9 +56,10 @@ Building the FP32 bits with integer operations instead (sign << 31 | (b & 0x7F) 
 takes more than the 1.5 conversions per weight it replaces; that file times it too.
 
 The weights are loaded ``evict_first`` and the down kernel starts streaming its first chunk of
-weights before it waits for the gate/up kernel (``USE_PDL``), as in ``warp_pair.py``. Token-dependent
-sizes are not specialized, so one compiled kernel serves every T. The grouped and persistent
-schedules (``warp_grouped.py``, ``warp_persistent.py``) read 16-bit weights only.
+weights (the slot loop: its first tile) before it waits for the gate/up kernel (``USE_PDL``), as
+in ``warp_pair.py``. Token-dependent sizes are not specialized, so one compiled kernel serves every
+T. The grouped and persistent schedules (``warp_grouped.py``, ``warp_persistent.py``) read 16-bit
+weights only.
 """
 
 import triton
@@ -141,19 +156,47 @@ def warp_gate_up_fp8_kernel(
 
 
 @triton.jit
-def _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
-                    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
-    """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs: K [BLOCK_H, BLOCK_I] e4m3 tiles."""
+def _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, j, i0,
+                   K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
+    """Columns [i0, i0 + BLOCK_I) of the w2 rows of token t's slot j: one [BLOCK_H, BLOCK_I] e4m3 tile."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_i = i0 + tl.arange(0, BLOCK_I)
     mask = (offs_h < H)[:, None] & (offs_i < I)[None, :]
     offs = offs_h[:, None] * stride_wr + offs_i[None, :]  # within one expert's block: < H·I < 2**31
+    e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + j).to(tl.int64)
+    return tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
+                    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
+    """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs: K [BLOCK_H, BLOCK_I] e4m3 tiles."""
     tiles = ()
     for j in tl.static_range(K):
-        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + j).to(tl.int64)
-        tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0.0,
-                                 eviction_policy="evict_first"),)
+        tiles = tiles + (_down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, j, i0,
+                                        K, BLOCK_H, BLOCK_I),)
     return tiles
+
+
+@triton.jit
+def _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se, stride_sr,
+                   stride_sc, t, pid_h, j, i0, w, acc,
+                   K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr,
+                   GROUP_K: tl.constexpr, E8M0: tl.constexpr):
+    """acc[rows, groups] += s_j · Σ_c∈group w · (w[t, j] · act[tK+j, c]): slot j's step, w its tile
+    (``_down_fp8_tile``), j a constant or a run-time value."""
+    G: tl.constexpr = BLOCK_I // GROUP_K
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    offs_g = i0 // GROUP_K + tl.arange(0, G)
+    mask_s = (offs_h < H)[:, None] & (offs_g < tl.cdiv(I, GROUP_K))[None, :]
+    s_offs = (offs_h // GROUP_N)[:, None] * stride_sr + offs_g[None, :] * stride_sc
+    pair = t.to(tl.int64) * K + j
+    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
+    a = tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0.0).to(tl.float32) * rw
+    s = _scales(w2_scale_ptr + e * stride_se + s_offs, mask_s, E8M0)
+    return acc + _group_sums(w, a, BLOCK_H, BLOCK_I, GROUP_K) * s
 
 
 @triton.jit
@@ -163,19 +206,10 @@ def _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, 
                    GROUP_K: tl.constexpr, E8M0: tl.constexpr):
     """acc[rows, groups] += Σ_j s_j · Σ_c∈group wv[j] · (w[t, j] · act[tK+j, c]), slot by slot:
     the top-K combine is the accumulation."""
-    G: tl.constexpr = BLOCK_I // GROUP_K
-    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    offs_i = i0 + tl.arange(0, BLOCK_I)
-    offs_g = i0 // GROUP_K + tl.arange(0, G)
-    mask_s = (offs_h < H)[:, None] & (offs_g < tl.cdiv(I, GROUP_K))[None, :]
-    s_offs = (offs_h // GROUP_N)[:, None] * stride_sr + offs_g[None, :] * stride_sc
     for j in tl.static_range(K):
-        pair = t.to(tl.int64) * K + j
-        e = tl.load(topk_ids_ptr + pair).to(tl.int64)
-        rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
-        a = tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0.0).to(tl.float32) * rw
-        s = _scales(w2_scale_ptr + e * stride_se + s_offs, mask_s, E8M0)
-        acc += _group_sums(wv[j], a, BLOCK_H, BLOCK_I, GROUP_K) * s
+        acc = _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
+                             stride_sr, stride_sc, t, pid_h, j, i0, wv[j], acc, K, BLOCK_H, BLOCK_I, GROUP_N,
+                             GROUP_K, E8M0)
     return acc
 
 
@@ -208,22 +242,40 @@ def warp_down_fp8_kernel(
     GROUP_K: tl.constexpr,  # columns per scale: 128 (block128) or 32 (mxfp8)
     E8M0: tl.constexpr,  # scales are e8m0 bits (mxfp8), not FP32
     USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
+    SLOT_LOOP: tl.constexpr,  # the slots in a run-time loop, one tile at a time (large K: warp.fp8_slot_loop)
 ):
     pid = tl.program_id(0)
     t = pid % T  # fastest: tokens side by side share w2 rows of common experts
     pid_h = pid // T
-    # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
-    wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, BLOCK_H, BLOCK_I)
-    if USE_PDL:
-        gdc_wait()  # kernel 1 has finished and its intermediate is visible
-    acc = _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
-                         stride_sr, stride_sc, t, pid_h, 0, wv,
-                         tl.zeros([BLOCK_H, BLOCK_I // GROUP_K], dtype=tl.float32),
-                         K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
-    for i0 in range(BLOCK_I, I, BLOCK_I):
-        wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H, BLOCK_I)
+    if SLOT_LOOP:
+        # (chunk, slot) steps, the slot fastest; each step's tile is loaded before the previous step's
+        # math, the first before the wait. The load after the last step is of columns past I: masked off.
+        steps = tl.cdiv(I, BLOCK_I) * K
+        w = _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, 0, K, BLOCK_H, BLOCK_I)
+        if USE_PDL:
+            gdc_wait()
+        acc = tl.zeros([BLOCK_H, BLOCK_I // GROUP_K], dtype=tl.float32)
+        for n in range(steps):
+            w_next = _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, (n + 1) % K,
+                                    (n + 1) // K * BLOCK_I, K, BLOCK_H, BLOCK_I)
+            acc = _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
+                                 stride_sr, stride_sc, t, pid_h, n % K, n // K * BLOCK_I, w, acc,
+                                 K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
+            w = w_next
+    else:
+        # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
+        wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, BLOCK_H, BLOCK_I)
+        if USE_PDL:
+            gdc_wait()  # kernel 1 has finished and its intermediate is visible
         acc = _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
-                             stride_sr, stride_sc, t, pid_h, i0, wv, acc, K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
+                             stride_sr, stride_sc, t, pid_h, 0, wv,
+                             tl.zeros([BLOCK_H, BLOCK_I // GROUP_K], dtype=tl.float32),
+                             K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
+        for i0 in range(BLOCK_I, I, BLOCK_I):
+            wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H, BLOCK_I)
+            acc = _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
+                                 stride_sr, stride_sc, t, pid_h, i0, wv, acc,
+                                 K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
 
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     y = tl.sum(acc, axis=1)  # the dot product, across the warp
