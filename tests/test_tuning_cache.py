@@ -420,6 +420,43 @@ def test_the_cost_model_against_the_measured_crossovers():
     assert model < 0.05 and model < constant
 
 
+def test_the_fp8_cost_model_against_the_measured_fp8_crossovers(monkeypatch):
+    """With FP8 weights (block128) the model against the H200's measured crossovers (the shipped
+    table's ``crossover_block128``, from results/NVIDIA_H200/fp8_speed.csv's auto phase): within one
+    step on all six presets, never early, and at most 8 % over the faster path on the measured times
+    of every T, where a model with the 16-bit weights' read fractions lost up to 1.77x (Mixtral T = 4:
+    the FP8 expert path is slow at few tokens)."""
+    import csv
+
+    shipped = json.loads(SHIPPED_H200.read_text())["crossover_block128"]
+    with (Path(__file__).parents[1] / "results" / "NVIDIA_H200" / "fp8_speed.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["config"] == "moe" and r["weights"] == "block128"]
+    times = {}
+    for r in rows:
+        times.setdefault((r["preset"], int(r["T"])), {})[r["method"]] = float(r["median_us"])
+
+    def worst_loss(crossover_of):
+        worst = 0.0
+        for p in warpdecode.MODEL_PRESETS:
+            s = warpdecode.get_preset(p)
+            xo = crossover_of(s)
+            for T in T_GRID:
+                t = times[(p, T)]
+                worst = max(worst, (t["warp"] if T <= xo else t["expert"]) / min(t["warp"], t["expert"]) - 1)
+        return worst
+
+    for p in warpdecode.MODEL_PRESETS:
+        s = warpdecode.get_preset(p)
+        model, measured = api.model_crossover(s.H, s.I, s.E, s.K, 2, 1), shipped[shape_key(s.H, s.I, s.E, s.K)]
+        assert 0 <= T_GRID.index(model) - T_GRID.index(measured) <= 1, (p, model, measured)
+    assert worst_loss(lambda s: api.model_crossover(s.H, s.I, s.E, s.K, 2, 1)) < 0.08
+    assert worst_loss(lambda s: shipped[shape_key(s.H, s.I, s.E, s.K)]) == 0  # the measured crossover: by construction
+    # the model as if FP8 weights streamed as 16-bit ones do (model_crossover's cache bypassed)
+    monkeypatch.setattr(api, "FP8_PAIR_READ_FRACTION", 1.0)
+    monkeypatch.setattr(api, "FP8_EXPERT_READ_FRACTION", api.EXPERT_READ_FRACTION)
+    assert worst_loss(lambda s: api.model_crossover.__wrapped__(s.H, s.I, s.E, s.K, 2, 1)) > 0.5
+
+
 def test_the_model_leaves_the_grouped_schedule_to_the_expert_path():
     """Without a table, warp decode's defaults run the grouped schedule once tokens share experts;
     the model does not price it, and the crossover ends before it with 16-bit weights. FP8 weights
@@ -433,7 +470,7 @@ def test_the_model_leaves_the_grouped_schedule_to_the_expert_path():
         assert warp > expert or configs.shares_experts(shape.E, shape.K, beyond[0]), shape.name
     q = warpdecode.get_preset("qwen3-30b-a3b")
     assert api.model_crossover(q.H, q.I, q.E, q.K) == 4
-    assert configs.shares_experts(q.E, q.K, 8) and api.model_crossover(q.H, q.I, q.E, q.K, 2, 1) == 8
+    assert configs.shares_experts(q.E, q.K, 8) and api.model_crossover(q.H, q.I, q.E, q.K, 2, 1) >= 8
 
 
 def test_the_model_takes_warp_decode_at_one_token_and_the_expert_path_at_many():

@@ -32,6 +32,16 @@ EXPERT_READ_FRACTION = 0.91  # the expert path's GEMMs stream weights at this fr
 #                              over the ten shapes of experiments/results/NVIDIA_H200/defaults.csv at T = 1, 2, 4
 #                              (defaults) of the weight bytes at the ceiling over the measured time less the
 #                              launches and activations (0.85-1.03)
+# With FP8 weights (w_elem = 1) both paths stream their bytes below the ceiling (results/NVIDIA_H200/fp8_speed.csv,
+# block128, as moe runs them): the FP8 pair is issue-bound (kernels/warp_fp8.py), the weight-only expert path
+# widens each e4m3 tile to bf16 on the way to the tensor cores.
+FP8_PAIR_READ_FRACTION = 0.65  # the FP8 pair's weight bytes at the ceiling over its time less two launches: the
+#                                median over the six presets at T = 1 (0.56-0.89)
+FP8_EXPERT_READ_FRACTION = 0.50  # the weight-only expert path's, as EXPERT_READ_FRACTION: about the median over
+#                                  the six presets at T = 2, 4, 8 (0.495; 0.27-0.63, 0.22-0.40 at T = 1), rounded
+#                                  down, so that the modelled crossover errs late: against the measured times,
+#                                  warp decode one step past the crossover costs at most 1.08x, the expert path one
+#                                  step before it up to 1.76x (Mixtral T = 4); at 0.53 the model picks that
 
 
 def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E741
@@ -49,13 +59,19 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E74
     weights at ``EXPERT_READ_FRACTION`` of the ceiling where the pair's rows stream at it. The grouped schedule
     (one read per expert for up to 16 tokens, which the defaults take once tokens share experts:
     :func:`warpdecode.configs.shares_experts`) is not modelled here; :func:`model_crossover` leaves
-    it to the expert path."""
+    it to the expert path. With FP8 weights (``w_elem`` 1) the pair's weight reads run at
+    ``FP8_PAIR_READ_FRACTION`` of those rates and the expert path's at ``FP8_EXPERT_READ_FRACTION``
+    of the ceiling."""
     expert_bytes = 3 * I * H * (w_elem or elem)
     distinct = expected_distinct(E, K, T)
     hbm_us = distinct * expert_bytes / (READ_TBPS * 1e6)
-    warp = WARP_LAUNCHES * LAUNCH_US + hbm_us + (T * K - distinct) * expert_bytes / (L2_REREAD_TBPS * 1e6)
+    fp8 = (w_elem or elem) == 1
+    pair_fraction, expert_fraction = (FP8_PAIR_READ_FRACTION, FP8_EXPERT_READ_FRACTION) if fp8 else \
+        (1.0, EXPERT_READ_FRACTION)
+    weights = hbm_us + (T * K - distinct) * expert_bytes / (L2_REREAD_TBPS * 1e6)
+    warp = WARP_LAUNCHES * LAUNCH_US + weights / pair_fraction
     act_bytes = T * K * (H + 2 * I + 2 * I + 2 * H) * elem
-    expert = EXPERT_LAUNCHES * LAUNCH_US + hbm_us / EXPERT_READ_FRACTION + act_bytes / (READ_TBPS * 1e6)
+    expert = EXPERT_LAUNCHES * LAUNCH_US + hbm_us / expert_fraction + act_bytes / (READ_TBPS * 1e6)
     return warp, expert
 
 

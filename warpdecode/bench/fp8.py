@@ -477,7 +477,8 @@ def _spills_sm90(shape, fmt: str, cfg: dict) -> bool:
 
 def write_tuned(out: Path, gpu: str) -> Path:
     """``--what table``: :func:`tuned_entries` from ``out``'s ``fp8_speed.csv`` and ``fp8_tuned.json``,
-    merged into the shipped table of ``gpu`` (its FP8 warp families replaced), which keeps the Triton
+    and the auto phase's measured crossover (``crossover_block128``, :func:`measured_crossover`),
+    merged into the shipped table of ``gpu`` (its FP8 families replaced), which keeps the Triton
     release it names: the rows' own, checked here."""
     from .. import configs
 
@@ -491,7 +492,11 @@ def write_tuned(out: Path, gpu: str) -> Path:
         sys.exit(f"{out / 'fp8_speed.csv'}: warp rows of Triton {sorted(releases)}, "
                  f"{path.name} is {table.get('triton')}'s")
     entries = tuned_entries(rows, searched, spills=_spills_sm90)
-    for family in [f for f in table if f.startswith("warp_")]:
+    auto = {r["preset"] for r in rows if r["method"] == "auto" and r["config"] == "moe"}
+    if auto:  # the auto phase's crossover: moe runs each path as timed there, this table's tiles included
+        entries["crossover_block128"] = {
+            shape_key(*(getattr(get_preset(p), a) for a in "HIEK")): measured_crossover(rows, p) for p in sorted(auto)}
+    for family in [f for f in table if f.startswith("warp_") or f in {f"crossover_{q}" for q in quant.FORMATS}]:
         del table[family]
     configs.write_table(path, {**table, **entries})
     print(f"{path}: " + ", ".join(f"{f} {len(v)} shapes" for f, v in entries.items()))
