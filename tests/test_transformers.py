@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import warpdecode
+from warpdecode import api
 
 transformers = pytest.importorskip("transformers")
 wd_hf = pytest.importorskip("warpdecode.integrations.transformers")
@@ -75,7 +76,9 @@ def test_logits_match_eager(name, T, seed):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_experts_module_against_float64(name, seed):
     """One experts module, called directly: warpdecode is within the bf16 floor's reach of the
-    float64 reference, and no farther from it than the model's eager experts."""
+    float64 reference, and no farther from it than the model's eager experts. At T = 6 on these
+    tiny layers ``auto`` runs the expert path, whose intermediate and combine round in bf16 (1.7-2.6
+    floors over 30 draws, eager 2.0-4.0); warp decode within 2 floors."""
     model = _build(name, seed)
     experts = next(m for m in model.modules() if type(m).__name__.endswith("Experts"))
     g = torch.Generator().manual_seed(seed)
@@ -90,9 +93,10 @@ def test_experts_module_against_float64(name, seed):
         y_wd = experts(x, ti.long(), tw.to(torch.bfloat16))
         model.set_experts_implementation("eager")
         y_eager = experts(x, ti.long(), tw.to(torch.bfloat16))
-    # HF passes bf16 routing weights; rounding them costs a little, so the bound is 2x the floor
+    # HF passes bf16 routing weights; rounding them costs a little, so warp decode's bound is 2x the floor
     err_wd, err_eager = warpdecode.rel_error(y_wd, ref), warpdecode.rel_error(y_eager, ref)
-    assert err_wd <= 2.0 * floor
+    picked = api.pick_method(T, x.shape[1], experts.down_proj.shape[2], E, K)
+    assert err_wd <= {"warp": 2.0, "expert": 3.0}[picked] * floor, picked
     assert err_wd <= err_eager
 
 
