@@ -433,32 +433,36 @@ def tuned_entries(rows: list[dict], searched: dict, spills=lambda shape, fmt, cf
     was chosen from (``measured_us``)."""
     from ..configs import default_warp_fp8
 
+    presets = {_key(p): p for p in MODEL_PRESETS}
     out: dict = {}
     for family, shapes in searched.items():
         if not family.startswith("warp_"):
             continue
         fmt = family.removeprefix("warp_")
         for key, buckets in shapes.items():
-            H, I, E, K = (int(kv.split("=")[1]) for kv in key.split(","))  # noqa: E741
-            cfg = buckets[-1][1]
-            preset = next((p for p in MODEL_PRESETS if shape_key(*(getattr(get_preset(p), a) for a in "HIEK")) == key),
-                          None)
+            if key not in presets:
+                continue
+            preset, cfg = presets[key], buckets[-1][1]
+            shape = get_preset(preset)
+            default = default_warp_fp8(shape.H, shape.I, shape.K)
             times = {(int(r["T"]), r["config"]): float(r["median_us"]) for r in rows
                      if r["preset"] == preset and r["method"] == "warp" and r["weights"] == fmt}
-            entry, won = [], False
-            usable = preset is not None and not spills(get_preset(preset), fmt, cfg)
-            for T in sorted({t for t, c in times if c == "default" and (t, "searched") in times}):
-                d, sr = times[(T, "default")], times[(T, "searched")]
-                win = usable and sr < SEARCHED_MARGIN * d
-                won |= win
-                entry.append([T, {**(cfg if win else default_warp_fp8(H, I, K)),
-                                  "measured_us": {"default": d, "searched": sr}}])
-            if won:
-                if entry[-1][1]["gate_up"] != default_warp_fp8(H, I, K)["gate_up"] or \
-                        entry[-1][1]["down"] != default_warp_fp8(H, I, K)["down"]:
-                    entry.append([SPEED_T[-1], default_warp_fp8(H, I, K)])
-                out.setdefault(family, {})[key] = entry
+            Ts = sorted({t for t, c in times if c == "default" and (t, "searched") in times})
+            faster = {T: times[(T, "searched")] < SEARCHED_MARGIN * times[(T, "default")] for T in Ts}
+            if not any(faster.values()) or spills(shape, fmt, cfg):  # compiled only where the tiles won
+                continue
+            entry = [[T, {**(cfg if faster[T] else default),
+                          "measured_us": {"default": times[(T, "default")], "searched": times[(T, "searched")]}}]
+                     for T in Ts]
+            if faster[Ts[-1]]:  # the searched tiles hold up to the last T timed; the defaults past it
+                entry.append([SPEED_T[-1], default])
+            out.setdefault(family, {})[key] = entry
     return out
+
+
+def _key(preset: str) -> str:
+    s = get_preset(preset)
+    return shape_key(s.H, s.I, s.E, s.K)
 
 
 def _spills_sm90(shape, fmt: str, cfg: dict) -> bool:
@@ -495,7 +499,7 @@ def write_tuned(out: Path, gpu: str) -> Path:
     auto = {r["preset"] for r in rows if r["method"] == "auto" and r["config"] == "moe"}
     if auto:  # the auto phase's crossover: moe runs each path as timed there, this table's tiles included
         entries["crossover_block128"] = {
-            shape_key(*(getattr(get_preset(p), a) for a in "HIEK")): measured_crossover(rows, p) for p in sorted(auto)}
+            _key(p): measured_crossover(rows, p) for p in sorted(auto)}
     for family in [f for f in table if f.startswith("warp_") or f in {f"crossover_{q}" for q in quant.FORMATS}]:
         del table[family]
     configs.write_table(path, {**table, **entries})

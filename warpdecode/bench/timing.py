@@ -104,7 +104,7 @@ def time_interleaved(graphs: list, *, reps: int = 100, rounds: int = 5, warmup: 
     per = max(1, reps // rounds)
     events = [[] for _ in graphs]
     for r in range(rounds):
-        for k in (list(range(len(graphs)))[r % len(graphs):] + list(range(len(graphs)))[:r % len(graphs)]):
+        for k in ((r + i) % len(graphs) for i in range(len(graphs))):
             for _ in range(per):
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s.record()
