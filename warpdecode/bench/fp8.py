@@ -569,7 +569,7 @@ def main(argv=None):
     if "layers" in args.what:
         layers_csv.unlink(missing_ok=True)
         layer_errors(layers=args.layers, csv_path=layers_csv)
-    print(f"\n== the bar ({torch.cuda.get_device_name()}) ==")
+    print(f"\n== the bar ({gpu}) ==")
     for line in figures(_read(speed_csv), _read(acc_csv)) + layer_figures(_read(layers_csv)):
         print(line)
     return 0

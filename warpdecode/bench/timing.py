@@ -95,16 +95,24 @@ def time_replays(graph, *, reps: int = 100, warmup: int = 10, min_warmup_ms: flo
 
 def time_interleaved(graphs: list, *, reps: int = 100, rounds: int = 5, warmup: int = 10,
                      min_warmup_ms: float = 50.0) -> list[Timing]:
-    """:func:`time_replays` for several graphs at once, in ``rounds`` rounds of ``reps // rounds``
-    replays each, the graphs' order rotated every round, so that a drift of the GPU's clocks or
-    temperature over the run reaches every graph alike: graphs that launch the same kernels come
-    out alike (timed one after another, such pairs differed by up to 3 % at 0.9 ms per replay)."""
+    """:func:`time_replays` for several graphs at once, in rounds of ``reps // rounds`` replays
+    each, so that a drift of the GPU's clocks or temperature over the run reaches every graph alike:
+    graphs that launch the same kernels come out alike (timed one after another, such pairs differed
+    by up to 3 % at 0.9 ms per replay). The rounds go through every rotation of the graphs' order,
+    forwards and backwards (``rounds`` rounded up to a multiple of that count), so each graph runs
+    in every place and after every other graph equally often: a graph that heats the GPU (warp
+    decode at T = 256, 14 times the expert path's time) precedes each of the others as often."""
     for g in graphs:
         _warm_up(g.replay, warmup, min_warmup_ms)
+    n = len(graphs)
+    orders = [[(r + i) % n for i in range(n)] for r in range(n)]
+    if n > 2:
+        orders += [order[::-1] for order in orders]
+    rounds = -(-rounds // len(orders)) * len(orders)
     per = max(1, reps // rounds)
     events = [[] for _ in graphs]
     for r in range(rounds):
-        for k in ((r + i) % len(graphs) for i in range(len(graphs))):
+        for k in orders[r % len(orders)]:
             for _ in range(per):
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s.record()
