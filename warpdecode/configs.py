@@ -121,11 +121,15 @@ def merge_tables(*tables_in_order: dict) -> dict:
 
 #: Families whose entries hold only on the Triton release they were tuned on: warp decode's
 #: kernels compile to a different form on another release (``kernels/warp_pair.down_form``, the
-#: gate/up slices). Measured on the H200 with Triton 3.8: the 3.6-tuned warp entries ran 0.94–1.39×
-#: the time of the defaults (Mixtral T = 2: 400 against 287 µs), the 3.6-tuned expert tiles
-#: 0.92–1.02× it (``experiments/results/NVIDIA_H200/defaults_triton38.csv``). A table says its
-#: release in ``"triton"``; on another release these families are left out and the defaults run.
-RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8")
+#: gate/up slices), and ``auto``'s crossover weighs those kernels' times. Measured on the H200 with
+#: Triton 3.8 (``experiments/results/NVIDIA_H200/defaults_triton38.csv``): the 3.6-tuned warp entries
+#: ran 0.94–1.39× the time of the defaults (Mixtral T = 2: 400 against 287 µs), the 3.6-tuned expert
+#: tiles 0.92–1.02× it; the 3.6-measured crossover kept warp decode at T = 8 where it took 1.06× the
+#: expert path's time (Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B), where the cost model (what runs in its
+#: place) ran within 4 % of the faster path on every row. A table says its release in
+#: ``"triton"``; on another release these families are left out: the defaults and the model run.
+RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8", "crossover", "crossover_evidence",
+                 "crossover_block128", "crossover_mxfp8")
 
 
 def release(version: str | None = None) -> str:
@@ -171,7 +175,8 @@ load_tuned.cache_clear = _load.cache_clear
 def write_cache(table: dict, gpu: str | None = None) -> Path:
     """Merge ``table`` into the user's cached table of ``gpu`` (its shapes replace the cached
     ones) and write it in one replace, so that a reader never sees half a file. The table is
-    this Triton release's: cached warp entries of another release are dropped (:func:`for_this_release`)."""
+    this Triton release's: cached warp entries and crossovers of another release are dropped
+    (:func:`for_this_release`)."""
     path = cache_file(gpu)
     write_table(path, {**merge_tables(table, for_this_release(_read(path))), "triton": triton.__version__})
     return path
@@ -215,8 +220,8 @@ def tuning_note(shapes) -> str:
     names = ", ".join(getattr(s, "name", shape_key(s.H, s.I, s.E, s.K)) for s in missing)
     command = "python -m warpdecode tune " + " ".join(f"--shape {s.H} {s.I} {s.E} {s.K}" for s in missing)
     shipped = _read(tuned_file()) if sources()[0] else {}
-    other = (f" (the shipped table is Triton {shipped['triton']}'s; warp decode's entries hold only on that release, "
-             f"this is {triton.__version__})" if other_release(shipped) else "")
+    other = (f" (the shipped table is Triton {shipped['triton']}'s; warp decode's entries and the crossover hold only "
+             f"on that release, this is {triton.__version__})" if other_release(shipped) else "")
     return (f"launch configurations: no tuned table for {names} on {gpu}{other}, so the defaults run (rules of the "
             f"shape, T and this GPU's limits); to tune them here, remembered in {cache_dir()}: {command}")
 

@@ -538,8 +538,8 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
     shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
     path = path or tuned_file()
     table = json.loads(path.read_text()) if path.exists() else {}
-    if configs.other_release(table):  # warp entries of another release: stale here
-        print(f"{path}: warp decode's entries were tuned on triton {table['triton']}, this is "
+    if configs.other_release(table):  # warp entries and crossovers of another release: stale here
+        print(f"{path}: warp decode's entries and the crossovers were tuned on triton {table['triton']}, this is "
               f"{triton.__version__}: they are dropped", flush=True)
         table = configs.for_this_release(table)
     table["triton"] = triton.__version__
