@@ -40,7 +40,7 @@ FP8_PAIR_READ_FRACTION = 0.65  # the FP8 pair's weight bytes at the ceiling over
 FP8_EXPERT_READ_FRACTION = 0.50  # the weight-only expert path's, as EXPERT_READ_FRACTION: about the median over
 #                                  the six presets at T = 2, 4, 8 (0.495; 0.27-0.63, 0.22-0.40 at T = 1), rounded
 #                                  down, so that the modelled crossover errs late: against the measured times,
-#                                  warp decode one step past the crossover costs at most 1.08x, the expert path one
+#                                  warp decode one step past the crossover costs at most 1.09x, the expert path one
 #                                  step before it up to 1.76x (Mixtral T = 4); at 0.53 the model picks that
 
 
