@@ -426,8 +426,9 @@ def test_the_fp8_cost_model_against_the_measured_fp8_crossovers(monkeypatch):
     """With FP8 weights (block128) the model against the H200's measured crossovers (the shipped
     table's ``crossover_block128``, from results/NVIDIA_H200/fp8_speed.csv's auto phase): within one
     step on all six presets, never early, and under 10 % over the faster path on the measured times
-    of every T (8.8 %: Qwen3-30B-A3B at T = 16, one step late), where a model with the 16-bit weights' read fractions lost up to 1.77x (Mixtral T = 4:
-    the FP8 expert path is slow at few tokens)."""
+    of every T (8.8 %: Qwen3-30B-A3B at T = 16, one step late), where a model with the 16-bit
+    weights' read fractions lost up to 1.77x (Mixtral T = 4: the FP8 expert path is slow at few
+    tokens)."""
     import csv
 
     shipped = json.loads(SHIPPED_H200.read_text())["crossover_block128"]
