@@ -3,6 +3,7 @@ shapes that are not presets.
 
     python experiments/defaults.py [--T 1 2 4 ...] [--shapes NAME ...] [--reps 50]
     python experiments/defaults.py --version down [--T 1 2 4] [--shapes NAME ...]
+    python experiments/defaults.py --version gate_up [--T 1 4 8] [--shapes NAME ...]
     TRITON_INTERPRET=1 python experiments/defaults.py --check     # the defaults' results, on the CPU
 
 For each shape and T: warp decode, the expert-centric path and ``auto``, once with the shipped
@@ -17,20 +18,26 @@ one. ``auto`` runs the picked path's kernels, so the two figures differ by the t
 
 ``--version down``: the data behind warp decode's default down tile. On every shape, at the T's
 where the defaults run the pair (T = 1, 2, 4), the pair with its default gate/up tile and each of
-``DOWN_TILES`` as its down tile, checked against float64 and timed as ``harness.checked_us`` times
-(CUDA graph over rotated layer copies). Rows: ``experiments/results/<GPU>/down_defaults.csv``
-(schema ``harness.COLUMNS``); the summary printed last: per shape and T, each tile's time over the
-fastest, the default tile marked.
+``DOWN_TILES`` as its down tile, the default's tile first and again last (a drift check), checked
+against float64 and timed as ``harness.checked_us`` times (CUDA graph over rotated layer copies).
+Rows: ``experiments/results/<GPU>/down_defaults.csv`` (schema ``harness.COLUMNS``); the summary
+printed last: per shape and T, each tile's time over the fastest, the default tile marked.
+
+``--version gate_up``: the same with the roles swapped, the data behind warp decode's default
+gate/up tile on a release: the pair with its default down tile and each of ``GATE_UP_TILES``
+(default T = 1, 4, 8). Rows: ``experiments/results/<GPU>/gate_up_defaults.csv``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import sys
 from pathlib import Path
 
 import torch
+import triton
 
 import warpdecode as wd
 from warpdecode import api, configs
@@ -49,6 +56,12 @@ ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 DOWN_TILES = [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": 1}
               for r, c, w in [(4, 256, 4), (8, 256, 4), (2, 512, 2), (4, 512, 2), (8, 512, 4), (8, 512, 8),
                               (16, 512, 8)]]
+
+#: Gate/up tiles timed by ``--version gate_up`` ([rows of I, columns of H] on warps): the defaults'
+#: one row of 1024 or 2048 columns and the Triton 3.8 tuner's picks at T ≤ 8 on three of the ten
+#: shapes (``results/NVIDIA_H200/tuned_shapes_cache_triton38.json``).
+GATE_UP_TILES = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": 1}
+                 for r, c, w in [(1, 2048, 1), (1, 1024, 1), (1, 512, 1), (2, 512, 1), (2, 256, 1), (4, 256, 2)]]
 
 
 def no_tables():
@@ -73,7 +86,7 @@ def check():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", default="defaults", choices=["defaults", "down"],
+    p.add_argument("--version", default="defaults", choices=["defaults", "down", "gate_up"],
                    help="defaults against tuned (default), or the down tiles behind the default")
     p.add_argument("--check", action="store_true", help="check the defaults' results (CPU interpreter)")
     p.add_argument("--T", type=int, nargs="+", default=ALL_T)
@@ -97,7 +110,9 @@ def main(argv=None):
     names = args.shapes or [*wd.MODEL_PRESETS, *extra]
     shapes = [extra.get(n) or wd.get_preset(n) for n in names]
     if args.version == "down":
-        return down_tiles(shapes, [t for t in args.T if t <= 4] if args.T != ALL_T else [1, 2, 4])
+        return part_tiles(shapes, [t for t in args.T if t <= 4] if args.T != ALL_T else [1, 2, 4], "down")
+    if args.version == "gate_up":
+        return part_tiles(shapes, [t for t in args.T if t <= 8] if args.T != ALL_T else [1, 4, 8], "gate_up")
     ceiling = read_ceiling(4.0)
     print(f"read ceiling {ceiling:.3f} TB/s", flush=True)
     rows = []
@@ -145,8 +160,9 @@ def summary(rows):
                   f"{100 * frac.get((preset, T, 'expert', 'off'), 0):10.1f}%  {auto_over(preset, T, 'off'):>24s}  "
                   f"{auto_over(preset, T, 'tuned'):>26s}")
 
-def down_tiles(shapes, Ts):
-    """``--version down``: the pair with its default gate/up tile and each of :data:`DOWN_TILES`."""
+def part_tiles(shapes, Ts, part: str):
+    """``--version down`` / ``gate_up``: the pair with its default tile for the other kernel and
+    each of :data:`DOWN_TILES` / :data:`GATE_UP_TILES` for ``part``, the default's own tile among them."""
     import harness
 
     from warpdecode import warp as wp
@@ -156,33 +172,45 @@ def down_tiles(shapes, Ts):
         for case in harness.cases(shapes, Ts):
             s = case.shape
             default = configs.warp_config(s.H, s.I, s.E, s.K, case.T)
-            gate_up = default["gate_up"]
-            for cfg in DOWN_TILES:
-                if cfg["BLOCK_I"] > max(256, 2 * s.I):
-                    continue
+            other = default["gate_up" if part == "down" else "down"]
+            if part == "down":
+                tiles = [c for c in DOWN_TILES if c["BLOCK_I"] <= max(256, 2 * s.I)]
+            else:
+                tiles = [c for c in GATE_UP_TILES if c["BLOCK_H"] <= triton.next_power_of_2(s.H)]
+            if default[part] not in tiles:
+                tiles = [default[part], *tiles]
+            # the default timed again last: the first tile timed on a shape can run slow (at T = 1 on
+            # the ten shapes, up to 1.12× its time in the defaults report: Mixtral, 185 against 164 µs)
+            for n, cfg in enumerate([*tiles, default[part]]):
+                again = n == len(tiles)
+                gate_up, down = (other, cfg) if part == "down" else (cfg, other)
 
-                def pair(x, w13, w2, tw, ids, cfg=cfg, gate_up=gate_up):
-                    return wp.warp_down(wp.warp_gate_up(x, w13, ids, gate_up), w2, ids, tw, cfg, x.dtype)
+                def pair(x, w13, w2, tw, ids, gate_up=gate_up, down=down):
+                    return wp.warp_down(wp.warp_gate_up(x, w13, ids, gate_up), w2, ids, tw, down, x.dtype)
 
                 got = harness.checked_us_or_none(case, pair, str(cfg))
                 if got is None:
                     continue
                 us, err, _ = got
-                label = "default" if cfg == default["down"] else "tile"
-                rows.append(harness.row(case, us=us, err=err, experiment="defaults", version="down", variant=label,
-                                        config=str(cfg), detail=str({"gate_up": gate_up})))
-                print(f"{s.name} T={case.T} down {cfg}: {us:.2f} us ({label})", flush=True)
-            harness.write("down_defaults", rows)
-    print("\nshape                  T  " + "  ".join(f"{c['BLOCK_H']}x{c['BLOCK_I']}/{c['num_warps']}w"
-                                                   for c in DOWN_TILES))
+                label = "default again" if again else "default" if cfg == default[part] else "tile"
+                rows.append(harness.row(case, us=us, err=err, experiment="defaults", version=part, variant=label,
+                                        config=str(cfg) + (" again" if again else ""),
+                                        detail=str({"down" if part == "gate_up" else "gate_up": other})))
+                print(f"{s.name} T={case.T} {part} {cfg}: {us:.2f} us ({label})", flush=True)
+            harness.write(f"{part}_defaults", rows)
+    print(f"\nshape                  T  {part} tiles [rows, columns]/warps: time over the fastest (* the default, "
+          "timed first and again last)")
     for key in dict.fromkeys((r["preset"], r["T"]) for r in rows):
         got = {r["config"]: r for r in rows if (r["preset"], r["T"]) == key}
         best = min(r["us"] for r in got.values())
-        cells = []
-        for c in DOWN_TILES:
-            r = got.get(str(c))
-            cells.append("-" if r is None else f"{r['us'] / best:.3f}{'*' if r['variant'] == 'default' else ' '}")
-        print(f"{key[0]:20s} {key[1]:3d}  " + "  ".join(f"{c:>11s}" for c in cells))
+        cells = [f"{_tile_name(ast.literal_eval(c.removesuffix(' again')), part)} {r['us'] / best:.3f}"
+                 + {"default": "*", "default again": "* again"}.get(r["variant"], "") for c, r in got.items()]
+        print(f"{key[0]:20s} {key[1]:3d}  " + "  ".join(cells))
+
+
+def _tile_name(cfg: dict, part: str) -> str:
+    rows, cols = (cfg["BLOCK_H"], cfg["BLOCK_I"]) if part == "down" else (cfg["BLOCK_I"], cfg["BLOCK_H"])
+    return f"{rows}x{cols}/{cfg['num_warps']}w"
 
 
 if __name__ == "__main__":
