@@ -370,6 +370,38 @@ def test_report_names_each_file_and_block_it_writes(tmp_path, monkeypatch, capsy
     assert "wrote" not in said and said.count("unchanged") == 3
 
 
+def test_report_generate_table_takes_each_model_and_batch_at_its_deepest_run(tmp_path):
+    """hf_generate.csv's compiled rows: per model and batch the run with the most layers, its two
+    implementations' rows side by side; eager rows and runs without a grouped_mm row left out."""
+    import csv
+
+    from warpdecode.bench import data, report
+
+    root = _report_checkout(tmp_path)
+    assert report.generate_table(H200, root) is None  # no generate data: the block stays as it is
+    columns = ["model", "layers", "batch", "impl", "compile", "tokens_per_s", "moe_share", "speedup_over_grouped_mm",
+               "amdahl_predicted", "gpu", "torch", "triton", "transformers"]
+    rows = []
+    runs = [(8, 1, "reduce-overhead", 300.0, 400.0), (48, 1, "reduce-overhead", 80.0, 104.0),
+            (48, 1, "none", 10.0, 99.0), (48, 4, "reduce-overhead", 200.0, 330.0)]
+    for layers, batch, compile_, g_tps, w_tps in runs:
+        for impl, tps in (("grouped_mm", g_tps), ("warpdecode", w_tps)):
+            rows.append({"model": "qwen3-30b-a3b shapes", "layers": layers, "batch": batch, "impl": impl,
+                         "compile": compile_, "tokens_per_s": tps, "moe_share": 0.4 if impl == "grouped_mm" else 0.2,
+                         "speedup_over_grouped_mm": f"{w_tps / g_tps:.4f}" if impl == "warpdecode" else "",
+                         "amdahl_predicted": "1.3000" if impl == "warpdecode" else "", "gpu": H200,
+                         "torch": "2.11", "triton": "3.6", "transformers": "5.17"})
+    with (data.gpu_dir(H200, root) / "hf_generate.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        w.writerows(rows)
+    table = report.generate_table(H200, root)
+    body = [line for line in table.splitlines() if line.startswith("| qwen3")]
+    assert body == ["| qwen3-30b-a3b | 48 | 1 | 104.0 | 80.0 | 1.30× | 1.30× | 40% |",
+                    "| qwen3-30b-a3b | 48 | 4 | 330.0 | 200.0 | 1.65× | 1.30× | 40% |"]
+    assert "results/NVIDIA_H200/hf_generate.csv" in table
+
+
 # ---------------------------------------------------------------------------------------------
 # options the CPU cannot honour say so
 

@@ -422,8 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="regenerate the crossover, the README's tables and figures from the CSV",
                        description="From <checkout>/results/<GPU>/*.csv: the auto crossover into "
                                    "warpdecode/tuned/<GPU>.json, the README's generated blocks (results, accuracy, "
-                                   "targets, schedules) and figures/*.png. Computes everything first and names each "
-                                   "file it writes; with no data for the GPU it writes nothing and exits non-zero.")
+                                   "targets, schedules, generate) and figures/*.png. Computes everything first and "
+                                   "names each file it writes; with no data for the GPU it writes nothing and exits "
+                                   "non-zero.")
     r.add_argument("--gpu", default=None, help="results of which GPU (default: this one, else NVIDIA H200)")
     r.add_argument("--root", help="the warpdecode checkout to regenerate (default: the nearest folder at or above "
                                   "the current directory holding README.md and results/)")
