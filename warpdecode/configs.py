@@ -124,7 +124,7 @@ def merge_tables(*tables_in_order: dict) -> dict:
 #: gate/up slices), and ``auto``'s crossover weighs those kernels' times. Measured on the H200 with
 #: Triton 3.8 (``experiments/results/NVIDIA_H200/defaults_triton38.csv``): the 3.6-tuned warp entries
 #: ran 0.94–1.39× the time of the defaults (Mixtral T = 2: 400 against 287 µs), the 3.6-tuned expert
-#: tiles 0.92–1.02× it; the 3.6-measured crossover kept warp decode at T = 8 where it took 1.06× the
+#: tiles 0.92–1.03× it; the 3.6-measured crossover kept warp decode at T = 8 where it took 1.06× the
 #: expert path's time (Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B), where the cost model (what runs in its
 #: place) ran within 4 % of the faster path on every row. A table says its release in
 #: ``"triton"``; on another release these families are left out: the defaults and the model run.
