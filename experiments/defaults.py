@@ -31,7 +31,6 @@ gate/up tile on a release: the pair with its default down tile and each of ``GAT
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import sys
 from pathlib import Path
@@ -167,7 +166,7 @@ def part_tiles(shapes, Ts, part: str):
 
     from warpdecode import warp as wp
 
-    rows = []
+    rows, timed = [], {}  # timed: (shape, T) -> [(tile, variant, µs)] for the summary
     with no_tables():
         for case in harness.cases(shapes, Ts):
             s = case.shape
@@ -194,18 +193,18 @@ def part_tiles(shapes, Ts, part: str):
                 us, err, _ = got
                 label = "default again" if again else "default" if cfg == default[part] else "tile"
                 rows.append(harness.row(case, us=us, err=err, experiment="defaults", version=part, variant=label,
-                                        config=str(cfg) + (" again" if again else ""),
-                                        detail=str({"down" if part == "gate_up" else "gate_up": other})))
+                                        config=str(cfg), detail=str({"down" if part == "gate_up" else "gate_up":
+                                                                     other})))
+                timed.setdefault((s.name, case.T), []).append((cfg, label, us))
                 print(f"{s.name} T={case.T} {part} {cfg}: {us:.2f} us ({label})", flush=True)
             harness.write(f"{part}_defaults", rows)
     print(f"\nshape                  T  {part} tiles [rows, columns]/warps: time over the fastest (* the default, "
           "timed first and again last)")
-    for key in dict.fromkeys((r["preset"], r["T"]) for r in rows):
-        got = {r["config"]: r for r in rows if (r["preset"], r["T"]) == key}
-        best = min(r["us"] for r in got.values())
-        cells = [f"{_tile_name(ast.literal_eval(c.removesuffix(' again')), part)} {r['us'] / best:.3f}"
-                 + {"default": "*", "default again": "* again"}.get(r["variant"], "") for c, r in got.items()]
-        print(f"{key[0]:20s} {key[1]:3d}  " + "  ".join(cells))
+    for (name, T), got in timed.items():
+        best = min(us for _, _, us in got)
+        mark = {"default": "*", "default again": "* again"}
+        cells = [f"{_tile_name(cfg, part)} {us / best:.3f}{mark.get(label, '')}" for cfg, label, us in got]
+        print(f"{name:20s} {T:3d}  " + "  ".join(cells))
 
 
 def _tile_name(cfg: dict, part: str) -> str:

@@ -432,17 +432,16 @@ def generate_table(gpu: str, root: Root = None) -> str | None:
     run holding both experts implementations (both rows of one run: warpdecode's carries the
     speed-up over grouped_mm and Amdahl's prediction from grouped_mm's measured expert share);
     None where no such run exists."""
-    rows = [r for r in data.read(data.gpu_dir(gpu, root) / "hf_generate.csv")
-            if r["compile"] == "reduce-overhead" and r["impl"] == "warpdecode" and r.get("speedup_over_grouped_mm")]
+    compiled = [r for r in data.read(data.gpu_dir(gpu, root) / "hf_generate.csv") if r["compile"] == "reduce-overhead"]
     deepest: dict = {}
-    for r in rows:
+    for r in compiled:
         key = (r["model"], int(r["batch"]))
-        if key not in deepest or int(r["layers"]) >= int(deepest[key]["layers"]):
+        if r["impl"] == "warpdecode" and r.get("speedup_over_grouped_mm") and \
+                (key not in deepest or int(r["layers"]) >= int(deepest[key]["layers"])):
             deepest[key] = r
     if not deepest:
         return None
-    grouped = {(r["model"], r["layers"], r["batch"]): r for r in data.read(data.gpu_dir(gpu, root) / "hf_generate.csv")
-               if r["compile"] == "reduce-overhead" and r["impl"] == "grouped_mm"}
+    grouped = {(r["model"], r["layers"], r["batch"]): r for r in compiled if r["impl"] == "grouped_mm"}
     lines = ["| model | layers | batch | warpdecode tok/s | grouped_mm tok/s | speed-up | Amdahl predicts | "
              "grouped_mm expert share |", "|---|---|---|---|---|---|---|---|"]
     for (model, batch), w in sorted(deepest.items()):
