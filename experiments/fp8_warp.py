@@ -45,8 +45,12 @@ memory, set the pace.
   intermediate element, 16 bits per element of y), copy 0's outputs checked against the sums
   PyTorch computes before and after timing; (c) one streaming read of exactly the call's FP8 bytes
   (``timing.small_read``, each copy its own buffer), with the read ceiling measured in the same
-  run. ``floor_us`` is the FP8 bytes at that ceiling (as in ``tiles``). Rows:
-  ``experiments/results/<GPU>/fp8_bound.csv`` (``bash tools/gpu.sh fp8bound``).
+  run; (d) the shipped pair and (e) its no-math launches with the weights in L2: every slot routed to
+  expert 0 of copy 0 in every step (one expert's rows, a few MB), the same instructions with the
+  bytes from L2, so (d) is what the pair's instructions take where HBM does not hold them back
+  ((d) checked against float64 on that routing, (e) bit for bit). ``floor_us`` is the FP8 bytes at
+  that ceiling (as in ``tiles``) on every row. Rows: ``experiments/results/<GPU>/fp8_bound.csv``
+  (``bash tools/gpu.sh fp8bound``).
 
 The integer dequantization (``bits``): the e4m3 bits b placed in an FP32 word, sign << 31 |
 (b & 0x7F) << 20, are q · 2^-120 exactly, subnormals included (as FP32 denormals; the kernels' FMAs
@@ -63,6 +67,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import dataclasses
 import os
 import re
 import subprocess
@@ -830,6 +835,16 @@ def check_bound():
             print(f"{shape.name} T={T} {fmt} {c['gate_up']['BLOCK_I']}x{c['gate_up']['BLOCK_H']} / "
                   f"{c['down']['BLOCK_H']}x{c['down']['BLOCK_I']}: no math, every word the pair must load summed "
                   "into its outputs, bit for bit")
+            # the bound's routing with the weights in L2: every slot to expert 0, the pair against float64
+            hot = torch.zeros_like(ids)
+            check_nomath(x, q13, q2, tw, hot, c, f"{shape.name} {fmt} expert 0")
+            ref = wd.reference_moe(x, q13, q2, tw, hot)
+            with _alloc.poisoned():
+                y = wp.moe_warp(x, q13, q2, tw, hot, config=c)
+            err = harness.rel_error(y, ref) / harness.rounding_floor(ref, torch.bfloat16)
+            assert err <= 4.0 and not y.isnan().any(), (shape.name, fmt, err)
+            print(f"{shape.name} T={T} {fmt}, every slot routed to expert 0: no math bit for bit, the pair "
+                  f"{err:.2f} × the floor")
     from warpdecode.bench.timing import _read_kernel
 
     src = torch.randn(5000).to(torch.bfloat16)
@@ -890,6 +905,24 @@ def main_bound():
             r = small_read(nbytes, copies=L, reps=args.reps)
             add(fcase, "bound", "read of the FP8 bytes", r["us"],
                 cfg={k: r[k] for k in ("programs_per_sm", "BLOCK", "num_warps")}, bytes=r["bytes"], copies=L)
+            # (d), (e): (a) and (b) with the weights in L2, every slot routed to expert 0 of copy 0 in
+            # every step: the same instructions, the bytes from L2, so (d) is what the math takes
+            i0 = fcase.inputs[0]
+            hot = dataclasses.replace(i0, topk_ids=torch.zeros_like(i0.topk_ids))
+            lay0 = fcase.layers[0]
+            l2 = harness.Case(s, fcase.T, fcase.seed, [lay0] * L, [hot] * L, fcase.floor_us, ceiling,
+                              wd.reference_moe(hot.x, *lay0, hot.topk_weights, hot.topk_ids))
+            us_d, err_d, _ = harness.checked_us(l2, partial(wp.moe_warp, config=cfg), "fp8 pair, weights in L2",
+                                                reps=args.reps)
+            add(fcase, "bound", "fp8 pair, weights in L2", us_d, err=err_d, cfg=cfg, copies=L, routed="expert 0")
+            want = check_nomath(hot.x, *lay0, hot.topk_weights, hot.topk_ids, cfg, s.name + " in L2")
+            g, outs = _filled(lambda lay0=lay0, hot=hot, cfg=cfg, L=L: [
+                moe_nomath(hot.x, *lay0, hot.topk_weights, hot.topk_ids, config=cfg) for _ in range(L)], 0x5A5A)
+            us_e = time_replays(g, reps=args.reps).median_us / L
+            assert _same(outs[0], want), (s.name, fcase.T, "in L2")
+            del g, outs
+            add(fcase, "bound", "no math, weights in L2", us_e, cfg=cfg, copies=L, routed="expert 0",
+                checked="sums, bit for bit")
             harness.write("fp8_bound", rows, path)  # after every case: a run cut short keeps what it measured
     print(f"rows: {path}")
     bound_summary(rows)
@@ -903,13 +936,14 @@ def bound_summary(rows):
     for r in rows:
         by[(r["preset"], r["T"])][r["variant"]] = r
     print("\npreset            T  FP8 bytes µs  pair µs (ceiling)  no math µs (ceiling)  read µs (ceiling)  "
-          "pair/no math")
+          "pair/no math  in L2: pair µs  no math µs")
     for (p, T), v in by.items():
-        a, b, c = (v.get(k) for k in ("fp8 pair (default)", "no math, same launches", "read of the FP8 bytes"))
+        a, b, c, d, e = (v.get(k) for k in ("fp8 pair (default)", "no math, same launches", "read of the FP8 bytes",
+                                            "fp8 pair, weights in L2", "no math, weights in L2"))
         if a and b and c:
             print(f"{p:16s} {T:2d} {a['floor_us']:12.2f} {a['us']:8.2f} ({a['frac_ceiling']:4.0%}) "
                   f"{b['us']:11.2f} ({b['frac_ceiling']:4.0%}) {c['us']:10.2f} ({c['frac_ceiling']:4.0%}) "
-                  f"{a['us'] / b['us']:12.2f}x")
+                  f"{a['us'] / b['us']:12.2f}x" + (f" {d['us']:15.2f} {e['us']:11.2f}" if d and e else ""))
 
 
 VERSIONS = {"count": (main_count, []), "tiles": (main_tiles, []), "bound": (main_bound, [])}
