@@ -464,7 +464,7 @@ def test_the_model_leaves_the_grouped_schedule_to_the_expert_path():
     """Without a table, warp decode's defaults run the grouped schedule once tokens share experts;
     the model does not price it, and the crossover ends before it with 16-bit weights. FP8 weights
     run the pair at every T: their crossover follows the modelled times alone (Qwen3-30B-A3B's
-    FP8 pair is modelled to win at T = 8, where the grouped schedule would start)."""
+    FP8 pair is modelled to win where the grouped schedule would start)."""
     for shape in (warpdecode.get_preset(n) for n in warpdecode.MODEL_PRESETS):
         xo = api.model_crossover(shape.H, shape.I, shape.E, shape.K)
         assert not any(configs.shares_experts(shape.E, shape.K, T) for T in T_GRID if T <= xo), shape.name
@@ -472,8 +472,8 @@ def test_the_model_leaves_the_grouped_schedule_to_the_expert_path():
         warp, expert = api.model_us(shape.H, shape.I, shape.E, shape.K, beyond[0])
         assert warp > expert or configs.shares_experts(shape.E, shape.K, beyond[0]), shape.name
     q = warpdecode.get_preset("qwen3-30b-a3b")
-    assert api.model_crossover(q.H, q.I, q.E, q.K) == 4
-    assert configs.shares_experts(q.E, q.K, 8) and api.model_crossover(q.H, q.I, q.E, q.K, 2, 1) >= 8
+    grouped = next(T for T in T_GRID if configs.shares_experts(q.E, q.K, T))  # 8 on Triton 3.6, 16 from 3.8
+    assert api.model_crossover(q.H, q.I, q.E, q.K) < grouped <= api.model_crossover(q.H, q.I, q.E, q.K, 2, 1)
 
 
 def test_the_model_takes_warp_decode_at_one_token_and_the_expert_path_at_many():

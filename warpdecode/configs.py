@@ -43,6 +43,7 @@ from pathlib import Path
 import triton
 
 from . import _runtime
+from .kernels import warp_pair
 
 TUNED_DIR = Path(__file__).parent / "tuned"
 
@@ -319,19 +320,31 @@ def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None =
             "gate_up": {"BLOCK_I": 16, "BLOCK_H": min(256, triton.next_power_of_2(H)), "num_warps": 4, "num_stages": 1},
             "down": {"BLOCK_H": 16, "BLOCK_I": min(256, triton.next_power_of_2(I)), "num_warps": 4, "num_stages": 1},
         }
-    # one warp, one neuron, each step's products summed across the warp at once: the H200 tuner's
-    # tile in every bucket. Columns per step: 1024 or 2048 (four or eight 16-byte loads per lane per
-    # row), whichever leaves fewer masked columns in the last step, the larger on a tie (the tuner's
-    # pick at T = 1 on all six presets)
-    block_h = min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
     cfg = {
-        "gate_up": {"BLOCK_I": 1, "BLOCK_H": min(block_h, triton.next_power_of_2(H)), "num_warps": 1,
+        "gate_up": {"BLOCK_I": 1, "BLOCK_H": min(gate_up_columns(H), triton.next_power_of_2(H)), "num_warps": 1,
                     "num_stages": 1},
         "down": default_down(H, I, K),
     }
     if shares_experts(E, K, T):
         cfg["grouped"] = {}  # the grouped schedule, with its default tiles (default_grouped)
     return cfg
+
+
+def gate_up_columns(H: int) -> int:
+    """Columns per step of the default gate/up tile: one warp, one neuron, each step's products
+    summed across the warp at once (the H200 tuner's tile in every bucket).
+
+    Where the compiler chains a lane's products into FMAs (Triton 3.6), 1024 or 2048 columns (four
+    or eight 16-byte loads per lane per row), whichever leaves fewer masked columns in the last
+    step, the larger on a tie: the tuner's pick at T = 1 on all six presets. Where it sums them as a
+    tree (Triton ≥ 3.8, ``warp_pair.TREE_SUMS``) a 2048-column step is loaded in slices, each
+    slice's loads between the products of the last (69 registers, 28 programs per SM), so 512: 16
+    columns per lane, every load of the step issued before its products, 32 programs per SM.
+    Measured on the H200 with 3.8 (``experiments/defaults.py --version gate_up``, ten layer shapes,
+    T = 1, 4, 8): 1 × 512 within 1.078× of the best of six tiles, 1 × 2048 up to 1.139×."""
+    if warp_pair.TREE_SUMS:
+        return 512
+    return min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
 
 
 #: The bytes of weight rows the down kernel's whole grid must have in flight to hold the read ceiling
@@ -349,11 +362,20 @@ def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
     for Mixtral, gpt-oss-20b and dbrx); where the grid's first step would hold less than
     :data:`DOWN_IN_FLIGHT` (few rows: small H·K), 512 columns on four warps, twice the bytes per
     step. Over the ten shapes of ``down_defaults.csv`` at T = 1, 2, 4 this rule is within 5.3 % of
-    the best of seven tiles everywhere (the single tile 4×256 on four warps: 22 %)."""
+    the best of seven tiles everywhere (the single tile 4×256 on four warps: 22 %).
+
+    Where the release runs the k-first tile (``warp_pair.K_FIRST``, Triton ≥ 3.8), the 512-column
+    tiles are 8 rows on 8 warps, one row per warp: 8 × 512 on 4 warps holds 512 B of a step per
+    thread at K = 6 or 8, past ``K_FIRST_MAX_BYTES_PER_THREAD``, and runs per slot. Measured on the
+    H200 with 3.8 (``down_defaults_triton38.csv``, T = 1, 2, 4): over the rows where these tiles run
+    the pair, 8 × 512 on 8 warps within 1.055× of the best of seven tiles; where the 3.6 rule takes
+    them, 4 × 512 on 2 warps up to 1.068× (Qwen1.5-MoE T = 1) and 8 × 512 on 4 warps 1.085-1.094×
+    (deepseek-v2-lite)."""
+    wide = ({"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 8, "num_stages": 1} if warp_pair.K_FIRST else None)
     if K <= 4 and I >= 1024:
-        return {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1}
+        return wide or {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1}
     if H * K * 256 * 2 < DOWN_IN_FLIGHT and I >= 512:
-        return {"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}
+        return wide or {"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}
     return {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1}
 
 
@@ -391,8 +413,13 @@ def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
 #: The sharing past which the grouped schedule reads fewer bytes than the pair by enough to win:
 #: between the largest (T·K) / distinct-experts ratio where the pair won (1.21: gpt-oss-20b and
 #: OLMoE at T = 4) and the smallest where the grouped schedule won (1.24: Qwen3-235B at T = 8), in
-#: the H200 tuner's schedule choices over the six presets (tuned/NVIDIA_H200.json).
-GROUPED_SHARING = 1.23
+#: the H200 tuner's schedule choices over the six presets (tuned/NVIDIA_H200.json). Where the
+#: release runs the k-first down tile (Triton ≥ 3.8) the pair is faster, and the 3.8 tuner kept it
+#: at 1.24 on both Qwen3 layers (the grouped schedule 1.073× the pair at Qwen3-30B-A3B T = 8); its
+#: smallest ratio where the grouped schedule won is 1.255 (DeepSeek-V3 T = 16), over the ten layer
+#: shapes (``results/NVIDIA_H200/tuned_shapes_cache_triton38.json``): 1.25 there.
+GROUPED_SHARING_3D, GROUPED_SHARING_K_FIRST = 1.23, 1.25
+GROUPED_SHARING = GROUPED_SHARING_K_FIRST if warp_pair.K_FIRST else GROUPED_SHARING_3D
 
 
 def expected_distinct(E: int, K: int, T: int) -> float:
