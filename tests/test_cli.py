@@ -402,6 +402,48 @@ def test_report_generate_table_takes_each_model_and_batch_at_its_deepest_run(tmp
     assert "results/NVIDIA_H200/hf_generate.csv" in table
 
 
+def test_report_defaults_table_takes_each_releases_worst_row(tmp_path):
+    """Per defaults report, the worst row of each figure with where it is: a rerun file's rows replace
+    the first file's, auto is over the faster of its two paths with the same tables, and an expert
+    share under the bar names that row's no-math bound."""
+    import csv
+
+    from warpdecode.bench import data, report
+
+    root = _report_checkout(tmp_path)
+    assert report.defaults_table(H200, root) is None  # no defaults report: the block stays as it is
+    folder = data.experiments_dir(H200, root)
+    folder.mkdir(parents=True)
+
+    def write(name, rows):
+        with (folder / name).open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["preset", "T", "method", "tables", "median_us", "frac_ceiling", "gpu",
+                                              "torch", "triton"])
+            w.writeheader()
+            w.writerows(rows)
+
+    def rows(preset, T, tuned, off, frac, triton="3.6.0"):  # tuned, off: (warp, expert, auto) µs
+        return [{"preset": preset, "T": T, "method": m, "tables": tables, "median_us": us, "frac_ceiling": frac,
+                 "gpu": H200, "torch": "2.11", "triton": triton}
+                for tables, times in (("tuned", tuned), ("off", off))
+                for m, us in zip(("warp", "expert", "auto"), times, strict=True)]
+
+    write("defaults.csv", rows("a", 1, (10, 20, 10), (12, 20, 12.6), 0.9)
+          + rows("a", 256, (50, 40, 44), (50, 40, 44), 0.8))
+    write("defaults_t256.csv", rows("a", 256, (50, 40, 40.4), (50, 42, 42), 0.86))  # the rerun replaces T = 256
+    write("defaults_triton38_tuned.csv", rows("b", 32, (30, 20, 20.2), (30, 20, 20.2), 0.84, triton="3.8.0"))
+    with (folder / "expert_bound.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["preset", "T", "variant", "frac_ceiling", "triton"])
+        w.writeheader()
+        w.writerow({"preset": "b", "T": 32, "variant": "no math default", "frac_ceiling": 0.83, "triton": "3.6.0"})
+    lines = [line for line in report.defaults_table(H200, root).splitlines() if line.startswith("| 3.")]
+    assert lines == [
+        "| 3.6.0 | 1 | 1…256 | 1.200× (a T = 1) | 1.050× (a T = 256) | 86.0 % (a T = 256) | 1.050× (a T = 1) | "
+        "1.010× (a T = 256) |",
+        "| 3.8.0 | 1 | 32…32 | 1.000× (b T = 32) | 1.000× (b T = 32) | 84.0 % (b T = 32); its launches with no math: "
+        "83.0 % (Triton 3.6.0, `expert_bound.csv`) | 1.010× (b T = 32) | 1.010× (b T = 32) |"]
+
+
 # ---------------------------------------------------------------------------------------------
 # options the CPU cannot honour say so
 

@@ -457,6 +457,104 @@ def generate_table(gpu: str, root: Root = None) -> str | None:
     return "\n".join(lines)
 
 
+#: The defaults reports (``experiments/defaults.py``) the README's defaults block summarizes, one per
+#: Triton release: each a list of ``experiments/results/<GPU>/`` files, a later file's rows replacing
+#: an earlier one's of the same shape, T, method and tables (a rerun of some rows).
+DEFAULTS_REPORTS = (("defaults.csv", "defaults_t256.csv"), ("defaults_triton38_tuned.csv",))
+
+#: The bars the defaults block reports against (issue text: defaults within 10 % of tuned, the expert
+#: path at ≥ 85 % of the read ceiling at T ≥ 32, ``auto`` within 5 % of the faster path, 3 % tuned).
+DEFAULTS_BARS = {"defaults": 1.10, "expert_frac": 0.85, "auto_off": 1.05, "auto_tuned": 1.03}
+
+
+def _worst(values, pick=max):
+    """(value, where) of the worst of ``values`` ((where, value) pairs, None values left out), or None."""
+    got = [(v, where) for where, v in values if v is not None]
+    return pick(got) if got else None
+
+
+def defaults_summary(gpu: str, root: Root = None) -> list[dict]:
+    """Per defaults report (:data:`DEFAULTS_REPORTS`): its release, shapes and T's, and per figure of
+    the bar the worst row with where it is (shape, T): warp decode's and the expert path's defaults
+    over their tuned time, the expert path's lowest share of the read ceiling at T ≥ 32 (defaults),
+    and ``auto``'s time over the faster of its two paths, without tables and with them."""
+    out = []
+    for files in DEFAULTS_REPORTS:
+        rows: dict = {}
+        for name in files:
+            for r in data.read(data.experiment_csv(gpu, name, root)):
+                rows[(r["preset"], int(r["T"]), r["method"], r["tables"])] = r
+        if not rows:
+            continue
+        us = {k: float(r["median_us"]) for k, r in rows.items()}
+        cells = sorted({(p, T) for p, T, _, _ in rows})
+
+        def off_over_tuned(p, T, method, us=us):
+            a, b = us.get((p, T, method, "off")), us.get((p, T, method, "tuned"))
+            return a / b if a and b else None
+
+        def auto_over(p, T, tables, us=us):
+            paths = [us[k] for m in ("warp", "expert") if (k := (p, T, m, tables)) in us]
+            a = us.get((p, T, "auto", tables))
+            return a / min(paths) if a and paths else None
+
+        first = next(iter(rows.values()))
+        out.append({
+            "triton": first["triton"], "torch": first["torch"], "gpu": first["gpu"], "files": files,
+            "shapes": len({p for p, _ in cells}), "T": sorted({T for _, T in cells}),
+            "warp": _worst([((p, T), off_over_tuned(p, T, "warp")) for p, T in cells]),
+            "expert": _worst([((p, T), off_over_tuned(p, T, "expert")) for p, T in cells]),
+            "expert_frac": _worst([((p, T), float(rows[(p, T, "expert", "off")]["frac_ceiling"])) for p, T in cells
+                                   if T >= 32 and (p, T, "expert", "off") in rows], pick=min),
+            "auto_off": _worst([((p, T), auto_over(p, T, "off")) for p, T in cells]),
+            "auto_tuned": _worst([((p, T), auto_over(p, T, "tuned")) for p, T in cells]),
+        })
+    return out
+
+
+def defaults_table(gpu: str, root: Root = None) -> str | None:
+    """:func:`defaults_summary` as markdown, one row per Triton release; None without a report."""
+    summary = defaults_summary(gpu, root)
+    if not summary:
+        return None
+
+    def cell(got, fmt):
+        return f"{fmt(got[0])} ({got[1][0]} T = {got[1][1]})" if got else "–"
+
+    times, pct = (lambda v: f"{v:.3f}×"), (lambda v: f"{100 * v:.1f} %")
+    b = DEFAULTS_BARS
+    # the expert path's own launches with no math (experiments/expert_path.py --version bound), per shape and T
+    bounds = data.read(data.experiment_csv(gpu, "expert_bound.csv", root))
+    no_math = {(r["preset"], int(r["T"])): r for r in bounds if r["variant"] == "no math default"}
+
+    def expert_cell(got):
+        text = cell(got, pct)
+        if got and got[0] < b["expert_frac"] and got[1] in no_math:
+            bound = no_math[got[1]]
+            text += (f"; its launches with no math: {pct(float(bound['frac_ceiling']))} (Triton {bound['triton']}, "
+                     "`expert_bound.csv`)")
+        return text
+
+    lines = [f"| Triton | layer shapes | T | warp decode's defaults / tuned (bar {b['defaults']:.2f}×) | "
+             f"expert path's defaults / tuned (bar {b['defaults']:.2f}×) | expert path at T ≥ 32, lowest share "
+             f"of the read ceiling (bar {100 * b['expert_frac']:.0f} %) | `auto` / faster path, no tables "
+             f"(bar {b['auto_off']:.2f}×) | `auto` / faster path, tuned tables (bar {b['auto_tuned']:.2f}×) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in summary:
+        lines.append(f"| {s['triton']} | {s['shapes']} | {s['T'][0]}…{s['T'][-1]} | {cell(s['warp'], times)} | "
+                     f"{cell(s['expert'], times)} | {expert_cell(s['expert_frac'])} | {cell(s['auto_off'], times)} | "
+                     f"{cell(s['auto_tuned'], times)} |")
+    first = summary[0]
+    sources = "; ".join(", ".join(f"`{n}`" for n in s["files"]) + f" (Triton {s['triton']})" for s in summary)
+    lines.append(f"\nThe worst row of each defaults report (`experiments/defaults.py`: each shape and T timed with "
+                 f"every table switched off and with the tuned tables; warp decode's entries and the crossovers "
+                 f"tuned on that release, the expert path's tiles on 3.6, which hold on 3.8), with the shape and T "
+                 f"where it is. {first['gpu']}, torch {first['torch']}. From "
+                 f"`experiments/results/{data.gpu_folder(gpu)}/`: {sources}; generated by "
+                 "`python -m warpdecode report`.")
+    return "\n".join(lines)
+
+
 def _replace_block(text: str, name: str, body: str) -> str:
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     block = f"{start}\n{body}\n{end}"
@@ -487,6 +585,7 @@ def readme_blocks(gpu: str, root: Root = None) -> dict[str, tuple[str, str] | No
     bounds = sorted({b["source"] for b in two_launch_bounds(gpu, root).values()})
     schedules = schedules_table(gpu, root)
     generate = generate_table(gpu, root)
+    defaults = defaults_table(gpu, root)
     return {
         "headline": (headline(gpu, root), f"{folder}/speed.csv, accuracy.csv"),
         "results": (results_table(gpu, root=root), f"{folder}/speed.csv, ceiling.csv"),
@@ -494,6 +593,7 @@ def readme_blocks(gpu: str, root: Root = None) -> dict[str, tuple[str, str] | No
         "targets": (targets_table(gpu, root), ", ".join([f"{folder}/speed.csv", *bounds])),
         "schedules": (schedules, f"warpdecode/tuned/{tuned_path(gpu, root).name}") if schedules else None,
         "generate": (generate, f"{folder}/hf_generate.csv") if generate else None,
+        "defaults": (defaults, f"experiments/{folder}/defaults*.csv") if defaults else None,
     }
 
 
