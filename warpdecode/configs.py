@@ -417,7 +417,7 @@ def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
 #: release runs the k-first down tile (Triton ≥ 3.8) the pair is faster, and the 3.8 tuner kept it
 #: at 1.24 on both Qwen3 layers (the grouped schedule 1.073× the pair at Qwen3-30B-A3B T = 8); its
 #: smallest ratio where the grouped schedule won is 1.255 (DeepSeek-V3 T = 16), over the ten layer
-#: shapes (``results/NVIDIA_H200/tuned_shapes_cache_triton38.json``): 1.25 there.
+#: shapes (``experiments/results/NVIDIA_H200/tuned_shapes_cache_triton38.json``): 1.25 there.
 GROUPED_SHARING_3D, GROUPED_SHARING_K_FIRST = 1.23, 1.25
 GROUPED_SHARING = GROUPED_SHARING_K_FIRST if warp_pair.K_FIRST else GROUPED_SHARING_3D
 
