@@ -841,7 +841,7 @@ def check_bound():
             ref = wd.reference_moe(x, q13, q2, tw, hot)
             with _alloc.poisoned():
                 y = wp.moe_warp(x, q13, q2, tw, hot, config=c)
-            err = harness.rel_error(y, ref) / harness.rounding_floor(ref, torch.bfloat16)
+            err = wd.rel_error(y, ref) / wd.rounding_floor(ref, torch.bfloat16)
             assert err <= 4.0 and not y.isnan().any(), (shape.name, fmt, err)
             print(f"{shape.name} T={T} {fmt}, every slot routed to expert 0: no math bit for bit, the pair "
                   f"{err:.2f} × the floor")
@@ -907,9 +907,8 @@ def main_bound():
                 cfg={k: r[k] for k in ("programs_per_sm", "BLOCK", "num_warps")}, bytes=r["bytes"], copies=L)
             # (d), (e): (a) and (b) with the weights in L2, every slot routed to expert 0 of copy 0 in
             # every step: the same instructions, the bytes from L2, so (d) is what the math takes
-            i0 = fcase.inputs[0]
             hot = dataclasses.replace(i0, topk_ids=torch.zeros_like(i0.topk_ids))
-            lay0 = fcase.layers[0]
+            lay0 = (q13, q2)
             l2 = harness.Case(s, fcase.T, fcase.seed, [lay0] * L, [hot] * L, fcase.floor_us, ceiling,
                               wd.reference_moe(hot.x, *lay0, hot.topk_weights, hot.topk_ids))
             us_d, err_d, _ = harness.checked_us(l2, partial(wp.moe_warp, config=cfg), "fp8 pair, weights in L2",
