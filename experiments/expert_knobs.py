@@ -293,7 +293,7 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, config: dict, math: bool = False,
     al = ex.align(topk_ids, w13.shape[0], config["BLOCK_M"], pdl=pdl)
     h = gate_up(x, w13, al, config["gate_up"], K, math=math, pdl=pdl)
     o = down(h, w2, al, topk_weights, config["down"], math=math, pdl=pdl)
-    return ex.combine(o, K, pdl=pdl)
+    return ex.combine(o, topk_ids, topk_weights, w13.shape[0], pdl=pdl)
 
 
 # ---------------------------------------------------------------------------------------------

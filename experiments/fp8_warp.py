@@ -140,7 +140,7 @@ def _group_sums_bits(w, v, ROWS: tl.constexpr, COLS: tl.constexpr, GROUP_K: tl.c
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
-def bits_gate_up_kernel(x_ptr, w13_ptr, w13_scale_ptr, topk_ids_ptr, act_ptr, H, I, NUM_PAIRS, K, S_UP,
+def bits_gate_up_kernel(x_ptr, w13_ptr, w13_scale_ptr, topk_ids_ptr, act_ptr, H, I, E, NUM_PAIRS, K, S_UP,
                         stride_xt, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_at,
                         BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, GROUP_N: tl.constexpr,
                         GROUP_K: tl.constexpr, E8M0: tl.constexpr, USE_PDL: tl.constexpr,
@@ -204,22 +204,24 @@ def _bits_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stri
 
 
 @triton.jit(do_not_specialize=["T"])
-def bits_down_kernel(act_ptr, w2_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, T,
+def bits_down_kernel(act_ptr, w2_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, E, T,
                      stride_at, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_yt,
-                     K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr,
-                     GROUP_K: tl.constexpr, E8M0: tl.constexpr, USE_PDL: tl.constexpr,
+                     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+                     GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, E8M0: tl.constexpr, USE_PDL: tl.constexpr,
                      X_UP: tl.constexpr, S_UP_F: tl.constexpr):
     pid = tl.program_id(0)
     t = pid % T
     pid_h = pid // T
-    wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, BLOCK_H, BLOCK_I)
+    wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, 0, K, BLOCK_H,
+                         BLOCK_I)
     if USE_PDL:
         gdc_wait()
     acc = _bits_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se, stride_sr,
                      stride_sc, t, pid_h, 0, wv, tl.zeros([BLOCK_H, BLOCK_I // GROUP_K], dtype=tl.float32),
                      K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0, X_UP, S_UP_F)
     for i0 in range(BLOCK_I, I, BLOCK_I):
-        wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H, BLOCK_I)
+        wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K,
+                             BLOCK_H, BLOCK_I)
         acc = _bits_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
                          stride_sr, stride_sc, t, pid_h, i0, wv, acc, K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0,
                          X_UP, S_UP_F)
@@ -242,16 +244,17 @@ def moe_bits(x, w13, w2, topk_weights, topk_ids, *, config=None, act_dtype=torch
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
     q, s = w13.weight, w13.kernel_scale()
     bits_gate_up_kernel[(T * K * triton.cdiv(I, gu["BLOCK_I"]),)](
-        x, q, s, topk_ids, act, H, I, T * K, K, w13.up_scale_row, x.stride(0), q.stride(0), q.stride(1),
+        x, q, s, topk_ids, act, H, I, E, T * K, K, w13.up_scale_row, x.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), act.stride(0),
         BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], **wp._fp8_meta(w13, gu["BLOCK_H"], "gate_up BLOCK_H"),
         USE_PDL=wp.USE_PDL, **BITS_META, num_warps=gu["num_warps"], num_stages=gu["num_stages"])
     y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
     q, s = w2.weight, w2.kernel_scale()
     bits_down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
-        act, q, s, topk_ids, topk_weights, y, H, I, T, act.stride(0), q.stride(0), q.stride(1),
+        act, q, s, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), y.stride(0),
-        K=K, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"],
+        **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
         USE_PDL=wp.USE_PDL, **BITS_META, num_warps=dn["num_warps"], num_stages=dn["num_stages"],
         **({"launch_pdl": True} if wp.USE_PDL else {}))
     return y
@@ -576,7 +579,7 @@ def nomath_gate_up_kernel(
     w13_scale_ptr,  # as warp_gate_up_fp8_kernel's
     topk_ids_ptr,  # (T, K) int32
     act_ptr,  # (T*K, I) int32: one sum per (pair, neuron)
-    H, I, NUM_PAIRS, K, S_UP,
+    H, I, E, NUM_PAIRS, K, S_UP,
     stride_xt, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_at,  # elements (words for x, w13)
     BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     E8M0: tl.constexpr, USE_PDL: tl.constexpr,
@@ -661,10 +664,10 @@ def nomath_down_kernel(
     topk_ids_ptr,  # (T, K) int32
     topk_weights_ptr,  # (T, K) fp32
     y_ptr,  # (T, H) bf16 buffer: each output's sum folded to 16 bits (its bits)
-    H, I, T,
+    H, I, E, T,
     stride_at, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_yt,  # elements (words for w2)
-    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-    E8M0: tl.constexpr, USE_PDL: tl.constexpr,
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr,
+    GROUP_K: tl.constexpr, E8M0: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     """warp_down_fp8_kernel's unrolled form: grid, tiles, the first chunk before the wait, loads and
     store; its math replaced by sums of the words."""
@@ -709,16 +712,17 @@ def moe_nomath(x, w13, w2, topk_weights, topk_ids, *, config=None):
     xw, q, s = _words(x), _words(w13.weight), w13.kernel_scale()
     act = torch.empty(T * K, I, dtype=torch.int32, device=x.device)
     nomath_gate_up_kernel[(T * K * triton.cdiv(I, gu["BLOCK_I"]),)](
-        xw, q, s, topk_ids, act, H, I, T * K, K, w13.up_scale_row, xw.stride(0), q.stride(0), q.stride(1),
+        xw, q, s, topk_ids, act, H, I, E, T * K, K, w13.up_scale_row, xw.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), act.stride(0),
         BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], **wp._fp8_meta(w13, gu["BLOCK_H"], "gate_up BLOCK_H"),
         USE_PDL=wp.USE_PDL, num_warps=gu["num_warps"], num_stages=gu["num_stages"])
     y = torch.empty(T, H, dtype=x.dtype, device=x.device)
     q, s = _words(w2.weight), w2.kernel_scale()
     nomath_down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
-        act, q, s, topk_ids, topk_weights, y, H, I, T, act.stride(0), q.stride(0), q.stride(1),
+        act, q, s, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), y.stride(0),
-        K=K, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"],
+        **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
         USE_PDL=wp.USE_PDL, num_warps=dn["num_warps"], num_stages=dn["num_stages"],
         **({"launch_pdl": True} if wp.USE_PDL else {}))
     return act, y

@@ -39,6 +39,10 @@ from warpdecode import _alloc
 from warpdecode import warp as wp
 from warpdecode.kernels.warp_pair import _down_chunk, _down_tile, _gate_up_tile
 
+#: The E this experiment's kernels give the shipped tiles' id guard (kernels/ids.py): its ids come from
+#: warpdecode.route, in range, so the guard admits every non-negative id.
+IDS_IN_RANGE = tl.constexpr(2**31 - 1)
+
 # ==================================================================================================
 # version 8: Experiment (v8, not shipped): warp decode in one launch, the down programs ordered after every
 #
@@ -112,7 +116,7 @@ def warp_ordered_kernel(
     n_down = T * tl.cdiv(H, DN_BLOCK_H)
     ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed", scope="gpu")
     if ticket < n_gate_up:
-        _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
+        _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, IDS_IN_RANGE, K, stride_xt, stride_w13e, stride_w13r,
                       stride_at, ticket % n_pairs, ticket // n_pairs, GU_BLOCK_I, GU_BLOCK_H, GU_BLOCK_H)
         tl.debug_barrier()  # every warp of this program has issued its stores
         tl.atomic_add(sync_ptr + 1, 1, sem="release", scope="gpu")
@@ -122,7 +126,8 @@ def warp_ordered_kernel(
         pid_h = unit // T
         # the w2 rows do not depend on the intermediate: in flight before the wait
         if PREFETCH_LINES == 0:
-            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD, DN_BLOCK_H,
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, IDS_IN_RANGE, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD,
+                             DN_BLOCK_H,
                              DN_BLOCK_I, False)
         else:
             _prefetch_w2_l2(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, K, K_PAD, DN_BLOCK_H,
@@ -135,9 +140,11 @@ def warp_ordered_kernel(
         if spins >= MAX_SPINS:
             tl.atomic_xchg(sync_ptr + 3, 1, sem="relaxed", scope="gpu")
         if PREFETCH_LINES != 0:  # from L2 now
-            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD, DN_BLOCK_H,
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, IDS_IN_RANGE, stride_w2e, stride_w2r, t, pid_h, 0, K, K_PAD,
+                             DN_BLOCK_H,
                              DN_BLOCK_I, False)
-        _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e, stride_w2r,
+        _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, IDS_IN_RANGE, stride_at, stride_w2e,
+                   stride_w2r,
                    stride_yt, t, pid_h, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, ".cg", False)
         tl.debug_barrier()
         finished = tl.atomic_add(sync_ptr + 2, 1, sem="acq_rel", scope="gpu")

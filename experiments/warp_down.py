@@ -52,6 +52,10 @@ from warpdecode import warp as wp
 from warpdecode.kernels import warp_pair as kp
 from warpdecode.kernels.warp_pair import _down_chunk
 
+#: The E this experiment's kernels give the shipped tiles' id guard (kernels/ids.py): its ids come from
+#: warpdecode.route, in range, so the guard admits every non-negative id.
+IDS_IN_RANGE = tl.constexpr(2**31 - 1)
+
 #: Gluon's CTA-wide barrier: ``thread_barrier`` in Triton 3.6, ``barrier`` from 3.8 on (the API is experimental)
 _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
@@ -349,18 +353,19 @@ def down_preload_kernel(
     pid = tl.program_id(0)
     t = pid % T
     pid_h = pid // T
-    w0 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I, False)
+    w0 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, IDS_IN_RANGE, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H,
+                     BLOCK_I, False)
     w1 = w0
     w2 = w0
     w3 = w0
     if CHUNKS > 1:
-        w1 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, BLOCK_I,
+        w1 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, IDS_IN_RANGE, stride_we, stride_wr, t, pid_h, BLOCK_I,
                          K, K_PAD, BLOCK_H, BLOCK_I, False)
     if CHUNKS > 2:
-        w2 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 2 * BLOCK_I,
+        w2 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, IDS_IN_RANGE, stride_we, stride_wr, t, pid_h, 2 * BLOCK_I,
                          K, K_PAD, BLOCK_H, BLOCK_I, False)
     if CHUNKS > 3:
-        w3 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 3 * BLOCK_I,
+        w3 = _down_chunk(w2_ptr, topk_ids_ptr, H, I, IDS_IN_RANGE, stride_we, stride_wr, t, pid_h, 3 * BLOCK_I,
                          K, K_PAD, BLOCK_H, BLOCK_I, False)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
@@ -535,7 +540,8 @@ def down_chunked_kernel(
     t = rest % T
     pid_h = rest // T
     i0 = c * BLOCK_I
-    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H, BLOCK_I, False)
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, IDS_IN_RANGE, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
+                     BLOCK_I, False)
 
     offs_k = tl.arange(0, K_PAD)
     mask_k = offs_k < K
@@ -605,7 +611,7 @@ def pair_chunked(x, w13, w2, topk_ids, topk_weights, gu_cfg: dict, cfg: dict, ou
     b = _buffers(x.device, T, K, H, I, cfg["BLOCK_H"], chunks)
     act = b["act"]
     kp.warp_gate_up_kernel[(T * K * triton.cdiv(I, gu_cfg["BLOCK_I"]),)](
-        x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        x, w13, topk_ids, act, H, I, w13.shape[0], T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_I=gu_cfg["BLOCK_I"], BLOCK_H=gu_cfg["BLOCK_H"], USE_PDL=wp.USE_PDL,
         num_warps=gu_cfg["num_warps"], num_stages=gu_cfg["num_stages"],
     )
@@ -961,7 +967,8 @@ def down_form(per_slot: bool, k_first: bool = False):
         T, K = topk_ids.shape
         y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
         kp.warp_down_kernel[(T * triton.cdiv(H, cfg["BLOCK_H"]),)](
-            act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
+            act, w2, topk_ids, topk_weights, y, H, I, w2.shape[0], T, act.stride(0), w2.stride(0), w2.stride(1),
+                y.stride(0),
             K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
             USE_PDL=wp.USE_PDL, PER_SLOT=per_slot, K_FIRST=k_first, num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],

@@ -233,7 +233,7 @@ assert o[:used][~valid].isnan().all()  # padding rows: never written
 # %%
 with _alloc.poisoned():
     s = ex.scatter(o, al)
-    y = ex.combine(s, K)
+    y = ex.combine(s, topk_ids, topk_weights, E)
 assert s.shape == (T * K, shape.H) and torch.equal(s[pair], o[:used][valid])
 
 y_sum = torch.zeros(T, shape.H, dtype=torch.bfloat16, device=dev)

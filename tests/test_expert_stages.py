@@ -274,8 +274,9 @@ def test_combine_sums_in_compute_dtype(T, K, H, dtype, seed):
     """vLLM's moe_sum: one rounding to the compute dtype per add, slot 0 first."""
     g = torch.Generator().manual_seed(seed)
     s = torch.randn(T * K, H, generator=g).to(dtype).to(DEV)
+    topk_ids = torch.randint(0, K, (T, K), generator=g, dtype=torch.int32).to(DEV)  # every id in range
     with _alloc.poisoned():
-        y = expert.combine(s, K)
+        y = expert.combine(s, topk_ids, torch.rand(T, K, generator=g).to(DEV), K)
     want = torch.zeros(T, H, dtype=dtype, device=DEV)
     for j in range(K):
         want = (want.float() + s.view(T, K, H)[:, j].float()).to(dtype)
@@ -294,7 +295,7 @@ def test_stages_compose_to_moe_expert(T, K, E, seed):
         a, _ = expert.quantize(expert.gather(x, al, K), al)
         h = expert.gate_up(a, None, w13, al, cfg["gate_up"])
         o = expert.down(h, None, w2, al, topk_weights, cfg["down"])
-        y = expert.combine(expert.scatter(o, al), K)
+        y = expert.combine(expert.scatter(o, al), topk_ids, topk_weights, E)
         want = warpdecode.moe(x, w13, w2, topk_weights, topk_ids, method="expert")
     assert torch.equal(y, want)
 

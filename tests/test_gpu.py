@@ -327,3 +327,60 @@ def test_a_tiny_qwen3_moe_compiled_with_cuda_graphs_generates_eagers_tokens():
     assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------------------------
+# What a call costs around its kernels: exactly its path's launches, no host sync
+
+#: (method, T, kernels one call launches, in order): the pair; the expert path's four (align,
+#: gate/up, down, combine)
+LAUNCH_CASES = [("warp", 1, ["warp_gate_up_kernel", "warp_down_kernel"]),
+                ("auto", 1, ["warp_gate_up_kernel", "warp_down_kernel"]),
+                ("expert", 64, ["moe_align_kernel", "grouped_gate_up_kernel", "grouped_down_kernel",
+                                "combine_kernel"])]
+
+
+def _launched(fn) -> list[str]:
+    """The GPU kernels one call of ``fn`` launches, by name, in order, under the profiler; the
+    call itself under ``torch.cuda.set_sync_debug_mode("error")``, so a host sync raises."""
+    from torch.autograd import DeviceType
+
+    fn()  # compiled, allocator warm
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+    events = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
+    return [e.name for e in events]
+
+
+@pytest.mark.parametrize("method,T,kernels", LAUNCH_CASES, ids=[f"{m}-T={T}" for m, T, _ in LAUNCH_CASES])
+@pytest.mark.parametrize("ids_dtype", [torch.int32, torch.int64])
+def test_a_call_launches_its_kernels_and_nothing_else(method, T, kernels, ids_dtype):
+    """warpdecode.moe on a preset layer, eager, ids as route gives them and as transformers gives
+    them (int64): the kernels of its path and no other launch (no check, cast or copy), and no host
+    sync. A capture records the same launches."""
+    shape, w13, w2 = _graph_layer()
+    x, tw, ids = _fresh(shape, T, 7)
+    ids = ids.to(ids_dtype)
+    with torch.no_grad():
+        assert _launched(lambda: warpdecode.moe(x, w13, w2, tw, ids, method=method)) == kernels
+
+
+def test_the_transformers_experts_module_launches_the_pair_alone():
+    """The integration's forward at decode (T = 1, int64 ids, FP32 routing weights): the pair, no
+    cast, mask or copy around it, no host sync."""
+    wd_hf = pytest.importorskip("warpdecode.integrations.transformers")
+    shape, w13, w2 = _graph_layer()
+    x, tw, ids = _fresh(shape, 1, 8)
+
+    class Experts(torch.nn.Module):
+        gate_up_proj, down_proj = w13, w2
+
+    with torch.no_grad():
+        got = _launched(lambda: wd_hf.warpdecode_experts_forward(Experts(), x, ids.long(), tw))
+    assert got == ["warp_gate_up_kernel", "warp_down_kernel"]

@@ -100,6 +100,27 @@ def test_experts_module_against_float64(name, seed):
     assert err_wd <= err_eager
 
 
+def test_experts_module_guards_int64_ids_without_narrowing(seed):
+    """transformers passes int64 ids, read as they are: an id of 2**32 + 1 with a nonzero weight
+    makes its token NaN (a cast to int32 would read it as expert 1); the id E with weight 0,
+    expert parallelism's mark of another rank's expert, adds nothing to its token."""
+    model = _build("mixtral-E5-K2", seed)
+    experts = next(m for m in model.modules() if type(m).__name__.endswith("Experts"))
+    g = torch.Generator().manual_seed(seed)
+    E = experts.num_experts
+    x = torch.randn(3, experts.gate_up_proj.shape[2], generator=g).to(torch.bfloat16)
+    tw, ti = warpdecode.route(torch.randn(3, E, generator=g), 2)
+    tw, ti = tw.to(torch.bfloat16), ti.long()
+    tw[2, 1] = 0.0
+    bad = ti.clone()
+    bad[0, 0], bad[2, 1] = 2**32 + 1, E
+    with torch.no_grad():
+        model.set_experts_implementation("warpdecode")
+        want, y = experts(x, ti, tw), experts(x, bad, tw)
+    assert torch.isnan(y[0]).all()
+    assert torch.equal(y[1:], want[1:])
+
+
 def test_registration_is_explicit():
     """Importing the integration registers nothing; register() does (checked in a fresh process)."""
     import subprocess

@@ -98,9 +98,13 @@ BAD_INPUTS = [
     ("topk_ids-on-meta", lambda d: d.update(topk_ids=d["topk_ids"].to("meta")), ValueError, "topk_ids: meta"),
     ("w13-non-contiguous", lambda d: d.update(w13=_noncontig(d["w13"])), ValueError, "w13"),
     ("w2-non-contiguous", lambda d: d.update(w2=_noncontig(d["w2"])), ValueError, "w2"),
-    ("topk_ids-negative", lambda d: d["topk_ids"].__setitem__((1, 0), -1), ValueError, "topk_ids"),
-    ("topk_ids=E", lambda d: d["topk_ids"].__setitem__((2, 1), 5), ValueError, "topk_ids"),
-    ("topk_ids-int64-huge", lambda d: d.update(topk_ids=d["topk_ids"].long() + 2**32), ValueError, "topk_ids"),
+]
+
+#: (case id, how the ids break): ids outside [0, E) that ``strict=True`` refuses before any launch
+BAD_IDS = [
+    ("topk_ids-negative", lambda d: d["topk_ids"].__setitem__((1, 0), -1)),
+    ("topk_ids=E", lambda d: d["topk_ids"].__setitem__((2, 1), 5)),
+    ("topk_ids-int64-huge", lambda d: d.update(topk_ids=d["topk_ids"].long() + 2**32)),
 ]
 
 METHODS = ["loop", "expert", "warp", "auto"]
@@ -112,6 +116,49 @@ def test_bad_input_raises_before_launch(inputs, breaks, exc, names, method, no_l
     breaks(inputs)
     with pytest.raises(exc, match=names):
         warpdecode.moe(**inputs, method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("breaks", [c[1] for c in BAD_IDS], ids=[c[0] for c in BAD_IDS])
+def test_strict_refuses_ids_out_of_range_before_launch(inputs, breaks, method, no_launch):
+    """``strict=True`` reads the ids' range back (a host sync) and names it, before any launch."""
+    breaks(inputs)
+    with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, E=5\)"):
+        warpdecode.moe(**inputs, method=method, strict=True)
+
+
+#: Every kernel that loads ids: the pair, the persistent kernel, the grouped pair, the expert path
+#: (align and combine), its w8a8 form, the loop, and the FP8-weight pair and expert path.
+GUARD_VARIANTS = ["loop", "expert", "warp-split", "warp-fused", "warp-grouped", "expert-fp8", "fp8-warp",
+                  "fp8-expert"]
+
+
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("variant", GUARD_VARIANTS)
+def test_ids_out_of_range_never_pass_silently(variant, id_dtype, seed):
+    """By default the ids are guarded in the kernels that load them, without a launch or a sync of
+    their own: token 1's slot names an id below 0 (int64: 2**32 + 1, which a narrowing cast would
+    read as expert 1) with a nonzero weight, so its row is NaN throughout; token 3's names E + 2,
+    likewise; token 2's names E with weight 0 (expert parallelism's mark of another rank's expert),
+    so it adds nothing: every row but 1 and 3 has the bits of the run where that slot has weight 0
+    and a valid id, and none is NaN."""
+    case = Case("guard", T=5, H=48, I=24, E=5, K=2)
+    x, w13, w2, tw, ids = make_inputs(case, torch.bfloat16, seed)
+    kwargs = variant_kwargs(variant.removeprefix("fp8-"), x.dtype)
+    if variant.startswith("fp8-"):
+        w13, w2 = warpdecode.quantize_experts(w13, w2, "block128")
+    ids, tw = ids.to(id_dtype), tw.clone()
+    tw[2, 1] = 0.0
+    want = run_poisoned((x, w13, w2, tw, ids), **kwargs)
+    bad = ids.clone()
+    bad[1, 0] = 2**32 + 1 if id_dtype == torch.int64 else -1
+    bad[3, 1] = case.E + 2
+    bad[2, 1] = case.E
+    y = run_poisoned((x, w13, w2, tw, bad), **kwargs)
+    assert torch.isnan(y[1]).all() and torch.isnan(y[3]).all(), "a dropped slot's token must be NaN throughout"
+    others = torch.tensor([0, 2, 4], device=y.device)
+    assert not torch.isnan(y[others]).any(), "NaN leaked into another token's row"
+    assert torch.equal(y[others], want[others])
 
 
 # (case id, keyword arguments of moe, expected exception, text the message must contain)

@@ -120,8 +120,9 @@ def weight_format(w) -> str | None:
 
 
 def run_auto(x, w13, w2, topk_weights, topk_ids):
-    """``method="auto"`` on inputs already validated and contiguous (ids int32): warp decode up
-    to the crossover, the expert-centric path above it. No checks, no host sync."""
+    """``method="auto"`` on inputs already validated and contiguous (ids int32 or int64, guarded in
+    the kernels): warp decode up to the crossover, the expert-centric path above it. No checks, no
+    host sync."""
     E, two_i, H = w13.shape
     m = pick_method(x.shape[0], H, two_i // 2, E, topk_ids.shape[1], x.element_size(), weight_format(w13))
     return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
@@ -152,13 +153,23 @@ def _gpu(device: torch.device) -> tuple[tuple[int, int], str]:
 
 
 def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=None, act_format: str = "native",
-        schedule: str | None = None, deterministic: bool = False, batch_invariant: bool = False):
+        schedule: str | None = None, deterministic: bool = False, batch_invariant: bool = False,
+        strict: bool = False):
     """y (T, H) = Σ_j topk_weights[:, j] · W2[e] (silu(Wg[e] x) ⊙ Wu[e] x), e = topk_ids[:, j].
 
     x (T, H) bf16/fp16/fp32; w13 (E, 2I, H) gate rows then up rows; w2 (E, H, I), both in x's
     dtype and contiguous, or both FP8 weights for x's dtype (``warpdecode.quantize_experts``,
     ``warpdecode.experts_from_checkpoint``: e4m3 with 128×128 block or MXFP8 scales); topk_weights
     (T, K) float32; topk_ids (T, K) int32 or int64 in [0, E). Returns y in x's dtype.
+
+    The call launches its path's kernels and nothing else, and never waits for the device: shapes,
+    dtypes, devices and strides are checked on the host before any launch; the ids' values are
+    checked inside the kernels that load them (``warpdecode/kernels/ids.py``). An id outside [0, E)
+    is never read through: its slot adds nothing, and if its routing weight is not 0 its token's
+    output row is NaN, so the dropped share cannot hide (a slot of weight 0 adds nothing whatever its
+    id, as expert parallelism marks other ranks' experts). ``strict=True`` (default False) raises
+    instead, on the host in eager mode (one device sync per call) and through a device-side assert
+    under CUDA-graph capture or ``torch.compile``: for debugging.
 
     FP8 weights: ``warp`` dequantizes them in registers (bf16 activations as they are, FP32 sums,
     the FP32 intermediate), on the two-kernel pair (``schedule`` None or ``"split"``: the grouped
@@ -190,8 +201,8 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     Under ``torch.compile`` (``fullgraph=True`` too) ``moe`` traces as one operator,
     ``torch.ops.warpdecode.moe``, or with FP8 weights ``torch.ops.warpdecode.moe_fp8`` (each weight
     as its e4m3 tensor and its scales, the format as a string; the weight objects may be inputs of
-    the compiled function or attributes it reads): its checks run at trace time, the ids' range on
-    the device (``torch._assert_async``, no host sync), and its fake kernel gives the output's shape.
+    the compiled function or attributes it reads): its checks run at trace time, and its fake kernel
+    gives the output's shape; the compiled graph holds that operator alone.
 
     No method but ``"loop"`` computes gradients: with grad mode on and an input that requires one,
     ``moe`` raises instead of returning a ``y`` that would drop it. Meta tensors give the output's
@@ -218,7 +229,7 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     if batch_invariant and (method not in ("auto", "warp") or schedule == "fused" or act_format != "native"):
         raise ValueError(f"batch_invariant=True runs warp decode's pair (method 'auto' or 'warp', schedule None or "
                          f"'split'), got method={method!r}, schedule={schedule!r}, act_format={act_format!r}")
-    d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
+    d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, strict=strict)
     fp8_weights = is_fp8(w13)
     if fp8_weights and schedule in ("fused", "grouped"):
         raise ValueError(f"schedule={schedule!r} reads 16-bit weights only; with FP8 weights warp decode runs the "
@@ -261,7 +272,7 @@ def _moe_op(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: 
             topk_ids: torch.Tensor, method: str, act_dtype: Optional[torch.dtype], act_format: str,  # noqa: UP045
             schedule: Optional[str], deterministic: bool, batch_invariant: bool) -> torch.Tensor:  # noqa: UP045
     """``warpdecode.moe`` as one PyTorch operator, what ``torch.compile`` traces (``moe`` validates
-    first, at trace time; the id range is then checked on the device, without a host sync)."""
+    first, at trace time; the kernels guard the ids)."""
     check_views(x=x, w13=w13, w2=w2, topk_weights=topk_weights)
     return _op_body(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedule, deterministic,
                     batch_invariant)
@@ -317,9 +328,9 @@ def _warp_config(d: Dims, T: int, fmt: str | None) -> dict:
 def _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
          batch_invariant):
 
-    x = x.contiguous()
+    x = x.contiguous()  # each a no-op (no launch) where the tensor is contiguous already
     topk_weights = topk_weights.contiguous()
-    topk_ids = topk_ids.to(torch.int32).contiguous()
+    topk_ids = topk_ids.contiguous()  # int32 or int64: the kernels read either, and guard the range
     fmt = weight_format(w13)
     if configs._autotune and method in ("auto", "warp", "expert") and fmt is None:  # off: this one read
         configs.maybe_autotune(d.H, d.I, d.E, d.K, d.T, x.dtype, x.device)

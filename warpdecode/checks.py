@@ -1,9 +1,11 @@
 """Input validation shared by every public entry point.
 
-Everything here runs before a kernel launches, and every error names the argument and what was
-expected. The id range check reads two numbers back from the device; while a CUDA graph is being
-captured that read is impossible, so it is skipped there and the caller must pass ids from
-:func:`warpdecode.route` (which are in range by construction).
+Everything here runs on the host before a kernel launches, reads only tensors' metadata (shapes,
+dtypes, devices, strides: no device work, no sync), and every error names the argument and what
+was expected. The ids' values are the device's to check: every kernel that loads an id guards it
+(``warpdecode/kernels/ids.py``: no read out of bounds, a token whose slot names an id outside
+[0, E) with a nonzero weight comes out NaN). ``strict=True`` reads their range back as well, for
+debugging: a host sync in eager mode, a device-side assert under capture or ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def _ndim(name, t, n, shape_doc):
         raise ValueError(f"{name} must be {n}-D {shape_doc}, got shape {tuple(t.shape)}")
 
 
-def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = True, local: bool = False) -> Dims:
-    """Validate the layer's inputs and return its dimensions. Raises TypeError/ValueError. ``local``:
-    w13/w2 are one rank's share of the experts, so K may exceed their number."""
+def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, strict: bool = False, local: bool = False) -> Dims:
+    """Validate the layer's inputs and return its dimensions. Raises TypeError/ValueError. ``strict``:
+    check the ids' range too (:func:`check_id_range`). ``local``: w13/w2 are one rank's share of the
+    experts, so K may exceed their number."""
     for name, t in [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights), ("topk_ids", topk_ids)]:
         _tensor(name, t, fp8_ok=name in ("w13", "w2"))
     check_fp8_pair(w13, w2)
@@ -95,14 +98,23 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, check_ids: bool = Tr
 
     if not torch.compiler.is_compiling():  # traced: the operator checks the tensors it is given
         check_views(x=x, topk_weights=topk_weights, **weight_tensors(w13=w13, w2=w2))
-    if check_ids and T > 0 and topk_ids.device.type != "meta":
-        if torch.compiler.is_compiling() or _capturing(topk_ids):  # no host sync: a device-side assert
-            torch._assert_async(((topk_ids >= 0) & (topk_ids < E)).all(), f"topk_ids must lie in [0, E={E})")
-        else:
-            lo, hi = (int(v) for v in torch.aminmax(topk_ids))
-            if lo < 0 or hi >= E:
-                raise ValueError(f"topk_ids must lie in [0, E={E}), got values in [{lo}, {hi}]")
+    if strict:
+        check_id_range(topk_ids, E)
     return Dims(T=T, H=H, I=I, E=E, K=K)
+
+
+def check_id_range(topk_ids: torch.Tensor, E: int) -> None:
+    """Raise unless every id lies in [0, E): in eager mode by reading the range back (a host sync);
+    under CUDA-graph capture or ``torch.compile``, where no value can be read, by a device-side
+    assert (``torch._assert_async``: extra kernels in the graph). Off the hot path: ``strict=True``."""
+    if topk_ids.numel() == 0 or topk_ids.device.type == "meta":
+        return
+    if torch.compiler.is_compiling() or _capturing(topk_ids):
+        torch._assert_async(((topk_ids >= 0) & (topk_ids < E)).all(), f"topk_ids must lie in [0, E={E})")
+    else:
+        lo, hi = (int(v) for v in torch.aminmax(topk_ids))
+        if lo < 0 or hi >= E:
+            raise ValueError(f"topk_ids must lie in [0, E={E}), got values in [{lo}, {hi}]")
 
 
 def check_fp8_pair(w13, w2) -> None:

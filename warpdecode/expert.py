@@ -209,14 +209,18 @@ def scatter(o: torch.Tensor, al: Alignment) -> torch.Tensor:
     return dst
 
 
-def combine(s: torch.Tensor, K: int, *, pdl: bool = False) -> torch.Tensor:
-    """Stage 8: y[t] = Σ_j s[t*K + j], accumulated in the compute dtype like vLLM's ``moe_sum``."""
+def combine(s: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, E: int, *,
+            pdl: bool = False) -> torch.Tensor:
+    """Stage 8: y[t] = Σ_j s[t*K + j], accumulated in the compute dtype like vLLM's ``moe_sum``; the
+    rows of slots whose id lies outside [0, E) are skipped (align placed them nowhere), and a token
+    with such a slot of nonzero weight is NaN (``kernels/ids.py``)."""
     H = s.shape[1]
-    T = s.shape[0] // K
+    T, K = topk_ids.shape
     y = _alloc.empty(T, H, dtype=s.dtype, device=s.device)
     BLOCK_H = min(1024, triton.next_power_of_2(H))
     grid = (T, triton.cdiv(H, BLOCK_H))
-    kx.combine_kernel[grid](s, y, H, s.stride(0), y.stride(0), K=K, BLOCK_H=BLOCK_H, num_warps=4, **_pdl(pdl))
+    kx.combine_kernel[grid](s, topk_ids, topk_weights, y, H, E, s.stride(0), y.stride(0), K=K,
+                            K_PAD=triton.next_power_of_2(K), BLOCK_H=BLOCK_H, num_warps=4, **_pdl(pdl))
     return y
 
 
@@ -257,4 +261,4 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
         h = gate_up(a, a_scales, w13, al, cfg["gate_up"])
     h, h_scales = quantize(h, al, act_format)
     o = down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=fuse_gather_scatter, pdl=pdl)
-    return combine(o if fuse_gather_scatter else scatter(o, al), K, pdl=pdl)
+    return combine(o if fuse_gather_scatter else scatter(o, al), topk_ids, topk_weights, E, pdl=pdl)

@@ -5,6 +5,8 @@ routing weight, ``index_add_`` into the output. Everything runs in the compute d
 intermediate and each expert's output are rounded to it. The Python loop needs the set of hit
 experts on the host, which costs a device→host sync every call, and it launches about eight
 small kernels per expert. FP8 weights (``warpdecode.quant``) are dequantized to x's dtype first.
+Ids outside [0, E) follow the kernels' rule (``warpdecode/kernels/ids.py``): the slot adds nothing,
+and its token is NaN if its weight is not 0.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ def moe_loop(
     I = w2.shape[2]  # noqa: E741
     y = torch.zeros_like(x)
     ids = topk_ids.long()
-    hit = torch.unique(ids).tolist()  # the host sync
+    ok = (ids >= 0) & (ids < w13.shape[0])
+    hit = torch.unique(ids[ok]).tolist()  # the host sync
     for e in hit:
         tok, slot = torch.where(ids == e)
         gate_up = F.linear(x[tok], w13[e])  # (n, 2I)
         h = F.silu(gate_up[:, :I]) * gate_up[:, I:]  # (n, I), compute dtype
         out = F.linear(h, w2[e]) * topk_weights[tok, slot, None].to(x.dtype)  # (n, H)
         y.index_add_(0, tok, out)
-    return y
+    return y.masked_fill_((~ok & (topk_weights != 0)).any(dim=1, keepdim=True), float("nan"))

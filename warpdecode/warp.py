@@ -39,7 +39,7 @@ def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
     kp.warp_gate_up_kernel[grid](
-        x, w13, topk_ids, act, H, I, T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        x, w13, topk_ids, act, H, I, w13.shape[0], T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL, SUB_H=kp.gate_up_slice(cfg),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
@@ -54,7 +54,7 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
     grid = (T * triton.cdiv(H, cfg["BLOCK_H"]),)
     per_slot, k_first = kp.down_form(cfg, K, w2.element_size())
     kp.warp_down_kernel[grid](
-        act, w2, topk_ids, topk_weights, y, H, I, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
+        act, w2, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
         K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], USE_PDL=USE_PDL,
         PER_SLOT=per_slot, K_FIRST=k_first, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"launch_pdl": True} if USE_PDL else {}),
@@ -81,7 +81,7 @@ def warp_gate_up_fp8(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> to
     q, s = w13.weight, w13.kernel_scale()
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
     k8.warp_gate_up_fp8_kernel[grid](
-        x, q, s, topk_ids, act, H, I, T * K, K, w13.up_scale_row, x.stride(0), q.stride(0), q.stride(1),
+        x, q, s, topk_ids, act, H, I, w13.shape[0], T * K, K, w13.up_scale_row, x.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), act.stride(0),
         BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], **_fp8_meta(w13, cfg["BLOCK_H"], "gate_up BLOCK_H"),
         USE_PDL=USE_PDL, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
@@ -109,9 +109,10 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
     q, s = w2.weight, w2.kernel_scale()
     grid = (T * triton.cdiv(H, cfg["BLOCK_H"]),)
     k8.warp_down_fp8_kernel[grid](
-        act, q, s, topk_ids, topk_weights, y, H, I, T, act.stride(0), q.stride(0), q.stride(1),
+        act, q, s, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), y.stride(0),
-        K=K, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], **_fp8_meta(w2, cfg["BLOCK_I"], "down BLOCK_I"),
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
+        **_fp8_meta(w2, cfg["BLOCK_I"], "down BLOCK_I"),
         USE_PDL=USE_PDL, SLOT_LOOP=fp8_slot_loop(K), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"launch_pdl": True} if USE_PDL else {}),
     )
@@ -203,7 +204,7 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
                 num_warps=cfg["num_warps"], num_stages=1)
 
     def args(barrier):
-        return (x, w13, w2, topk_ids, topk_weights, act, y, barrier, H, I, T, x.stride(0), w13.stride(0),
+        return (x, w13, w2, topk_ids, topk_weights, act, y, barrier, H, I, E, T, x.stride(0), w13.stride(0),
                 w13.stride(1), w2.stride(0), w2.stride(1), act.stride(0), y.stride(0))
 
     if _runtime.INTERPRET:
@@ -259,7 +260,7 @@ def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=to
     return act
 
 
-def warp_down_grouped(act, w2, topk_ids, cfg: dict, out_dtype) -> torch.Tensor:
+def warp_down_grouped(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Tensor:
     """Kernel 2 of the grouped schedule: y (T, H) from :func:`warp_gate_up_grouped`'s terms, each
     program one expert's w2 rows for a block of hidden outputs and every token routed to it; the
     sum over experts in an FP32 scratch, rounded to y once. cfg: ``{"BLOCK_H", "BLOCK_I",
@@ -276,8 +277,9 @@ def warp_down_grouped(act, w2, topk_ids, cfg: dict, out_dtype) -> torch.Tensor:
     for c in range(chunks):
         t0, n = c * GROUPED_TOKENS, min(GROUPED_TOKENS, T - c * GROUPED_TOKENS)
         kg.warp_down_grouped_kernel[(E * blocks,)](
-            act[:, t0 * K:], w2, topk_ids[t0:], y[t0:], scratch[c, :GROUPED_TOKENS * H].view(torch.float32),
-            scratch[c, GROUPED_TOKENS * H:], H, I, n, E, act.stride(1), act.stride(0), w2.stride(0), w2.stride(1),
+            act[:, t0 * K:], w2, topk_ids[t0:], topk_weights[t0:], y[t0:],
+            scratch[c, :GROUPED_TOKENS * H].view(torch.float32), scratch[c, GROUPED_TOKENS * H:], H, I, n, E,
+            act.stride(1), act.stride(0), w2.stride(0), w2.stride(1),
             y.stride(0), K=K, K_PAD=triton.next_power_of_2(K), T_PAD=GROUPED_TOKENS, TERMS=act.shape[0],
             BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
             WIDEN=_runtime.INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
@@ -324,6 +326,7 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
         # the FMA tile wherever the down kernel's products run on FMAs (FP32 weights, or an intermediate
         # stored in another dtype than the weights: kernels/warp_grouped.py _mma)
         on_fmas = w2.dtype == torch.float32 or act.dtype != w2.dtype
-        return warp_down_grouped(act, w2, topk_ids, grouped.get("down") or default_grouped_down(on_fmas), out_dtype)
+        return warp_down_grouped(act, w2, topk_ids, topk_weights, grouped.get("down") or default_grouped_down(on_fmas),
+                                 out_dtype)
     act = warp_gate_up(x, w13, topk_ids, cfg["gate_up"], act_dtype)
     return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], out_dtype)

@@ -135,7 +135,7 @@ def _stage_fns(shape: MoEShape, T: int):
         ("expert", "6 down GEMM"): lambda st: ex.down(st["h"], None, st["w2"], st["al"], st["inp"].topk_weights,
                                                       cfg["down"]),
         ("expert", "7 scatter"): lambda st: ex.scatter(st["o"], st["al"]),
-        ("expert", "8 combine"): lambda st: ex.combine(st["s"], shape.K),
+        ("expert", "8 combine"): lambda st: ex.combine(st["s"], st["inp"].topk_ids, st["inp"].topk_weights, shape.E),
         ("warp", "gate/up kernel"): lambda st: wp.warp_gate_up(st["inp"].x, st["w13"], st["inp"].topk_ids,
                                                                wcfg["gate_up"]),
         ("warp", "down kernel"): lambda st: wp.warp_down(st["act"], st["w2"], st["inp"].topk_ids,

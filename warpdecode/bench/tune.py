@@ -206,7 +206,7 @@ def _warm(job):
         elif kind == "grouped_gate_up":
             wp.warp_gate_up_grouped(x, w13, ids, tw, cfg)
         elif kind == "grouped_down":
-            wp.warp_down_grouped(torch.randn(3, T * K, I, device="cuda").bfloat16(), w2, ids, cfg, torch.bfloat16)
+            wp.warp_down_grouped(torch.randn(3, T * K, I, device="cuda").bfloat16(), w2, ids, tw, cfg, torch.bfloat16)
         else:  # the forms moe_expert runs: gather fused into gate/up's loads, scatter into down's stores
             block_m, gcfg = cfg
             al = ex.align(ids, E, block_m)
@@ -275,7 +275,7 @@ def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
 
 
 def _grouped_pair(x, w13, w2, ids, tw, c_gu, c_dn):
-    return wp.warp_down_grouped(wp.warp_gate_up_grouped(x, w13, ids, tw, c_gu), w2, ids, c_dn, x.dtype)
+    return wp.warp_down_grouped(wp.warp_gate_up_grouped(x, w13, ids, tw, c_gu), w2, ids, tw, c_dn, x.dtype)
 
 
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):

@@ -41,19 +41,16 @@ def warpdecode_experts_forward(self, hidden_states: torch.Tensor, top_k_index: t
         raise RuntimeError(
             f"{type(self).__name__}: the warpdecode experts implementation computes no gradients; generate "
             "under torch.no_grad() (transformers' generate does), or train with another experts_implementation")
-    topk_weights = top_k_weights.float().contiguous()
-    topk_ids = top_k_index.to(torch.int32).contiguous()
-    # Shapes and dtypes are checked on every call; the id range is not read back (a device sync per
-    # layer per generated token). With expert parallelism transformers names a slot whose expert
-    # lives on another rank by the id num_local_experts (= E here) and weight 0: such slots, and any
-    # id outside [0, E), are skipped on the device (weight 0, id 0), so no id outside [0, E) reaches
-    # a kernel.
-    d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, check_ids=False)
+    topk_weights = top_k_weights.float().contiguous()  # no copy where the router's weights are FP32 already
+    topk_ids = top_k_index.contiguous()  # int64 as transformers gives them: the kernels read them unnarrowed
+    # Shapes and dtypes are checked on every call, on the host; the ids inside the kernels
+    # (warpdecode/kernels/ids.py), with no launch of their own. With expert parallelism transformers
+    # names a slot whose expert lives on another rank by the id num_local_experts (= E here) and
+    # weight 0: the kernels skip it, as they skip any slot of weight 0 whose id lies outside [0, E);
+    # an id outside [0, E) with a nonzero weight makes its token NaN.
+    d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if d.T == 0:
         return torch.zeros_like(hidden_states)
-    local = (topk_ids >= 0) & (topk_ids < d.E)
-    topk_weights = torch.where(local, topk_weights, 0.0)
-    topk_ids = torch.where(local, topk_ids, 0).contiguous()
     if torch.compiler.is_compiling():  # traced (torch.compile): the one operator, as warpdecode.moe traces
         y = torch.ops.warpdecode.moe(x, w13, w2, topk_weights, topk_ids, "auto", None, "native", None, False, False)
     else:

@@ -54,12 +54,13 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .ids import dropped, guarded
 from .warp_fp8 import _scales  # one step's weight scales as FP32 factors, as warp decode's FP8 pair reads them
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS", "EM", "BLOCKS_PER_PROG"])
 def moe_align_kernel(
-    topk_ids_ptr,  # (T*K,) int32 in [0, E)
+    topk_ids_ptr,  # (T*K,) int32 or int64; a pair whose id lies outside [0, E) is placed nowhere
     sorted_token_ids_ptr,  # (EM,) int32 out
     expert_ids_ptr,  # (EM // BLOCK_M,) int32 out
     num_tokens_post_padded_ptr,  # (1,) int32 out
@@ -95,9 +96,10 @@ def moe_align_kernel(
     earlier = tl.zeros([BLOCK_E], dtype=tl.int32)  # ... among pairs [0, first)
     for p0 in range(0, NUM_PAIRS, SCAN):
         offs_p = p0 + tl.arange(0, SCAN)
-        ids = tl.load(topk_ids_ptr + offs_p, mask=offs_p < NUM_PAIRS, other=0)
-        counts += tl.histogram(ids, BLOCK_E, mask=offs_p < NUM_PAIRS)
-        earlier += tl.histogram(ids, BLOCK_E, mask=offs_p < first)
+        ids, ok = guarded(tl.load(topk_ids_ptr + offs_p, mask=offs_p < NUM_PAIRS, other=0), E)
+        ids = ids.to(tl.int32)
+        counts += tl.histogram(ids, BLOCK_E, mask=(offs_p < NUM_PAIRS) & ok)
+        earlier += tl.histogram(ids, BLOCK_E, mask=(offs_p < first) & ok)
     padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M  # rows per expert after padding
     ends = tl.cumsum(padded, axis=0)
     starts = ends - padded
@@ -107,9 +109,10 @@ def moe_align_kernel(
 
     offs_j = tl.arange(0, BLOCK_C)
     pair = first + offs_j
-    mask_c = pair < NUM_PAIRS
-    e_c = tl.load(topk_ids_ptr + pair, mask=mask_c, other=0)
-    same = (e_c[:, None] == e_c[None, :]) & (offs_j[None, :] < offs_j[:, None])
+    e_c, ok_c = guarded(tl.load(topk_ids_ptr + pair, mask=pair < NUM_PAIRS, other=0), E)
+    e_c = e_c.to(tl.int32)
+    mask_c = (pair < NUM_PAIRS) & ok_c
+    same = (e_c[:, None] == e_c[None, :]) & (offs_j[None, :] < offs_j[:, None]) & mask_c[None, :]
     rank = tl.sum(same.to(tl.int32), axis=1)  # pairs of the same expert before it in this chunk
     tl.store(sorted_token_ids_ptr + tl.gather(starts + earlier, e_c, 0) + rank, pair, mask=mask_c)
 
@@ -535,17 +538,23 @@ def scatter_kernel(
 
 @triton.jit
 def combine_kernel(
-    src_ptr,  # (T*K, H) compute dtype
+    src_ptr,  # (T*K, H) compute dtype; rows of pairs whose id lies outside [0, E) were never written
+    topk_ids_ptr,  # (T, K) int32 or int64
+    topk_weights_ptr,  # (T, K) fp32: read only by the guard
     y_ptr,  # (T, H) compute dtype out
     H,
+    E,
     stride_sr,
     stride_yt,
     K: tl.constexpr,
+    K_PAD: tl.constexpr,  # next power of two ≥ K
     BLOCK_H: tl.constexpr,
     USE_PDL: tl.constexpr = False,  # launched early: wait for the down GEMM
 ):
     """y[t] = Σ_j src[t*K + j], accumulated in the compute dtype, one rounding per add,
-    as vLLM's ``moe_sum`` kernel does (``scalar_t x = 0; x += input[...]``)."""
+    as vLLM's ``moe_sum`` kernel does (``scalar_t x = 0; x += input[...]``). A slot whose id lies
+    outside [0, E) was placed nowhere: its row is skipped, and its token is NaN if its weight is
+    not 0 (``kernels/ids.py``)."""
     if USE_PDL:
         gdc_wait()
     t = tl.program_id(0)
@@ -553,6 +562,9 @@ def combine_kernel(
     mask_h = offs_h < H
     acc = tl.zeros([BLOCK_H], dtype=y_ptr.dtype.element_ty)
     for j in tl.static_range(K):
-        v = tl.load(src_ptr + (t.to(tl.int64) * K + j) * stride_sr + offs_h, mask=mask_h, other=0.0)
+        _, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + j), E)
+        v = tl.load(src_ptr + (t.to(tl.int64) * K + j) * stride_sr + offs_h, mask=mask_h & ok, other=0.0)
         acc = (acc.to(tl.float32) + v.to(tl.float32)).to(y_ptr.dtype.element_ty)
+    nan = dropped(topk_ids_ptr, topk_weights_ptr, t, E, K, K_PAD)
+    acc = tl.where(nan, float("nan"), acc.to(tl.float32)).to(y_ptr.dtype.element_ty)  # exact: acc is y's dtype
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, acc, mask=mask_h)

@@ -66,6 +66,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .ids import dropped, guarded
+
 
 @triton.jit
 def _scales(scale_ptrs, mask, E8M0: tl.constexpr):
@@ -92,11 +94,12 @@ def warp_gate_up_fp8_kernel(
     x_ptr,  # (T, H) compute dtype
     w13_ptr,  # (E, 2I, H) float8_e4m3fn: gate rows [0, I), up rows [I, 2I)
     w13_scale_ptr,  # block128: (E, 2·cdiv(I, 128), cdiv(H, 128)) fp32; mxfp8: (E, 2I, cdiv(H, 32)) uint8 e8m0
-    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     act_ptr,  # (T*K, I) fp32 or compute dtype: silu(gate) * up per (token, slot)
     # sizes
     H,
     I,
+    E,
     NUM_PAIRS,  # T * K
     K,
     S_UP,  # the scale row of the first up row (gate and up are blocked separately)
@@ -122,9 +125,10 @@ def warp_gate_up_fp8_kernel(
     # the pair fastest: programs side by side read the same neuron rows of every pair (shared experts: L2)
     pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
     t = pair // K
-    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    e, ok = guarded(tl.load(topk_ids_ptr + pair), E)  # outside [0, E): no weights read, a zero row written
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = offs_i < I
+    mask_r = mask_i & ok  # rows whose weights are read
     offs_h = tl.arange(0, BLOCK_H)
     G: tl.constexpr = BLOCK_H // GROUP_K
     offs_g = tl.arange(0, G)
@@ -141,7 +145,7 @@ def warp_gate_up_fp8_kernel(
     for h0 in range(0, H, BLOCK_H):
         mask_h = (h0 + offs_h) < H
         xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0)
-        mask = mask_i[:, None] & mask_h[None, :]
+        mask = mask_r[:, None] & mask_h[None, :]
         g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
         u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
         g0 = h0 // GROUP_K
@@ -156,30 +160,31 @@ def warp_gate_up_fp8_kernel(
 
 
 @triton.jit
-def _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, j, i0,
+def _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, j, i0,
                    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
-    """Columns [i0, i0 + BLOCK_I) of the w2 rows of token t's slot j: one [BLOCK_H, BLOCK_I] e4m3 tile."""
+    """Columns [i0, i0 + BLOCK_I) of the w2 rows of token t's slot j: one [BLOCK_H, BLOCK_I] e4m3 tile
+    (zeros where the slot's id lies outside [0, E))."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_i = i0 + tl.arange(0, BLOCK_I)
     mask = (offs_h < H)[:, None] & (offs_i < I)[None, :]
     offs = offs_h[:, None] * stride_wr + offs_i[None, :]  # within one expert's block: < H·I < 2**31
-    e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + j).to(tl.int64)
-    return tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+    e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + j), E)
+    return tl.load(w2_ptr + e * stride_we + offs, mask=mask & ok, other=0.0, eviction_policy="evict_first")
 
 
 @triton.jit
-def _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
+def _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
                     K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
     """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs: K [BLOCK_H, BLOCK_I] e4m3 tiles."""
     tiles = ()
     for j in tl.static_range(K):
-        tiles = tiles + (_down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, j, i0,
+        tiles = tiles + (_down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, j, i0,
                                         K, BLOCK_H, BLOCK_I),)
     return tiles
 
 
 @triton.jit
-def _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se, stride_sr,
+def _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_se, stride_sr,
                    stride_sc, t, pid_h, j, i0, w, acc,
                    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr,
                    GROUP_K: tl.constexpr, E8M0: tl.constexpr):
@@ -192,7 +197,7 @@ def _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, 
     mask_s = (offs_h < H)[:, None] & (offs_g < tl.cdiv(I, GROUP_K))[None, :]
     s_offs = (offs_h // GROUP_N)[:, None] * stride_sr + offs_g[None, :] * stride_sc
     pair = t.to(tl.int64) * K + j
-    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    e, _ = guarded(tl.load(topk_ids_ptr + pair), E)
     rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
     a = tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0.0).to(tl.float32) * rw
     s = _scales(w2_scale_ptr + e * stride_se + s_offs, mask_s, E8M0)
@@ -200,14 +205,14 @@ def _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, 
 
 
 @triton.jit
-def _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se, stride_sr,
+def _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_se, stride_sr,
                    stride_sc, t, pid_h, i0, wv, acc,
                    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr,
                    GROUP_K: tl.constexpr, E8M0: tl.constexpr):
     """acc[rows, groups] += Σ_j s_j · Σ_c∈group wv[j] · (w[t, j] · act[tK+j, c]), slot by slot:
     the top-K combine is the accumulation."""
     for j in tl.static_range(K):
-        acc = _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
+        acc = _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_se,
                              stride_sr, stride_sc, t, pid_h, j, i0, wv[j], acc, K, BLOCK_H, BLOCK_I, GROUP_N,
                              GROUP_K, E8M0)
     return acc
@@ -219,12 +224,13 @@ def warp_down_fp8_kernel(
     act_ptr,  # (T*K, I) fp32 or compute dtype, from warp_gate_up_fp8_kernel
     w2_ptr,  # (E, H, I) float8_e4m3fn
     w2_scale_ptr,  # block128: (E, cdiv(H, 128), cdiv(I, 128)) fp32; mxfp8: (E, H, cdiv(I, 32)) uint8 e8m0
-    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     topk_weights_ptr,  # (T, K) fp32
     y_ptr,  # (T, H) compute dtype
     # sizes
     H,
     I,
+    E,
     T,
     # strides (elements)
     stride_at,
@@ -236,6 +242,7 @@ def warp_down_fp8_kernel(
     stride_yt,
     # meta
     K: tl.constexpr,
+    K_PAD: tl.constexpr,  # next power of two ≥ K
     BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
     BLOCK_I: tl.constexpr,  # columns of I per step, a multiple of GROUP_K
     GROUP_N: tl.constexpr,  # weight rows per scale: 128 (block128) or 1 (mxfp8)
@@ -251,32 +258,33 @@ def warp_down_fp8_kernel(
         # (chunk, slot) steps, the slot fastest; each step's tile is loaded before the previous step's
         # math, the first before the wait. The load after the last step is of columns past I: masked off.
         steps = tl.cdiv(I, BLOCK_I) * K
-        w = _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, 0, K, BLOCK_H, BLOCK_I)
+        w = _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, 0, 0, K, BLOCK_H, BLOCK_I)
         if USE_PDL:
             gdc_wait()
         acc = tl.zeros([BLOCK_H, BLOCK_I // GROUP_K], dtype=tl.float32)
         for n in range(steps):
-            w_next = _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, (n + 1) % K,
+            w_next = _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, (n + 1) % K,
                                     (n + 1) // K * BLOCK_I, K, BLOCK_H, BLOCK_I)
-            acc = _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
+            acc = _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_se,
                                  stride_sr, stride_sc, t, pid_h, n % K, n // K * BLOCK_I, w, acc,
                                  K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
             w = w_next
     else:
         # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
-        wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, BLOCK_H, BLOCK_I)
+        wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, 0, K, BLOCK_H, BLOCK_I)
         if USE_PDL:
             gdc_wait()  # kernel 1 has finished and its intermediate is visible
-        acc = _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
+        acc = _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_se,
                              stride_sr, stride_sc, t, pid_h, 0, wv,
                              tl.zeros([BLOCK_H, BLOCK_I // GROUP_K], dtype=tl.float32),
                              K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
         for i0 in range(BLOCK_I, I, BLOCK_I):
-            wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H, BLOCK_I)
-            acc = _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stride_at, stride_se,
+            wv = _down_fp8_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H, BLOCK_I)
+            acc = _down_fp8_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_se,
                                  stride_sr, stride_sc, t, pid_h, i0, wv, acc,
                                  K, BLOCK_H, BLOCK_I, GROUP_N, GROUP_K, E8M0)
 
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     y = tl.sum(acc, axis=1)  # the dot product, across the warp
+    y = tl.where(dropped(topk_ids_ptr, topk_weights_ptr, t, E, K, K_PAD), float("nan"), y)
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)

@@ -44,6 +44,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
+from .ids import dropped_rows
+
 
 @triton.jit
 def _mma(a, b, acc, WIDEN: tl.constexpr):
@@ -81,7 +83,7 @@ def _first_rows(hit, K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr):
 def warp_gate_up_grouped_kernel(
     x_ptr,  # (T, H) compute dtype
     w13_ptr,  # (E, 2I, H) compute dtype
-    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_ids_ptr,  # (T, K) int32 or int64; an id outside [0, E) matches no program's expert
     topk_weights_ptr,  # (T, K) fp32
     act_ptr,  # (TERMS, T*K, I): the weighted silu(gate)·up, in the row of each token's first slot of e
     H, I, T, E,
@@ -144,7 +146,8 @@ def warp_gate_up_grouped_kernel(
 def warp_down_grouped_kernel(
     act_ptr,  # (TERMS, T*K, I) from warp_gate_up_grouped_kernel, the routing weight in it
     w2_ptr,  # (E, H, I) compute dtype
-    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
+    topk_weights_ptr,  # (T, K) fp32: read only by the guard
     y_ptr,  # (T, H) compute dtype
     sums_ptr,  # (T_PAD, H) fp32, zero on entry: every expert's share of y
     arrived_ptr,  # (cdiv(H, BLOCK_H),) int32, zero on entry: programs done per block of outputs
@@ -158,7 +161,8 @@ def warp_down_grouped_kernel(
 ):
     """Hidden outputs [pid_h·BLOCK_H, +BLOCK_H) of expert e's share of y for every token routed to
     e, added into ``sums``; the E-th program of the block to finish rounds the block to y. The
-    expert varies fastest, so the programs of one block of outputs run side by side."""
+    expert varies fastest, so the programs of one block of outputs run side by side. A slot whose id
+    lies outside [0, E) is no program's: its token is NaN if its weight is not 0 (``kernels/ids.py``)."""
     pid = tl.program_id(0)
     e = pid % E
     pid_h = pid // E
@@ -187,5 +191,7 @@ def warp_down_grouped_kernel(
         mask = mask_h[:, None] & (offs_t < T)[None, :]
         sums = tl.atomic_add(s_ptrs, tl.zeros([BLOCK_H, T_PAD], dtype=tl.float32), mask=mask, sem="relaxed",
                              scope="gpu")
+        sums = tl.where(dropped_rows(topk_ids_ptr, topk_weights_ptr, offs_t, T, E, K, K_PAD)[None, :], float("nan"),
+                        sums)
         y_ptrs = y_ptr + offs_t[None, :].to(tl.int64) * stride_yt + offs_h[:, None]
         tl.store(y_ptrs, sums.to(y_ptr.dtype.element_ty), mask=mask)

@@ -83,6 +83,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .ids import dropped, guarded
+
 #: Whether this Triton release's coalesce pass puts a [rows, K, columns] tile's warps over K (3.8 and
 #: later; 3.6 puts them over rows): such a release needs another form of the down tile (see above).
 WARPS_OVER_K = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
@@ -149,7 +151,7 @@ def gate_up_slice(cfg: dict) -> int:
 @triton.jit
 def _gate_up_tile(
     x_ptr, w13_ptr, topk_ids_ptr, act_ptr,
-    H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+    H, I, E, K, stride_xt, stride_we, stride_wr, stride_at,
     pair,  # which (token, slot): t = pair // K
     pid_i,  # which block of BLOCK_I neurons
     BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -169,11 +171,14 @@ def _gate_up_tile(
     With SUB_H < BLOCK_H the step is loaded in BLOCK_H / SUB_H slices of the same layout (SUB_H =
     256 columns per warp of a row: eight per lane) and the slices' products accumulate element
     by element into a [BLOCK_I, SUB_H] partial, which is one FMA chain on every release; one sum of
-    that partial per step, then the shuffles, as before."""
+    that partial per step, then the shuffles, as before.
+
+    An id outside [0, E) loads no weights and writes a zero row (``kernels/ids.py``)."""
     t = pair // K
-    e = tl.load(topk_ids_ptr + pair).to(tl.int64)
+    e, ok = guarded(tl.load(topk_ids_ptr + pair), E)
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = offs_i < I
+    mask_r = mask_i & ok  # rows whose weights are read
     offs_h = tl.arange(0, BLOCK_H)
 
     gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
@@ -188,7 +193,7 @@ def _gate_up_tile(
             # x stays in its own dtype until the multiply: an FP32 copy of a 2048-column step holds 64
             # registers per lane, which spills where the compiler sums in-thread products as a tree (3.9)
             xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0)
-            mask = mask_i[:, None] & mask_h[None, :]
+            mask = mask_r[:, None] & mask_h[None, :]
             g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
             u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
             # warp-shuffle reductions: one warp, one row
@@ -206,7 +211,7 @@ def _gate_up_tile(
                 offs = h0 + c * SUB_H + offs_s
                 mask_h = offs < H
                 xv = tl.load(x_row + offs, mask=mask_h, other=0.0).to(tl.float32)
-                mask = mask_i[:, None] & mask_h[None, :]
+                mask = mask_r[:, None] & mask_h[None, :]
                 g = tl.load(gate_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
                 u = tl.load(up_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
                 part_g += g.to(tl.float32) * xv[None, :]
@@ -242,7 +247,7 @@ def _slots(x, N: tl.constexpr):
 
 @triton.jit
 def _down_chunk(
-    w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr,
+    w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr,
     t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
     PER_SLOT: tl.constexpr,  # the tile's form: see PER_SLOT below
@@ -251,7 +256,8 @@ def _down_chunk(
     """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs (rows of hidden outputs × the token's
     K routed experts × columns): one [BLOCK_H, K_PAD, BLOCK_I] tile, with ``PER_SLOT`` a tuple of
     K [BLOCK_H, BLOCK_I] tiles, with ``K_FIRST`` one [K_PAD, BLOCK_H, BLOCK_I] tile. Rows past H, slots
-    past K and columns past I load zeros, so a program with no rows left loads nothing."""
+    past K, columns past I and slots whose id lies outside [0, E) load zeros, so a program with no
+    rows left loads nothing."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_i = i0 + tl.arange(0, BLOCK_I)
     if PER_SLOT:
@@ -259,14 +265,15 @@ def _down_chunk(
         offs = offs_h[:, None] * stride_wr + offs_i[None, :]  # within one expert's block: < H·I < 2**31
         tiles = ()
         for j in tl.static_range(K):
-            e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + j).to(tl.int64)
-            tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask, other=0.0,
+            e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + j), E)
+            tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask & ok, other=0.0,
                                      eviction_policy="evict_first"),)
         return tiles
     elif not K_FIRST:
         offs_k = tl.arange(0, K_PAD)
         mask_k = offs_k < K
-        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+        e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0), E)
+        mask_k = mask_k & ok
         w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
                   + offs_i[None, None, :])
         mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
@@ -274,7 +281,8 @@ def _down_chunk(
     else:  # K_FIRST
         offs_k = tl.arange(0, K_PAD)
         mask_k = offs_k < K
-        e = tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0).to(tl.int64)
+        e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0), E)
+        mask_k = mask_k & ok
         w_ptrs = (w2_ptr + e[:, None, None] * stride_we + offs_h[None, :, None].to(tl.int64) * stride_wr
                   + offs_i[None, None, :])
         mask = mask_k[:, None, None] & (offs_h < H)[None, :, None] & (offs_i < I)[None, None, :]
@@ -319,7 +327,7 @@ def _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
 @triton.jit
 def _down_tile(
     act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr,
-    H, I, stride_at, stride_we, stride_wr, stride_yt,
+    H, I, E, stride_at, stride_we, stride_wr, stride_yt,
     t, pid_h,
     wv,  # the first chunk, _down_chunk(..., i0=0), loaded by the caller (early, if it can)
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
@@ -331,20 +339,21 @@ def _down_tile(
     the K experts stay inside each thread, columns go across a warp's lanes: the combine over K is
     in registers, and summing the accumulator over its columns is the dot product, across the warp.
     With ``PER_SLOT`` or ``K_FIRST`` the first step is taken before the loop, so the loop carries one
-    accumulator, never the weight tile (which the compiler carries unpacked, two bf16 in two registers)."""
+    accumulator, never the weight tile (which the compiler carries unpacked, two bf16 in two registers).
+    A token with a slot whose id lies outside [0, E) and whose weight is not 0 gets NaN (``kernels/ids.py``)."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     if PER_SLOT:
         acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
                          tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, BLOCK_I, ACT_CACHE)
         for i0 in range(BLOCK_I, I, BLOCK_I):
-            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
                              BLOCK_I, PER_SLOT)
             acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, BLOCK_I, ACT_CACHE)
     elif K_FIRST:
         acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
                                  tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, K_PAD, BLOCK_I, ACT_CACHE)
         for i0 in range(BLOCK_I, I, BLOCK_I):
-            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
+            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
                              BLOCK_I, PER_SLOT, K_FIRST)
             acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, K_PAD, BLOCK_I,
                                      ACT_CACHE)
@@ -358,7 +367,7 @@ def _down_tile(
         acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
         for i0 in range(0, I, BLOCK_I):
             if i0 > 0:
-                wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, i0,
+                wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
                                  K, K_PAD, BLOCK_H, BLOCK_I, PER_SLOT)
             mask_i = (i0 + offs_i) < I
             a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0,
@@ -366,6 +375,7 @@ def _down_tile(
             acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
 
     y = tl.sum(acc, axis=1)  # the dot product, across the warp
+    y = tl.where(dropped(topk_ids_ptr, topk_weights_ptr, t, E, K, K_PAD), float("nan"), y)
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
 
 
@@ -378,11 +388,12 @@ def warp_gate_up_kernel(
     # pointers
     x_ptr,  # (T, H) compute dtype
     w13_ptr,  # (E, 2I, H) compute dtype: gate rows [0, I), up rows [I, 2I)
-    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     act_ptr,  # (T*K, I) fp32 or compute dtype: silu(gate) * up per (token, slot)
     # sizes
     H,
     I,
+    E,
     NUM_PAIRS,  # T * K
     K,
     # strides (elements)
@@ -401,7 +412,7 @@ def warp_gate_up_kernel(
     pid = tl.program_id(0)
     # the pair fastest: programs side by side read the same neuron rows of every pair (shared experts: L2)
     pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
-    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_we, stride_wr, stride_at,
+    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, E, K, stride_xt, stride_we, stride_wr, stride_at,
                   pair, pid_i, BLOCK_I, BLOCK_H, BLOCK_H if SUB_H is None else SUB_H)
 
 
@@ -410,12 +421,13 @@ def warp_down_kernel(
     # pointers
     act_ptr,  # (T*K, I) fp32 or compute dtype, from warp_gate_up_kernel
     w2_ptr,  # (E, H, I) compute dtype
-    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     topk_weights_ptr,  # (T, K) fp32
     y_ptr,  # (T, H) compute dtype
     # sizes
     H,
     I,
+    E,
     T,
     # strides (elements)
     stride_at,
@@ -435,9 +447,9 @@ def warp_down_kernel(
     t = pid % T  # fastest: tokens side by side share w2 rows of common experts
     pid_h = pid // T
     # the first BLOCK_I columns of every routed expert's rows: they do not depend on kernel 1
-    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I,
+    wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, 0, K, K_PAD, BLOCK_H, BLOCK_I,
                      PER_SLOT, K_FIRST)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
-    _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_we, stride_wr,
+    _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, E, stride_at, stride_we, stride_wr,
                stride_yt, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, "", PER_SLOT, K_FIRST)

@@ -59,7 +59,7 @@ def warp_fused_kernel(
     x_ptr,  # (T, H) compute dtype
     w13_ptr,  # (E, 2I, H) compute dtype
     w2_ptr,  # (E, H, I) compute dtype
-    topk_ids_ptr,  # (T, K) int32, in [0, E)
+    topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     topk_weights_ptr,  # (T, K) fp32
     act_ptr,  # (T*K, I) fp32 or compute dtype: scratch between the phases
     y_ptr,  # (T, H) compute dtype
@@ -67,6 +67,7 @@ def warp_fused_kernel(
     # sizes
     H,
     I,
+    E,
     T,
     # strides (elements)
     stride_xt,
@@ -96,20 +97,20 @@ def warp_fused_kernel(
     if PHASE != 2:  # gate/up: units of GU_BLOCK_I neurons of one pair, the pair varying fastest
         num_pairs = T * K
         for unit in range(pid, num_pairs * tl.cdiv(I, GU_BLOCK_I), num_programs):
-            _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, K, stride_xt, stride_w13e, stride_w13r,
+            _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, E, K, stride_xt, stride_w13e, stride_w13r,
                           stride_at, unit % num_pairs, unit // num_pairs, GU_BLOCK_I, GU_BLOCK_H, GU_BLOCK_H)
 
     if PHASE != 1:  # down: units of DN_BLOCK_H outputs of one token, the token varying fastest
         # the first unit's first columns do not depend on the intermediate: load them before waiting
-        wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, pid % T, pid // T, 0,
+        wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_w2e, stride_w2r, pid % T, pid // T, 0,
                          K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, PER_SLOT, K_FIRST)
         if PHASE == 0:
             _grid_barrier(barrier_ptr, generation, num_programs, MAX_SPINS)
         for unit in range(pid, T * tl.cdiv(H, DN_BLOCK_H), num_programs):
             if unit != pid:
-                wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, stride_w2e, stride_w2r, unit % T, unit // T, 0,
+                wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_w2e, stride_w2r, unit % T, unit // T, 0,
                                  K, K_PAD, DN_BLOCK_H, DN_BLOCK_I, PER_SLOT, K_FIRST)
             # (PHASE 0: the intermediate other SMs stored, read from L2, past this SM's L1)
-            _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, stride_at, stride_w2e,
+            _down_tile(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, E, stride_at, stride_w2e,
                        stride_w2r, stride_yt, unit % T, unit // T, wv, K, K_PAD, DN_BLOCK_H, DN_BLOCK_I,
                        ".cg" if PHASE == 0 else "", PER_SLOT, K_FIRST)
