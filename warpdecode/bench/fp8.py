@@ -14,7 +14,7 @@ the read ceiling measured in the same run. accuracy (``fp8_accuracy.csv``): each
 against float64 on the dequantized weights, over that layer's bf16 floor, the bf16 warp pair's on
 the bf16 weights beside it, and the weights' own quantization cost (the FP8 layer's float64 result
 against the bf16 layer's). layers (``fp8_layers.csv``): the same comparison across a model's layers
-(:func:`layer_errors`). Every row names the GPU, versions and date. The figures of the bar are
+(:func:`layer_errors`). Every row names the GPU, versions, the commit measured and date. The figures of the bar are
 printed at the end (:func:`figures`), from the rows alone. table: the tuned table's FP8 warp
 entries from the warp phase's rows (:func:`tuned_entries`).
 """
@@ -41,6 +41,7 @@ from ..presets import MODEL_PRESETS, get_preset
 from ..reference import reference_moe, rel_error, rounding_floor
 from ..routing import route
 from ..warp import moe_warp
+from . import data
 from .sweep import meta
 from .timing import capture_poisoned, read_ceiling, time_replays
 from .workload import LayerInputs, l2_bytes
@@ -325,15 +326,9 @@ def _acc_row(shape, T, weights, method, err, floor, qcost, info, *, vs_bf16):
 
 
 def _write(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+    """Append ``rows`` to ``path``, its columns the union of the file's and the rows' (an older
+    file's rows keep theirs, the new columns empty)."""
+    data.merge_write(path, rows)
 
 
 def _read(path: Path) -> list[dict]:

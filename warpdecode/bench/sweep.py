@@ -4,8 +4,12 @@ path's stage breakdown, and error against the float64 reference."""
 from __future__ import annotations
 
 import datetime
+import functools
 import math
+import os
+import subprocess
 from functools import partial
+from pathlib import Path
 
 import torch
 import triton
@@ -25,12 +29,40 @@ from .workload import bytes_needed, make_inputs, make_layers, num_copies
 SANITY = {"warp": 1.5, "warp_bf16_act": 4, "expert": 8, "auto": 8, "grouped_mm": 8, "loop": 12, "expert_fp8": 120}
 
 
+#: What the benchmarks write into the checkout: a change there is data, not the code measured.
+DATA_PATHS = ("results", "experiments/results", "figures")
+
+
+@functools.cache
+def commit() -> str:
+    """The git commit of the checkout the imported package lives in: its short hash, with
+    ``-dirty`` where tracked files other than :data:`DATA_PATHS` differ from it. Without a git
+    checkout (an installed wheel, a copy of the tree): ``$WARPDECODE_COMMIT`` if set (whoever
+    copied the tree names its commit), else ``"unknown"``."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:  # a repository around an install
+            raise ValueError(root)
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                    *(f":(exclude){p}" for p in DATA_PATHS))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return os.environ.get("WARPDECODE_COMMIT") or "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
 def meta() -> dict:
-    """What every row names: the device (or the CPU interpreter), versions, date."""
+    """What every row names: the device (or the CPU interpreter), versions, the commit measured, date."""
     return {
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
         "triton": triton.__version__,
+        "commit": commit(),
         "date": datetime.date.today().isoformat(),
     }
 
