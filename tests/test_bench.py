@@ -1,5 +1,9 @@
-"""Every row the benchmarks write names the commit it was measured on (``sweep.commit``): the
-checkout's short hash, ``-dirty`` where its code differs, else what the copier of the tree says."""
+"""The benchmarks time the public call and name their commit (warpdecode/bench/methods.py,
+sweep.py), on the CPU: each public method calls ``warpdecode.moe`` with the ids as ``route`` gives
+them, each bare twin is the kernels alone; the sweep times a public method and its twin in one
+interleaved run and writes their ratio (``overhead``); every row names the commit it was measured
+on (``sweep.commit``): the checkout's short hash, ``-dirty`` where its code differs, else what the
+copier of the tree says."""
 
 from __future__ import annotations
 
@@ -8,8 +12,97 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
-from warpdecode.bench import sweep
+import warpdecode as wd
+from warpdecode import api
+from warpdecode.bench import methods, sweep
+from warpdecode.bench.timing import Timing
+from warpdecode.bench.workload import LayerInputs
+from warpdecode.expert import moe_expert
+from warpdecode.warp import moe_warp
+
+#: Each public method and the options it passes to warpdecode.moe.
+PUBLIC = {"loop": {"method": "loop"}, "warp": {"method": "warp"}, "expert": {"method": "expert"},
+          "auto": {"method": "auto"}, "expert_fp8": {"method": "expert", "act_format": "fp8"},
+          "warp_bf16_act": {"method": "warp", "act_dtype": torch.bfloat16}}
+
+
+def _layer(T=2):
+    s = wd.get_preset("tiny")
+    w13, w2 = s.weights(seed=1)
+    g = torch.Generator().manual_seed(T)
+    x = torch.randn(T, s.H, generator=g).to(torch.bfloat16)
+    logits = torch.randn(T, s.E, generator=g)
+    tw, ids = wd.route(logits, s.K)
+    return s, w13, w2, LayerInputs(x, logits, tw, ids)
+
+
+def test_public_methods_call_warpdecode_moe_and_twins_are_the_kernels(monkeypatch):
+    _, w13, w2, inp = _layer()
+    calls = []
+
+    def moe(x, w13_, w2_, tw, ids, **options):
+        calls.append((ids, options))
+        return x
+
+    monkeypatch.setattr(api, "moe", moe)
+    fns = methods.registry(include_hf=False)
+    for name, options in PUBLIC.items():
+        calls.clear()
+        assert fns[name](inp.x, w13, w2, inp.topk_weights, inp.topk_ids) is inp.x
+        (ids, got), = calls
+        assert got == options, name
+        assert ids is inp.topk_ids and ids.dtype == torch.int32, name  # as route gives them: no cast, no copy
+    assert methods.KERNELS.keys() <= PUBLIC.keys() and "loop" not in methods.KERNELS
+    assert fns["warp_kernels"] is moe_warp and fns["expert_kernels"] is moe_expert
+    assert fns["auto_kernels"] is api.run_auto
+    assert all(sweep.SANITY[twin] == sweep.SANITY[m] for m, twin in methods.KERNELS.items())
+    assert all(twin in fns and twin not in methods.EAGER for twin in methods.KERNELS.values())
+
+
+def test_speed_times_each_public_method_beside_its_kernels(monkeypatch):
+    """speed(): every public method asked for brings its bare twin, both captured and timed in the
+    same interleaved run; the public row's overhead is public / twin, a method without a twin
+    (loop, timed eagerly) has none; every row carries the commit."""
+    shape, w13, w2, inp = _layer()
+    ref = wd.reference_moe(inp.x, w13, w2, inp.topk_weights, inp.topk_ids).to(torch.bfloat16)
+    us = {"warp": 3.0, "warp_kernels": 2.0, "auto": 4.5, "auto_kernels": 3.0, "loop": 50.0}
+
+    def fake(name):
+        def fn(*args):
+            return ref.clone()
+
+        fn.method = name
+        return fn
+
+    fns = {m: fake(m) for m in us}
+    batches = []
+
+    def capture_poisoned(step):
+        fn, _ = step.args
+        return SimpleNamespace(method=fn.method), step()
+
+    def time_interleaved(graphs, reps):
+        batches.append([g.method for g in graphs])
+        return [Timing(us[g.method], us[g.method], us[g.method], reps) for g in graphs]
+
+    monkeypatch.setattr(sweep, "registry", lambda: fns)
+    monkeypatch.setattr(sweep, "num_copies", lambda s: 1)
+    monkeypatch.setattr(sweep, "make_layers", lambda s, L: [(w13, w2)])
+    monkeypatch.setattr(sweep, "make_inputs", lambda s, T, L, seed: [inp])
+    monkeypatch.setattr(sweep, "capture_poisoned", capture_poisoned)
+    monkeypatch.setattr(sweep, "time_interleaved", time_interleaved)
+    monkeypatch.setattr(sweep, "time_eager", lambda step, reps: Timing(us["loop"], us["loop"], us["loop"], reps))
+    monkeypatch.setattr(sweep, "commit", lambda: "abc1234")
+    rows = sweep.speed([shape], [2], ["loop", "warp", "auto"], ceiling_tbps=1.0, reps=10)
+    assert batches == [["warp", "warp_kernels", "auto", "auto_kernels"]]  # one interleaved run
+    by = {r["method"]: r for r in rows}
+    assert set(by) == set(us)
+    assert by["warp"]["overhead"] == 1.5 and by["auto"]["overhead"] == 1.5
+    assert by["warp_kernels"]["overhead"] == "" and by["loop"]["overhead"] == ""
+    assert all(r["commit"] == "abc1234" and r["checked"] for r in rows)
+    assert [r["method"] for r in sweep.speed([shape], [2], ["warp"], ceiling_tbps=1.0, kernels=False)] == ["warp"]
 
 
 def _git(toplevel: str, status: str = "", head: str = "abc1234"):
@@ -73,3 +166,12 @@ def test_fp8_rows_append_to_an_older_file_under_the_union_of_columns(tmp_path):
     old, new = fp8._read(path)
     assert (old["median_us"], old["commit"], old["gpu"]) == ("1.0", "", "g")
     assert (new["median_us"], new["commit"], new["overhead"], new["gpu"]) == ("2.0", "abc1234", "1.1", "g")
+
+
+def test_each_public_method_computes_what_its_kernels_do():
+    """Through warpdecode.moe (checks, dispatch) each public method gives its twin's bits."""
+    _, w13, w2, inp = _layer()
+    fns = methods.registry(include_hf=False)
+    args = (inp.x, w13, w2, inp.topk_weights, inp.topk_ids)
+    for public, twin in methods.KERNELS.items():
+        assert torch.equal(fns[public](*args), fns[twin](*args)), public

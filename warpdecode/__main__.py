@@ -85,13 +85,13 @@ def cmd_compare(args):
     from .bench.timing import read_ceiling
 
     ceiling = read_ceiling(2.0)
-    rows = sweep.speed([shape], Ts, methods, ceiling_tbps=ceiling, reps=args.reps)
+    rows = sweep.speed([shape], Ts, methods, ceiling_tbps=ceiling, reps=args.reps, kernels=False)
     for r in rows:
         r["time_us"] = r["median_us"]
         r["TB/s"] = r["achieved_TBps"]
         r["of ceiling"] = f"{100 * r['frac_ceiling']:.1f}%"
-    print(f"\nTime per layer call (median of {args.reps} CUDA-graph replays over {rows[0]['layers']} layer copies); "
-          f"read ceiling measured now: {ceiling:.2f} TB/s")
+    print(f"\nTime per warpdecode.moe call (median of {args.reps} CUDA-graph replays over {rows[0]['layers']} layer "
+          f"copies); read ceiling measured now: {ceiling:.2f} TB/s")
     print(_table(rows, ["T", "method", "time_us", "floor_us", "TB/s", "of ceiling"]))
 
 
@@ -146,7 +146,8 @@ def cmd_bench(args):
     if "speed" in args.what:
         rows = sweep.speed(shapes, Ts, args.methods, ceiling_tbps=ceiling, reps=args.reps)
         data.merge_write(out / "speed.csv", rows)
-        print(_table(rows, ["preset", "T", "method", "median_us", "floor_us", "frac_ceiling", "error_over_floor"]))
+        print(_table(rows, ["preset", "T", "method", "median_us", "floor_us", "frac_ceiling", "error_over_floor",
+                            "overhead"]))
     if "stages" in args.what:
         data.merge_write(out / "stages.csv", sweep.stages(shapes, args.stage_T, reps=args.reps))
     if "accuracy" in args.what:
@@ -329,7 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--stage-T", type=int, nargs="+", default=[1, 8, 64, 256],
                    help="token counts of the expert path's stage breakdown (default 1 8 64 256; GPU only)")
     b.add_argument("--methods", nargs="+", default=["loop", "expert", "warp", "auto", "grouped_mm"],
-                   help="methods the speed sweep times (default loop expert warp auto grouped_mm; GPU only)")
+                   help="methods the speed sweep times: warpdecode's through warpdecode.moe, each with its bare "
+                        "kernels beside it (rows <method>_kernels; overhead: public / kernels); grouped_mm is "
+                        "transformers' (default loop expert warp auto grouped_mm; GPU only)")
     b.add_argument("--what", nargs="+", default=SWEEPS, choices=SWEEPS,
                    help="which sweeps: speed (time per layer call), stages (the expert path stage by stage), "
                         "accuracy (error against float64) (default all three; only accuracy runs on the CPU)")

@@ -20,13 +20,14 @@ from ..configs import expert_config, warp_config
 from ..presets import MoEShape
 from ..reference import reference_moe, rel_error, rounding_floor
 from ..routing import route
-from .methods import GRAPHABLE, registry
+from .methods import EAGER, KERNELS, registry
 from .timing import Timing, capture, capture_poisoned, time_eager, time_interleaved, time_replays
 from .workload import bytes_needed, make_inputs, make_layers, num_copies
 
 #: The most error, in multiples of the bf16 rounding floor, a timed method may show before its
 #: row is flagged: timing a wrong result would be meaningless.
 SANITY = {"warp": 1.5, "warp_bf16_act": 4, "expert": 8, "auto": 8, "grouped_mm": 8, "loop": 12, "expert_fp8": 120}
+SANITY |= {KERNELS[m]: v for m, v in SANITY.items() if m in KERNELS}
 
 
 #: What the benchmarks write into the checkout: a change there is data, not the code measured.
@@ -81,10 +82,18 @@ def _timing_row(t: Timing) -> dict:
             "reps": t.reps}
 
 
-def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_tbps: float, reps: int = 100):
+def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_tbps: float, reps: int = 100,
+          kernels: bool = True):
     """Per (preset, T, method): median time per layer call, bytes that must move, the floor those
-    bytes imply at the read ceiling, achieved TB/s and the fraction of the ceiling."""
+    bytes imply at the read ceiling, achieved TB/s and the fraction of the ceiling.
+
+    A public method (``warp``, ``expert``, ``auto``, …: ``warpdecode.moe`` as users call it) is the
+    row to read; with ``kernels`` its bare twin (:data:`~warpdecode.bench.methods.KERNELS`) is timed
+    beside it, in the same interleaved run, and the public row's ``overhead`` is the public median
+    over the twin's (empty where no twin was timed)."""
     fns = registry()
+    if kernels:
+        methods = [*dict.fromkeys(n for m in methods for n in (m, KERNELS.get(m)) if n)]
     methods = [m for m in methods if m in fns]
     info = meta()
     rows = []
@@ -103,7 +112,7 @@ def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_
             for m in methods:
                 step = partial(_call_each, fns[m], args)
                 try:
-                    if m in GRAPHABLE:
+                    if m not in EAGER:
                         graphs[m], outputs[m] = capture_poisoned(step)  # one replay must overwrite every element
                     else:
                         outputs[m] = step()
@@ -130,13 +139,21 @@ def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_
                     "bytes": int(nbytes), "floor_us": round(floor_us, 3),
                     "achieved_TBps": round(nbytes / (t.median_us * 1e-6) / 1e12, 4),
                     "frac_ceiling": round(floor_us / t.median_us, 4), "ceiling_TBps": round(ceiling_tbps, 4),
-                    "error_over_floor": round(ratio, 4), "checked": ok, "layers": L, **info,
+                    "error_over_floor": round(ratio, 4), "checked": ok, "layers": L,
+                    "overhead": overhead(timed, m), **info,
                 })
                 del outs
                 torch.cuda.empty_cache()
         layers = None
         torch.cuda.empty_cache()
     return rows
+
+
+def overhead(timed: dict, method: str):
+    """The public method's median over its bare twin's, both in ``timed`` (one interleaved run), to
+    four decimals; "" for a method without a timed twin."""
+    twin = timed.get(KERNELS.get(method))
+    return round(timed[method].median_us / twin.median_us, 4) if twin and method in timed else ""
 
 
 def _call_each(fn, arg_rows):
