@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -225,7 +226,7 @@ def cmd_e2e(args):
                         "T": "it sets decode speed's token counts (timed)",
                         "ctx": "it sets decode speed's contexts (timed)",
                         **{k: "HF generate is timed" for k in ("hf_models", "hf_layers", "hf_batch", "hf_compile",
-                                                                "hf_impls", "hf_new_tokens", "hf_repeats")},
+                                                                "hf_impls", "hf_new_tokens", "hf_repeats", "hf_rows")},
                         "root": "a CPU run writes only where --out says"})
         if "errors" not in what:
             sys.exit("e2e: nothing to run without a CUDA GPU (only --what errors runs on the CPU)")
@@ -251,16 +252,40 @@ def cmd_e2e(args):
                      ceiling_tbps=read_ceiling(), compile=args.compile,
                      emit=lambda row: data.merge_write(out / "e2e_speed.csv", [row]))
     if "generate" in what:
-        from .bench.hf_generate import MODELS, generate_speed
+        from .bench import hf_generate as hg
+
+        def emit(row):
+            data.merge_write(out / "hf_generate.csv", [row])
 
         for hf_model in args.hf_models:
-            layers = None if args.hf_layers is None else min(args.hf_layers, MODELS[hf_model][2]["num_hidden_layers"])
-            generate_speed(name=hf_model, layers=layers, batches=args.hf_batch, new_tokens=args.hf_new_tokens,
-                           impls=args.hf_impls,
-                           repeats=args.hf_repeats, compile=args.hf_compile,
-                           emit=lambda row: data.merge_write(out / "hf_generate.csv", [row]))
+            layers = None if args.hf_layers is None else min(args.hf_layers,
+                                                             hg.MODELS[hf_model][2]["num_hidden_layers"])
+            if len(args.hf_impls) > 1 and not args.hf_rows:  # each implementation in processes of its own
+                torch.cuda.empty_cache()
+                hg.generate_in_processes(partial(generate_argv, args, hf_model), args.hf_impls, args.hf_repeats,
+                                         layers=layers, emit=emit)
+                continue
+            outs = {}
+            rows = hg.generate_speed(name=hf_model, layers=layers, batches=args.hf_batch,
+                                     new_tokens=args.hf_new_tokens, impls=args.hf_impls, repeats=args.hf_repeats,
+                                     compile=args.hf_compile, emit=None if args.hf_rows else emit, outs=outs)
+            if args.hf_rows:  # for the process that started this one
+                hg.save_rows(Path(args.hf_rows), rows, outs)
+                print(f"wrote {args.hf_rows}")
+                return
             torch.cuda.empty_cache()
     print(f"wrote {out}" if out else "nothing written (--out DIR writes e2e_errors.csv there)")
+
+
+def generate_argv(args, hf_model: str, impl: str, layers: int | None, rows: Path) -> list[str]:
+    """The command line that measures generate on ``hf_model`` with one experts implementation, in
+    a process of its own, one timed call per batch, its rows and tokens saved to ``rows``."""
+    argv = [sys.executable, "-m", "warpdecode", "e2e", "--what", "generate", "--hf-models", hf_model,
+            "--hf-impls", impl, "--hf-batch", *map(str, args.hf_batch), "--hf-compile", args.hf_compile,
+            "--hf-new-tokens", str(args.hf_new_tokens), "--hf-repeats", "1", "--hf-rows", str(rows)]
+    argv += ["--hf-layers", str(layers)] if layers is not None else []
+    argv += ["--root", str(args.root)] if args.root else []
+    return argv + (["--out", args.out] if args.out else [])
 
 
 def cmd_report(args):
@@ -407,11 +432,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "(fullgraph), as transformers documents; none: eager with the dynamic cache (default "
                         "reduce-overhead; GPU only)")
     e.add_argument("--hf-impls", nargs="+", default=["grouped_mm", "warpdecode"], choices=["grouped_mm", "warpdecode"],
-                   help="experts implementations for generate, in the order they run (default grouped_mm warpdecode; "
-                        "GPU only)")
+                   help="experts implementations for generate (default grouped_mm warpdecode; GPU only); with more "
+                        "than one, each runs in a fresh process per round, alternating in this order over "
+                        "--hf-repeats rounds, and the rows merge (the median per implementation)")
     e.add_argument("--hf-new-tokens", type=int, default=64, help="tokens generated per call (default 64; GPU only)")
     e.add_argument("--hf-repeats", type=int, default=3,
-                   help="timed generate calls after the warm-up, the median taken (default 3; GPU only)")
+                   help="timed generate calls after the warm-up, the median taken: with several --hf-impls, rounds "
+                        "of one process per implementation, one timed call each (default 3; GPU only)")
+    e.add_argument("--hf-rows", metavar="PATH",
+                   help="measure in this process and save the rows and generated tokens to PATH for the process "
+                        "that started this one, writing no CSV (what a round of several --hf-impls runs)")
     e.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                    help="run each layer's dense code (norms, QKV, RoPE, residual, routing) through torch.compile "
                         "(the default; --no-compile runs it eagerly), so that the step measures the MoE layers "
