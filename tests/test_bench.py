@@ -95,14 +95,14 @@ def test_speed_times_each_public_method_beside_its_kernels(monkeypatch):
     monkeypatch.setattr(sweep, "time_interleaved", time_interleaved)
     monkeypatch.setattr(sweep, "time_eager", lambda step, reps: Timing(us["loop"], us["loop"], us["loop"], reps))
     monkeypatch.setattr(sweep, "commit", lambda: "abc1234")
-    rows = sweep.speed([shape], [2], ["loop", "warp", "auto"], ceiling_tbps=1.0, reps=10)
+    rows = sweep.speed([shape], [2], ["loop", "warp", "auto"], ceiling_tbps=1.0, reps=10, kernels=True)
     assert batches == [["warp", "warp_kernels", "auto", "auto_kernels"]]  # one interleaved run
     by = {r["method"]: r for r in rows}
     assert set(by) == set(us)
     assert by["warp"]["overhead"] == 1.5 and by["auto"]["overhead"] == 1.5
     assert by["warp_kernels"]["overhead"] == "" and by["loop"]["overhead"] == ""
     assert all(r["commit"] == "abc1234" and r["checked"] for r in rows)
-    assert [r["method"] for r in sweep.speed([shape], [2], ["warp"], ceiling_tbps=1.0, kernels=False)] == ["warp"]
+    assert [r["method"] for r in sweep.speed([shape], [2], ["warp"], ceiling_tbps=1.0)] == ["warp"]  # the default
 
 
 def _git(toplevel: str, status: str = "", head: str = "abc1234"):
@@ -175,3 +175,29 @@ def test_each_public_method_computes_what_its_kernels_do():
     args = (inp.x, w13, w2, inp.topk_weights, inp.topk_ids)
     for public, twin in methods.KERNELS.items():
         assert torch.equal(fns[public](*args), fns[twin](*args)), public
+
+
+def test_bench_command_times_the_kernels_beside_the_public_call(monkeypatch, tmp_path):
+    """``python -m warpdecode bench`` asks the sweep for the kernels' rows and writes its rows, the
+    read ceiling's too, with the commit."""
+    from warpdecode import __main__ as cli
+    from warpdecode import _runtime
+    from warpdecode.bench import data, timing
+
+    monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
+    monkeypatch.setattr(timing, "read_ceiling", lambda gb: 4.0)
+    monkeypatch.setattr(timing, "copy_ceiling", lambda gb: 3.0)
+    monkeypatch.setattr(sweep, "commit", lambda: "abc1234")
+    seen = {}
+    row = {"preset": "tiny", "T": 1, "method": "warp", "median_us": 2.0, "floor_us": 1.0, "frac_ceiling": 0.5,
+           "error_over_floor": 1.0, "overhead": 1.1, **sweep.meta()}
+
+    def speed(shapes, Ts, methods, **kw):
+        seen.update(kw, methods=methods)
+        return [row]
+
+    monkeypatch.setattr(sweep, "speed", speed)
+    cli.main(["bench", "--presets", "tiny", "--what", "speed", "--methods", "warp", "--out", str(tmp_path)])
+    assert seen["kernels"] and seen["methods"] == ["warp"]
+    assert [r["commit"] for r in data.read(tmp_path / "speed.csv")] == ["abc1234"]
+    assert [r["commit"] for r in data.read(tmp_path / "ceiling.csv")] == ["abc1234"]

@@ -86,7 +86,7 @@ def cmd_compare(args):
     from .bench.timing import read_ceiling
 
     ceiling = read_ceiling(2.0)
-    rows = sweep.speed([shape], Ts, methods, ceiling_tbps=ceiling, reps=args.reps, kernels=False)
+    rows = sweep.speed([shape], Ts, methods, ceiling_tbps=ceiling, reps=args.reps)
     for r in rows:
         r["time_us"] = r["median_us"]
         r["TB/s"] = r["achieved_TBps"]
@@ -145,7 +145,7 @@ def cmd_bench(args):
     ceiling_row = {**sweep.meta(), "read_TBps": round(ceiling, 4), "copy_TBps": round(copy, 4)}
     data.merge_write(out / "ceiling.csv", [ceiling_row])
     if "speed" in args.what:
-        rows = sweep.speed(shapes, Ts, args.methods, ceiling_tbps=ceiling, reps=args.reps)
+        rows = sweep.speed(shapes, Ts, args.methods, ceiling_tbps=ceiling, reps=args.reps, kernels=True)
         data.merge_write(out / "speed.csv", rows)
         print(_table(rows, ["preset", "T", "method", "median_us", "floor_us", "frac_ceiling", "error_over_floor",
                             "overhead"]))

@@ -83,7 +83,7 @@ def _timing_row(t: Timing) -> dict:
 
 
 def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_tbps: float, reps: int = 100,
-          kernels: bool = True):
+          kernels: bool = False):
     """Per (preset, T, method): median time per layer call, bytes that must move, the floor those
     bytes imply at the read ceiling, achieved TB/s and the fraction of the ceiling.
 
