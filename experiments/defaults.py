@@ -9,7 +9,8 @@ shapes that are not presets.
 For each shape and T: warp decode, the expert-centric path and ``auto``, once with the shipped
 table (the presets have one) and once with every table switched off (each path's defaults, and
 ``auto``'s crossover without a table), timed in one process as ``warpdecode.bench.sweep.speed``
-times them (CUDA-graph replays over rotated layer copies, the read ceiling measured first). Rows:
+times them (``warpdecode.moe`` in CUDA-graph replays over rotated layer copies, the read ceiling
+measured first). Rows:
 ``experiments/results/<GPU>/defaults.csv`` (``tables`` = ``tuned`` or ``off``). The summary it
 prints last (``--summary CSV`` prints it again): per shape and T the defaults' time over the tuned
 one, the expert path's fraction of the ceiling at T ≥ 32, and ``auto`` over the faster of its two

@@ -73,6 +73,68 @@ def test_bench_with_one_preset_or_in_process_does_not_spawn(monkeypatch):
             cli.main(argv)
 
 
+def test_generate_on_a_gpu_runs_each_implementation_in_processes_of_its_own(monkeypatch, tmp_path, capsys):
+    """e2e --what generate with two implementations: a fresh process per implementation and round,
+    alternating over --hf-repeats rounds, each measuring one implementation with one timed call, the
+    first one's layer count forwarded to the others; the rows merge into one per implementation (the
+    median over its processes, a failed process left out) and the speed-up comes from the medians.
+    One implementation is measured in this process."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import pytest
+
+    from warpdecode.bench import data
+    from warpdecode.bench import hf_generate as hg
+
+    (tmp_path / "README.md").write_text("scratch\n")
+    (tmp_path / "results").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(hg, "generate_speed", lambda **kw: pytest.fail("measured in the parent process"))
+    tokens_per_s = {"grouped_mm": [100.0, 90.0, 110.0], "warpdecode": [150.0, 120.0, None]}  # None: the process fails
+    children = []
+
+    def run(argv, check):
+        assert argv[:4] == [sys.executable, "-m", "warpdecode", "e2e"]
+        child = cli.build_parser().parse_args(argv[3:])
+        children.append(child)
+        (impl,) = child.hf_impls
+        tps = tokens_per_s[impl].pop(0)
+        if tps is None:
+            return SimpleNamespace(returncode=1)
+        rows = [{"model": "qwen3-30b-a3b shapes", "layers": child.hf_layers or 5, "batch": b, "impl": impl,
+                 "compile": child.hf_compile, "cache": "static", "seconds": 1.0, "tokens_per_s": tps,
+                 "step_us": 1e6 / tps, "first_call_s": 9.0, "moe_us": 400.0 if impl == "grouped_mm" else 200.0,
+                 "moe_share": 0.0, "graphs_compiled": 1, "cudagraph_skips": 0, "gpu": "Test GPU"}
+                for b in child.hf_batch]
+        hg.save_rows(Path(child.hf_rows), rows, {(impl, b): torch.tensor([4, 5, 6]) for b in child.hf_batch})
+        return SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    cli.main(["e2e", "--what", "generate", "--hf-batch", "1", "--hf-new-tokens", "8"])
+    assert [c.hf_impls for c in children] == [["grouped_mm"], ["warpdecode"]] * 3  # alternating, one each
+    for c in children:
+        assert c.what == ["generate"] and c.hf_models == ["qwen3-30b-a3b"] and c.hf_repeats == 1
+        assert c.hf_batch == [1] and c.hf_new_tokens == 8 and c.hf_compile == "reduce-overhead" and c.hf_rows
+    assert [c.hf_layers for c in children] == [None] + [5] * 5  # the first process fits them, the rest follow
+    rows = {r["impl"]: r for r in data.read(data.gpu_dir("Test GPU") / "hf_generate.csv")}
+    g, w = rows["grouped_mm"], rows["warpdecode"]
+    assert (float(g["tokens_per_s"]), g["processes"]) == (100.0, "3")
+    assert (float(w["tokens_per_s"]), w["processes"]) == (135.0, "2")  # the failed process left out
+    assert float(w["speedup_over_grouped_mm"]) == 1.35 and float(w["same_tokens_as_grouped_mm"]) == 1.0
+    assert float(w["amdahl_predicted"]) == pytest.approx(hg.amdahl(float(g["moe_share"]), 2.0), abs=5e-5)
+    assert "ERROR generate warpdecode, round 3" in capsys.readouterr().out
+
+    measured = []
+    monkeypatch.setattr(hg, "generate_speed", lambda **kw: measured.append(kw["impls"]) or [])
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("spawned"))
+    cli.main(["e2e", "--what", "generate", "--hf-impls", "warpdecode"])
+    assert measured == [["warpdecode"]]
+
+
 def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
     from warpdecode.bench import tune
 

@@ -337,15 +337,31 @@ def test_fp8_default_configs_take_whole_scale_groups():
 def test_fp8_benchmark_code_paths_and_figures(monkeypatch, tmp_path):
     """warpdecode.bench.fp8 (what ``tools/gpu.sh fp8`` runs on the H200) on the tiny preset: every
     phase writes its rows, every row's output is checked against float64, and the bar's figures
-    are computed from the CSVs alone. The timings are stand-ins (one eager call, 1 µs)."""
+    are computed from the CSVs alone. The auto and lesson phases call warpdecode.moe, the auto
+    phase each method beside its bare kernels, timed together, the public rows with the overhead.
+    The timings are stand-ins (one eager call, 1 µs; the public calls 1.25 µs beside the kernels)."""
+    from warpdecode import api
     from warpdecode.bench import fp8 as bench
     from warpdecode.bench.timing import Timing
 
     def eager(fn, args, reps):
         return Timing(1.0, 1.0, 1.0, 1), [fn(*a) for a in args][0]
 
+    def together(runs, reps):
+        us = [1.0 if fn in bench.PUBLIC.values() else 1.25 for fn, _ in runs]
+        return [(Timing(u, u, u, 1), eager(fn, args, reps)[1]) for u, (fn, args) in zip(us, runs, strict=True)]
+
+    public = []
+    real_moe = api.moe
+
+    def moe(*args, method, **options):
+        public.append((method, options.get("act_format", "native")))
+        return real_moe(*args, method=method, **options)
+
+    monkeypatch.setattr(api, "moe", moe)
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     monkeypatch.setattr(bench, "_time", eager)
+    monkeypatch.setattr(bench, "_time_together", together)
     monkeypatch.setattr(bench, "read_ceiling", lambda gb: 4.5)
     monkeypatch.setattr(bench, "l2_bytes", lambda: 10**5)
     monkeypatch.setattr(bench, "meta", lambda: {"gpu": "cpu"})
@@ -362,8 +378,13 @@ def test_fp8_benchmark_code_paths_and_figures(monkeypatch, tmp_path):
     speed_rows, acc_rows = bench._read(speed_csv), bench._read(acc_csv)
     assert {(r["method"], r["weights"]) for r in speed_rows} >= {
         ("warp", "bf16"), ("warp", "block128"), ("warp", "mxfp8"), ("warp_tiles", "block128"),
-        ("expert", "block128"), ("auto", "block128"), ("expert_w8a8", "block128"), ("expert", "mxfp8")}
+        ("expert", "block128"), ("auto", "block128"), ("expert_w8a8", "block128"), ("expert", "mxfp8"),
+        ("warp_kernels", "block128"), ("expert_kernels", "block128"), ("auto_kernels", "block128")}
     assert all(r["checked"] == "True" for r in speed_rows), [r for r in speed_rows if r["checked"] != "True"]
+    assert set(public) == {("warp", "native"), ("expert", "native"), ("auto", "native"), ("expert", "fp8")}
+    overhead = {r["method"]: r["overhead"] for r in speed_rows if r["config"] == "moe" and r["weights"] == "block128"
+                and r["method"] in bench.PUBLIC}
+    assert set(overhead) == set(bench.PUBLIC) and set(overhead.values()) == {"1.25"}
     assert {r["method"] for r in acc_rows} == {"warp", "expert", "expert_w8a8"}
     warp = [float(r["error_over_floor"]) for r in acc_rows if r["method"] == "warp" and r["weights"] != "bf16"]
     assert max(warp) <= TOLERANCE[torch.bfloat16]["warp"]

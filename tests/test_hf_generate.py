@@ -54,21 +54,28 @@ def test_the_weights_are_random():
     assert not torch.equal(a, b) and a.dtype == torch.bfloat16
 
 
-def test_the_benchmark_loop_end_to_end_on_the_cpu():
+def test_the_benchmark_loop_end_to_end_on_the_cpu(tmp_path):
     """generate_speed as the GPU runs it (the static cache, the decode step compiled with
     ``fullgraph=True``), on a tiny float32 Qwen3-MoE on the CPU with Dynamo's eager backend in place
     of Inductor and CUDA graphs: a row per (impl, batch), none lost to an error; batch 1 compiles
     one whole graph for its shapes, batch 2 one for any batch size (nothing breaks the graph around
     warpdecode's experts, or fullgraph would raise); both implementations generate the same greedy
-    tokens; warpdecode's rows hold the measured speed-up and Amdahl's prediction from grouped_mm's."""
+    tokens; warpdecode's rows hold the measured speed-up and Amdahl's prediction from grouped_mm's.
+    The rows and tokens come back whole through the file a process of its own hands them over in."""
     kw = hg.generate_kwargs("reduce-overhead", 3)
     assert kw["cache_implementation"] == "static" and kw["compile_config"].fullgraph
     assert kw["compile_config"].mode == "reduce-overhead" and kw["compile_config"].backend == "inductor"
     eager = hg.generate_kwargs("none", 3)
     assert eager["disable_compile"] and "cache_implementation" not in eager
+    outs = {}
     rows = hg.generate_speed(name="qwen3-30b-a3b", layers=1, batches=(1, 2), new_tokens=3, prompt_len=2, repeats=1,
                              device="cpu", dtype=torch.float32, backend="eager", moe_reps=1,
-                             overrides={**TINY, "moe_intermediate_size": 16})
+                             overrides={**TINY, "moe_intermediate_size": 16}, outs=outs)
+    hg.save_rows(tmp_path / "rows.pt", rows, outs)
+    back, tokens = hg.load_rows(tmp_path / "rows.pt")
+    assert back == rows
+    assert tokens.keys() == outs.keys() == {(i, b) for i in ("grouped_mm", "warpdecode") for b in (1, 2)}
+    assert all(torch.equal(tokens[k], outs[k]) and outs[k].shape[1] == 3 for k in outs)
     assert [(r["impl"], r["batch"]) for r in rows] == [("grouped_mm", 1), ("grouped_mm", 2), ("warpdecode", 1),
                                                        ("warpdecode", 2)]
     for r in rows:

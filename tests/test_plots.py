@@ -375,3 +375,21 @@ def test_headline_is_computed_from_the_csv(results):
     line = report.headline(GPU)
     assert "in 20.0 µs (75% of the read ceiling), 1.25× faster" in line and "(25.0 µs)" in line
     assert "1.01× the bf16 rounding floor where the expert path's is 2.50×" in line
+
+
+def test_tables_read_the_public_rows_beside_the_kernels_rows(results):
+    """speed.csv as the sweep writes it: each public method's row (warpdecode.moe, with its commit and
+    overhead) beside its bare kernels' row, after older rows without those columns. The README's
+    tables and the crossover read the public rows; the kernels' rows are only a diagnostic."""
+    public = [{**_layer("qwen3-30b-a3b", 1, m, us, 0.5), "overhead": 1.1, "commit": "abc1234"}
+              for m, us in (("warp", 22.0), ("expert", 33.0))]
+    bare = [{**_layer("qwen3-30b-a3b", 1, f"{m}_kernels", 1.0, 0.9), "overhead": "", "commit": "abc1234"}
+            for m in ("warp", "expert")]
+    data.merge_write(results / "speed.csv", public + bare)
+    speed = data.speed_table(GPU)["qwen3-30b-a3b"]
+    assert speed["warp"][1]["commit"] == "abc1234" and speed["warp"][4]["commit"] == ""  # T = 4: an older row
+    table = report.results_table(GPU)
+    assert "| qwen3-30b-a3b | 1 | 22.0 µs (50%) | 33.0 µs (50%) |" in table and "1.50×" in table
+    assert "_kernels" not in table and "1.0 µs" not in table
+    (evidence,) = report.crossover_table(GPU)["crossover_evidence"].values()
+    assert evidence["1"] == {"warp_us": 22.0, "expert_us": 33.0}

@@ -49,7 +49,8 @@
 #   e2e       whole decode steps (E2E_ARGS): tokens/s, per-layer error vs float64, HF generate
 #   generate  GEN_BUDGET seconds in all (default 460): the CUDA-graph and batch-invariance GPU tests, batch
 #             invariance's cost (experiments/warp_schedule.py --version invariant), then compiled static-cache
-#             HF generate, grouped_mm against warpdecode: qwen3-30b-a3b at batch 1 4 16, olmoe-1b-7b and
+#             HF generate, grouped_mm against warpdecode (each in a fresh process per round, alternating over
+#             --hf-repeats rounds, default 3: six processes per model): qwen3-30b-a3b at batch 1 4 16, olmoe-1b-7b and
 #             mixtral-8x7b at batch 1, GEN_LAYERS layers each (default 4; empty: as many as fit), the last
 #             model given what time is left; GEN_SPECS ("model:batches:limit;…") picks other runs, in
 #             that order, and GEN_TESTS=0 leaves out the tests and the invariance cost
@@ -60,6 +61,8 @@
 #   pack      everything written (logs, CSV, tuned table) into $OUT/run.tar.gz: one file back
 # Each stage runs under its own time limit (seconds, env TIMEOUT_<STAGE>) so a slow one cannot
 # eat the call; what finished is still copied back.
+# Every results row names the commit measured (warpdecode.bench.sweep.commit): in a copy of the
+# tree without .git, export WARPDECODE_COMMIT=<hash> (with -dirty where the copy differs from it).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/warpdecode-out}

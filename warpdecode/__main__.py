@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -90,8 +91,8 @@ def cmd_compare(args):
         r["time_us"] = r["median_us"]
         r["TB/s"] = r["achieved_TBps"]
         r["of ceiling"] = f"{100 * r['frac_ceiling']:.1f}%"
-    print(f"\nTime per layer call (median of {args.reps} CUDA-graph replays over {rows[0]['layers']} layer copies); "
-          f"read ceiling measured now: {ceiling:.2f} TB/s")
+    print(f"\nTime per warpdecode.moe call (median of {args.reps} CUDA-graph replays over {rows[0]['layers']} layer "
+          f"copies); read ceiling measured now: {ceiling:.2f} TB/s")
     print(_table(rows, ["T", "method", "time_us", "floor_us", "TB/s", "of ceiling"]))
 
 
@@ -144,9 +145,10 @@ def cmd_bench(args):
     ceiling_row = {**sweep.meta(), "read_TBps": round(ceiling, 4), "copy_TBps": round(copy, 4)}
     data.merge_write(out / "ceiling.csv", [ceiling_row])
     if "speed" in args.what:
-        rows = sweep.speed(shapes, Ts, args.methods, ceiling_tbps=ceiling, reps=args.reps)
+        rows = sweep.speed(shapes, Ts, args.methods, ceiling_tbps=ceiling, reps=args.reps, kernels=True)
         data.merge_write(out / "speed.csv", rows)
-        print(_table(rows, ["preset", "T", "method", "median_us", "floor_us", "frac_ceiling", "error_over_floor"]))
+        print(_table(rows, ["preset", "T", "method", "median_us", "floor_us", "frac_ceiling", "error_over_floor",
+                            "overhead"]))
     if "stages" in args.what:
         data.merge_write(out / "stages.csv", sweep.stages(shapes, args.stage_T, reps=args.reps))
     if "accuracy" in args.what:
@@ -224,7 +226,7 @@ def cmd_e2e(args):
                         "T": "it sets decode speed's token counts (timed)",
                         "ctx": "it sets decode speed's contexts (timed)",
                         **{k: "HF generate is timed" for k in ("hf_models", "hf_layers", "hf_batch", "hf_compile",
-                                                                "hf_impls", "hf_new_tokens", "hf_repeats")},
+                                                                "hf_impls", "hf_new_tokens", "hf_repeats", "hf_rows")},
                         "root": "a CPU run writes only where --out says"})
         if "errors" not in what:
             sys.exit("e2e: nothing to run without a CUDA GPU (only --what errors runs on the CPU)")
@@ -250,16 +252,40 @@ def cmd_e2e(args):
                      ceiling_tbps=read_ceiling(), compile=args.compile,
                      emit=lambda row: data.merge_write(out / "e2e_speed.csv", [row]))
     if "generate" in what:
-        from .bench.hf_generate import MODELS, generate_speed
+        from .bench import hf_generate as hg
+
+        def emit(row):
+            data.merge_write(out / "hf_generate.csv", [row])
 
         for hf_model in args.hf_models:
-            layers = None if args.hf_layers is None else min(args.hf_layers, MODELS[hf_model][2]["num_hidden_layers"])
-            generate_speed(name=hf_model, layers=layers, batches=args.hf_batch, new_tokens=args.hf_new_tokens,
-                           impls=args.hf_impls,
-                           repeats=args.hf_repeats, compile=args.hf_compile,
-                           emit=lambda row: data.merge_write(out / "hf_generate.csv", [row]))
+            layers = None if args.hf_layers is None else min(args.hf_layers,
+                                                             hg.MODELS[hf_model][2]["num_hidden_layers"])
+            if len(args.hf_impls) > 1 and not args.hf_rows:  # each implementation in processes of its own
+                torch.cuda.empty_cache()
+                hg.generate_in_processes(partial(generate_argv, args, hf_model), args.hf_impls, args.hf_repeats,
+                                         layers=layers, emit=emit)
+                continue
+            outs = {}
+            rows = hg.generate_speed(name=hf_model, layers=layers, batches=args.hf_batch,
+                                     new_tokens=args.hf_new_tokens, impls=args.hf_impls, repeats=args.hf_repeats,
+                                     compile=args.hf_compile, emit=None if args.hf_rows else emit, outs=outs)
+            if args.hf_rows:  # for the process that started this one
+                hg.save_rows(Path(args.hf_rows), rows, outs)
+                print(f"wrote {args.hf_rows}")
+                return
             torch.cuda.empty_cache()
     print(f"wrote {out}" if out else "nothing written (--out DIR writes e2e_errors.csv there)")
+
+
+def generate_argv(args, hf_model: str, impl: str, layers: int | None, rows: Path) -> list[str]:
+    """The command line that measures generate on ``hf_model`` with one experts implementation, in
+    a process of its own, one timed call per batch, its rows and tokens saved to ``rows``."""
+    argv = [sys.executable, "-m", "warpdecode", "e2e", "--what", "generate", "--hf-models", hf_model,
+            "--hf-impls", impl, "--hf-batch", *map(str, args.hf_batch), "--hf-compile", args.hf_compile,
+            "--hf-new-tokens", str(args.hf_new_tokens), "--hf-repeats", "1", "--hf-rows", str(rows)]
+    argv += ["--hf-layers", str(layers)] if layers is not None else []
+    argv += ["--root", str(args.root)] if args.root else []
+    return argv + (["--out", args.out] if args.out else [])
 
 
 def cmd_report(args):
@@ -329,7 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--stage-T", type=int, nargs="+", default=[1, 8, 64, 256],
                    help="token counts of the expert path's stage breakdown (default 1 8 64 256; GPU only)")
     b.add_argument("--methods", nargs="+", default=["loop", "expert", "warp", "auto", "grouped_mm"],
-                   help="methods the speed sweep times (default loop expert warp auto grouped_mm; GPU only)")
+                   help="methods the speed sweep times: warpdecode's through warpdecode.moe, each with its bare "
+                        "kernels beside it (rows <method>_kernels; overhead: public / kernels); grouped_mm is "
+                        "transformers' (default loop expert warp auto grouped_mm; GPU only)")
     b.add_argument("--what", nargs="+", default=SWEEPS, choices=SWEEPS,
                    help="which sweeps: speed (time per layer call), stages (the expert path stage by stage), "
                         "accuracy (error against float64) (default all three; only accuracy runs on the CPU)")
@@ -404,11 +432,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "(fullgraph), as transformers documents; none: eager with the dynamic cache (default "
                         "reduce-overhead; GPU only)")
     e.add_argument("--hf-impls", nargs="+", default=["grouped_mm", "warpdecode"], choices=["grouped_mm", "warpdecode"],
-                   help="experts implementations for generate, in the order they run (default grouped_mm warpdecode; "
-                        "GPU only)")
+                   help="experts implementations for generate (default grouped_mm warpdecode; GPU only); with more "
+                        "than one, each runs in a fresh process per round, alternating in this order over "
+                        "--hf-repeats rounds, and the rows merge (the median per implementation)")
     e.add_argument("--hf-new-tokens", type=int, default=64, help="tokens generated per call (default 64; GPU only)")
     e.add_argument("--hf-repeats", type=int, default=3,
-                   help="timed generate calls after the warm-up, the median taken (default 3; GPU only)")
+                   help="timed generate calls after the warm-up, the median taken: with several --hf-impls, rounds "
+                        "of one process per implementation, one timed call each (default 3; GPU only)")
+    e.add_argument("--hf-rows", metavar="PATH",
+                   help="measure in this process and save the rows and generated tokens to PATH for the process "
+                        "that started this one, writing no CSV (what a round of several --hf-impls runs)")
     e.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                    help="run each layer's dense code (norms, QKV, RoPE, residual, routing) through torch.compile "
                         "(the default; --no-compile runs it eagerly), so that the step measures the MoE layers "

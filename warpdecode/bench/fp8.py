@@ -4,17 +4,21 @@ of issue 23's bar, as tidy CSV.
     python -m warpdecode.bench.fp8 --what speed accuracy layers [--phase warp auto lesson] [--presets ...] [--out DIR]
     python -m warpdecode.bench.fp8 --what table --gpu "NVIDIA H200" --out results/NVIDIA_H200   # no GPU needed
 
-speed (``fp8_speed.csv``): per preset and T, warp decode with bf16 weights (the tuned pair, as
-``moe`` runs it), warp decode with FP8 weights in both formats (the default tiles and the fastest
-of a few candidates at T = 1, tried here: ``config`` = ``default`` / ``searched``), the expert path
-with FP8 weights (weight-only and w8a8) and ``auto`` with FP8 weights. Each time is the median of
-CUDA-graph replays over enough copies of the layer that one step's weights are ≥ 3× the L2; the
-floor is the bytes that must move (each routed expert's weights and scales once, x, y, routing) at
-the read ceiling measured in the same run. accuracy (``fp8_accuracy.csv``): each method's error
-against float64 on the dequantized weights, over that layer's bf16 floor, the bf16 warp pair's on
-the bf16 weights beside it, and the weights' own quantization cost (the FP8 layer's float64 result
-against the bf16 layer's). layers (``fp8_layers.csv``): the same comparison across a model's layers
-(:func:`layer_errors`). Every row names the GPU, versions and date. The figures of the bar are
+speed (``fp8_speed.csv``): per preset and T, warp decode with bf16 weights (the tuned pair's
+kernels), warp decode with FP8 weights in both formats (the pair's kernels at the default tiles and
+at the fastest of a few candidates at T = 1, tried here: ``config`` = ``default`` / ``searched``),
+the expert path with FP8 weights (weight-only and w8a8) and ``auto`` with FP8 weights. ``warp``,
+``expert``, ``auto`` and ``expert_w8a8`` with ``config`` ``moe`` are ``warpdecode.moe`` as users
+call it (the auto and lesson phases); the auto phase times each beside its bare kernels
+(``<method>_kernels`` rows, the public row's ``overhead``: public / kernels, one interleaved run).
+Each time is the median of CUDA-graph replays over enough copies of the layer that one step's
+weights are ≥ 3× the L2; the floor is the bytes that must move (each routed expert's weights and
+scales once, x, y, routing) at the read ceiling measured in the same run. accuracy
+(``fp8_accuracy.csv``): each method's error against float64 on the dequantized weights, over that
+layer's bf16 floor, the bf16 warp pair's on the bf16 weights beside it, and the weights' own
+quantization cost (the FP8 layer's float64 result against the bf16 layer's). layers
+(``fp8_layers.csv``): the same comparison across a model's layers (:func:`layer_errors`). Every row
+names the GPU, versions, the commit measured and date. The figures of the bar are
 printed at the end (:func:`figures`), from the rows alone. table: the tuned table's FP8 warp
 entries from the warp phase's rows (:func:`tuned_entries`).
 """
@@ -33,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from .. import configs, quant
+from .. import api, configs, quant
 from ..api import run_auto
 from ..configs import shape_key
 from ..expert import moe_expert
@@ -41,8 +45,9 @@ from ..presets import MODEL_PRESETS, get_preset
 from ..reference import reference_moe, rel_error, rounding_floor
 from ..routing import route
 from ..warp import moe_warp
+from . import data
 from .sweep import meta
-from .timing import capture_poisoned, read_ceiling, time_replays
+from .timing import capture_poisoned, read_ceiling, time_interleaved, time_replays
 from .workload import LayerInputs, l2_bytes
 
 #: Where the layers live (tests drive the sweep's code on the CPU interpreter with "cpu").
@@ -118,6 +123,23 @@ def _time(fn, args, reps):
     return t, outs[0]
 
 
+def _time_together(runs, reps):
+    """:func:`_time` for each ``(fn, args)`` of ``runs``, their graphs timed in one interleaved run
+    (:func:`~warpdecode.bench.timing.time_interleaved`), so that their ratios are fair."""
+    captured = [capture_poisoned(lambda fn=fn, args=args: [fn(*a) for a in args]) for fn, args in runs]
+    times = time_interleaved([g for g, _ in captured], reps=reps)
+    return [(t.scaled(1 / len(args)), outs[0]) for t, (_, args), (_, outs) in zip(times, runs, captured, strict=True)]
+
+
+def _moe(method, **options):
+    """``warpdecode.moe`` with ``method`` as a timed callable (``api.moe`` looked up at each call)."""
+    return lambda x, w13, w2, tw, ids: api.moe(x, w13, w2, tw, ids, method=method, **options)
+
+
+#: The auto phase's public methods and their bare kernels.
+PUBLIC = {"warp": moe_warp, "expert": moe_expert, "auto": run_auto}
+
+
 def _ids32(inp):
     return inp.topk_ids.to(torch.int32).contiguous()
 
@@ -127,9 +149,10 @@ def _ids32(inp):
 PHASES = {
     "warp": "T = 1…8: warp decode with bf16 weights (tuned) and with FP8 weights (both formats, default and "
             "searched tiles)",
-    "auto": "T = 1…256, block128: warp decode, the weight-only expert path, auto, each as moe runs it "
-            "(config 'moe': the tuned table's tiles where it has the shape)",
-    "lesson": "T = 1, 8, 64: the w8a8 expert path (both formats), MXFP8's weight-only expert path",
+    "auto": "T = 1…256, block128: warp decode, the weight-only expert path, auto, each through warpdecode.moe "
+            "(config 'moe': the tuned table's tiles where it has the shape) beside its bare kernels",
+    "lesson": "T = 1, 8, 64, through warpdecode.moe: the w8a8 expert path (both formats), MXFP8's weight-only "
+              "expert path",
 }
 
 
@@ -174,13 +197,19 @@ def _speed_preset(shape, phase, reps, ceiling, info):
             bf16.append((w13, w2))
         del w13, w2
 
+    def args_of(layers, inputs):
+        return [(i.x, w13, w2, i.topk_weights, _ids32(i)) for (w13, w2), i in zip(layers, inputs, strict=True)]
+
     def row(T, method, weights, config, fn, layers, inputs, nbytes, ref):
-        args = [(i.x, w13, w2, i.topk_weights, _ids32(i)) for (w13, w2), i in zip(layers, inputs, strict=True)]
+        args = args_of(layers, inputs)
         try:
             t, y = _time(fn, args, reps)
         except Exception as e:  # the row is missing and the log says why
             print(f"ERROR {shape.name} T={T} {method} {weights} {config}: {e!r}")
             return None
+        return record(T, method, weights, config, t, y, len(args), nbytes, ref)
+
+    def record(T, method, weights, config, t, y, n, nbytes, ref, overhead=""):
         floor_us = nbytes / (ceiling * 1e12) * 1e6
         err = rel_error(y, ref) / rounding_floor(ref, torch.bfloat16)
         written = not bool(torch.isnan(y).any())
@@ -188,7 +217,8 @@ def _speed_preset(shape, phase, reps, ceiling, info):
                      "median_us": round(t.median_us, 3), "p20_us": round(t.p20_us, 3), "p80_us": round(t.p80_us, 3),
                      "reps": t.reps, "bytes": nbytes, "floor_us": round(floor_us, 3),
                      "frac_ceiling": round(floor_us / t.median_us, 4), "ceiling_TBps": round(ceiling, 4),
-                     "error_over_floor": round(err, 4), "checked": written and err < 60, "layers": len(args), **info})
+                     "error_over_floor": round(err, 4), "checked": written and err < 60, "layers": n,
+                     "overhead": overhead, **info})
         print(f"{shape.name:16s} T={T:<3d} {method:12s} {weights:8s} {config:8s} {t.median_us:9.2f} µs "
               f"({floor_us / t.median_us:.0%} of the ceiling) error/floor {err:.2f}")
         return t.median_us
@@ -199,6 +229,26 @@ def _speed_preset(shape, phase, reps, ceiling, info):
         ref = reference_moe(i0.x, w13, w2, i0.topk_weights, i0.topk_ids)
         nbytes = fp8_bytes(shape, w13, w2, i0)
         return [row(T, method, f, config, fn, fp8[f], inputs, nbytes, ref) for method, config, fn in runs]
+
+    def public_and_kernels(T, f, inputs):
+        """Each of :data:`PUBLIC` through ``warpdecode.moe`` (the ids as ``route`` gives them) and as
+        its bare kernels, all in one interleaved run; the public rows carry the overhead."""
+        w13, w2 = fp8[f][0]
+        i0 = inputs[0]
+        ref = reference_moe(i0.x, w13, w2, i0.topk_weights, i0.topk_ids)
+        nbytes = fp8_bytes(shape, w13, w2, i0)
+        public = [(i.x, w13, w2, i.topk_weights, i.topk_ids) for (w13, w2), i in zip(fp8[f], inputs, strict=True)]
+        runs = {m: (_moe(m), public) for m in PUBLIC} | {f"{m}_kernels": (fn, args_of(fp8[f], inputs))
+                                                          for m, fn in PUBLIC.items()}
+        try:
+            got = dict(zip(runs, _time_together(list(runs.values()), reps), strict=True))
+        except Exception as e:  # the rows are missing and the log says why
+            print(f"ERROR {shape.name} T={T} {', '.join(runs)} {f}: {e!r}")
+            return
+        for m, (t, y) in got.items():
+            twin = got.get(f"{m}_kernels")
+            record(T, m, f, "moe", t, y, len(inputs), nbytes, ref,
+                   overhead=round(t.median_us / twin[0].median_us, 4) if twin else "")
 
     if phase == "warp":
         # the FP8 pair's tiles: the defaults, and the fastest of CANDIDATES at T = 1 on block128
@@ -227,14 +277,13 @@ def _speed_preset(shape, phase, reps, ceiling, info):
                 timed(T, f, runs, inputs)
     elif phase == "auto":
         for T in SPEED_T:
-            timed(T, "block128", [("warp", "moe", moe_warp), ("expert", "moe", moe_expert),
-                                  ("auto", "moe", run_auto)], make_inputs(shape, T, n8, seed=1000 + T))
+            public_and_kernels(T, "block128", make_inputs(shape, T, n8, seed=1000 + T))
     else:
-        w8a8 = ("expert_w8a8", "default", partial(moe_expert, act_format="fp8"))
+        w8a8 = ("expert_w8a8", "moe", _moe("expert", act_format="fp8"))
         for T in LESSON_T:
             inputs = make_inputs(shape, T, n8, seed=1000 + T)
             timed(T, "block128", [w8a8], inputs)
-            timed(T, "mxfp8", [("expert", "default", moe_expert), w8a8], inputs)
+            timed(T, "mxfp8", [("expert", "moe", _moe("expert")), w8a8], inputs)
     return rows
 
 
@@ -325,15 +374,9 @@ def _acc_row(shape, T, weights, method, err, floor, qcost, info, *, vs_bf16):
 
 
 def _write(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+    """Append ``rows`` to ``path``, its columns the union of the file's and the rows' (an older
+    file's rows keep theirs, the new columns empty)."""
+    data.merge_write(path, rows)
 
 
 def _read(path: Path) -> list[dict]:

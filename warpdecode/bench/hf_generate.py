@@ -26,12 +26,19 @@ step's expert layers alone, replayed in a CUDA graph on random routing (``moe_us
 ``grouped_mm`` and Amdahl's prediction from grouped_mm's share f and the expert layers' speed-up s:
 ``1 / ((1 − f) + f / s)`` (:func:`amdahl`), and the fraction of generated tokens equal to
 grouped_mm's (greedy; near-ties of bf16 logits may flip).
+
+:func:`generate_speed` measures in one process. ``python -m warpdecode e2e --what generate`` with
+several implementations runs each in processes of its own (:func:`generate_in_processes`): in one
+process the second implementation measured is always the slower, whichever it is.
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -210,13 +217,14 @@ def _reset_compiled(model):
 def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, batches=(1, 4, 16),
                    new_tokens: int = 64, prompt_len: int = 32, impls=("grouped_mm", "warpdecode"),
                    repeats: int = 3, compile: str = "reduce-overhead", emit=None, device="cuda",
-                   dtype=torch.bfloat16, backend: str = "inductor", moe_reps: int = 50, overrides=None):
+                   dtype=torch.bfloat16, backend: str = "inductor", moe_reps: int = 50, overrides=None, outs=None):
     """One row per (impl, batch), batch sizes inner, in the order of ``impls`` (see the module's
     docstring; run warpdecode first to see that the order does not favour it); ``emit``, if given,
     receives each row once it is measured and, for an implementation other than :data:`BASELINE`,
     compared with the baseline's row of its batch, so a run cut short keeps what it measured. ``layers=None``:
     as many as the GPU's free memory holds (:func:`fit_layers`). ``device``, ``dtype``,
-    ``backend`` and ``overrides`` (config fields) let the same loop run a tiny model on the CPU."""
+    ``backend`` and ``overrides`` (config fields) let the same loop run a tiny model on the CPU.
+    ``outs``, if given, receives each (impl, batch)'s generated tokens."""
     import transformers
     from torch._dynamo.utils import counters
 
@@ -234,7 +242,8 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
           f"built in {time.perf_counter() - t0:.1f} s", flush=True)
     info = {**meta(), "transformers": transformers.__version__}
     clock = step_clock(device)
-    rows, outs, base = [], {}, {}  # outs: each (impl, batch)'s generated tokens
+    rows, base = [], {}
+    outs = {} if outs is None else outs  # each (impl, batch)'s generated tokens
     run = dict(compile=compile, new_tokens=new_tokens, prompt_len=prompt_len, repeats=repeats, clock=clock,
                counters=counters, outs=outs, backend=backend, moe_reps=moe_reps)
     pending = []  # rows of other implementations measured before the baseline's row of their batch
@@ -273,6 +282,79 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
 
 #: What the other implementations are compared with.
 BASELINE = "grouped_mm"
+
+#: The measured columns of a row, with the decimals they are stored to: over several processes, the median.
+MEASURED = {"seconds": 4, "tokens_per_s": 1, "step_us": 1, "first_call_s": 2, "moe_us": 1}
+
+
+def save_rows(path: Path, rows: list[dict], outs: dict) -> None:
+    """What one process of :func:`generate_in_processes` hands back: its rows and generated tokens
+    (strings as plain ``str``, ``torch.__version__`` included, as :func:`load_rows` reads only those)."""
+    rows = [{k: str(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]
+    torch.save({"rows": rows, "tokens": {k: v.cpu() for k, v in outs.items()}}, path)
+
+
+def load_rows(path: Path) -> tuple[list[dict], dict]:
+    got = torch.load(path, weights_only=True)
+    return got["rows"], got["tokens"]
+
+
+def generate_in_processes(argv_of, impls, rounds: int, *, layers: int | None = None, emit=None) -> list[dict]:
+    """Each implementation in a fresh process per round, the implementations alternating (A, B, A,
+    B, …) so that a drift of the machine over the run reaches each alike. ``argv_of(impl, layers,
+    path)`` is the command line of one process: it measures ``impl`` alone with one timed call per
+    batch (:func:`generate_speed`) and saves its rows and tokens to ``path`` (:func:`save_rows`).
+    ``layers`` None: the first process fits as many as the GPU's memory holds, the others take its
+    count. The rows merge into one per (impl, batch) (:func:`merge_rounds`); ``emit``, if given,
+    receives the merged rows after every round, so a run cut short keeps what it measured. A
+    process that fails is reported and left out."""
+    measured, tokens, merged = [], {}, []
+    with tempfile.TemporaryDirectory(prefix="warpdecode-generate-") as tmp:
+        for r in range(rounds):
+            for impl in impls:
+                path = Path(tmp) / f"{impl}-{r}.pt"
+                print(f"== generate {impl}, round {r + 1} of {rounds}, in a process of its own", flush=True)
+                done = subprocess.run(argv_of(impl, layers, path), check=False)
+                if done.returncode != 0 or not path.exists():
+                    print(f"ERROR generate {impl}, round {r + 1}: exit status {done.returncode}, no rows", flush=True)
+                    continue
+                rows, toks = load_rows(path)
+                measured += rows
+                for key, t in toks.items():
+                    tokens.setdefault(key, t)  # compared from each implementation's first process
+                if layers is None and rows:
+                    layers = rows[0]["layers"]
+            merged = merge_rounds(measured, tokens)
+            if emit:
+                for row in merged:
+                    emit(row)
+    for row in merged:
+        _print_row(row, row["model"], row["layers"], row["compile"])
+    return merged
+
+
+def merge_rounds(rows: list[dict], tokens: dict) -> list[dict]:
+    """One row per (impl, batch) from rows measured in several processes: each :data:`MEASURED`
+    column the median over them, ``moe_share`` the medians' ratio, ``processes`` how many; each
+    other implementation's row compared with the baseline's of its batch from these medians
+    (:func:`_against_baseline`; ``tokens``: each (impl, batch)'s generated tokens)."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["impl"], r["batch"]), []).append(r)
+    merged = {}
+    for key, group in groups.items():
+        m = dict(group[0])
+        for k, digits in MEASURED.items():
+            m[k] = round(statistics.median(r[k] for r in group), digits)
+        m["moe_share"] = round(m["moe_us"] / m["step_us"], 4)
+        m["graphs_compiled"] = max(r["graphs_compiled"] for r in group)
+        m["cudagraph_skips"] = max(r["cudagraph_skips"] for r in group)
+        m["processes"] = len(group)
+        merged[key] = m
+    for (impl, batch), m in merged.items():
+        if impl != BASELINE and (BASELINE, batch) in merged:
+            _against_baseline(m, merged[BASELINE, batch], tokens)
+    return list(merged.values())
 
 
 def _against_baseline(row: dict, b: dict, outs: dict) -> None:

@@ -1,17 +1,41 @@
-"""The callables the benchmark times, by name, all on validated inputs and free of host syncs
-(except ``loop``, which needs one per call by design, and so is timed eagerly)."""
+"""The callables the benchmark times, by name.
+
+The public methods (``loop``, ``expert``, ``warp``, ``auto``, ``expert_fp8``, ``warp_bf16_act``)
+call ``warpdecode.moe`` as a user does: its checks, its dispatch, the ids as
+:func:`warpdecode.route` returns them. Each has a bare twin (:data:`KERNELS`, ``loop`` excepted):
+the kernels ``moe`` runs, called below it on inputs already validated, a diagnostic beside the
+public time (the speed sweep's ``overhead`` column), never the headline. Every method but
+``loop`` (a host sync per call, by design; timed eagerly) is free of host syncs once captured.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from ..api import run_auto
+from .. import api
 from ..expert import moe_expert
-from ..loop import moe_loop
 from ..warp import moe_warp
 
-#: Methods timed inside a CUDA graph.
-GRAPHABLE = ("expert", "warp", "auto", "grouped_mm")
+#: Each public method's bare twin: the same kernels without ``warpdecode.moe`` around them.
+KERNELS = {"warp": "warp_kernels", "expert": "expert_kernels", "auto": "auto_kernels",
+           "expert_fp8": "expert_fp8_kernels", "warp_bf16_act": "warp_bf16_act_kernels"}
+
+#: Methods timed eagerly (every other one inside a CUDA graph).
+EAGER = ("loop",)
+
+
+def public(method: str, **options):
+    """``warpdecode.moe(..., method=method, **options)`` as a benchmark callable (``api.moe`` looked
+    up at each call, so a test can stand in for it)."""
+    def run(x, w13, w2, topk_weights, topk_ids):
+        return api.moe(x, w13, w2, topk_weights, topk_ids, method=method, **options)
+
+    run.__name__ = f"moe_{method}"
+    return run
+
+
+def _moe_warp_rounded(x, w13, w2, tw, ti):
+    return api.moe(x, w13, w2, tw, ti, method="warp", act_dtype=x.dtype)
 
 
 def _expert_fp8(x, w13, w2, tw, ti):
@@ -50,12 +74,17 @@ def hf_grouped_mm():
 
 def registry(include_hf: bool = True) -> dict:
     fns = {
-        "loop": moe_loop,
-        "expert": moe_expert,
-        "warp": moe_warp,
-        "auto": run_auto,
-        "expert_fp8": _expert_fp8,
-        "warp_bf16_act": _warp_bf16_act,
+        "loop": public("loop"),
+        "expert": public("expert"),
+        "warp": public("warp"),
+        "auto": public("auto"),
+        "expert_fp8": public("expert", act_format="fp8"),
+        "warp_bf16_act": _moe_warp_rounded,
+        "expert_kernels": moe_expert,
+        "warp_kernels": moe_warp,
+        "auto_kernels": api.run_auto,
+        "expert_fp8_kernels": _expert_fp8,
+        "warp_bf16_act_kernels": _warp_bf16_act,
     }
     hf = hf_grouped_mm() if include_hf else None
     if hf is not None:

@@ -4,8 +4,12 @@ path's stage breakdown, and error against the float64 reference."""
 from __future__ import annotations
 
 import datetime
+import functools
 import math
+import os
+import subprocess
 from functools import partial
+from pathlib import Path
 
 import torch
 import triton
@@ -16,21 +20,50 @@ from ..configs import expert_config, warp_config
 from ..presets import MoEShape
 from ..reference import reference_moe, rel_error, rounding_floor
 from ..routing import route
-from .methods import GRAPHABLE, registry
+from .methods import EAGER, KERNELS, registry
 from .timing import Timing, capture, capture_poisoned, time_eager, time_interleaved, time_replays
 from .workload import bytes_needed, make_inputs, make_layers, num_copies
 
 #: The most error, in multiples of the bf16 rounding floor, a timed method may show before its
 #: row is flagged: timing a wrong result would be meaningless.
 SANITY = {"warp": 1.5, "warp_bf16_act": 4, "expert": 8, "auto": 8, "grouped_mm": 8, "loop": 12, "expert_fp8": 120}
+SANITY |= {KERNELS[m]: v for m, v in SANITY.items() if m in KERNELS}
+
+
+#: What the benchmarks write into the checkout: a change there is data, not the code measured.
+DATA_PATHS = ("results", "experiments/results", "figures")
+
+
+@functools.cache
+def commit() -> str:
+    """The git commit of the checkout the imported package lives in: its short hash, with
+    ``-dirty`` where tracked files other than :data:`DATA_PATHS` differ from it. Without a git
+    checkout (an installed wheel, a copy of the tree): ``$WARPDECODE_COMMIT`` if set (whoever
+    copied the tree names its commit), else ``"unknown"``."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:  # a repository around an install
+            raise ValueError(root)
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                    *(f":(exclude){p}" for p in DATA_PATHS))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return os.environ.get("WARPDECODE_COMMIT") or "unknown"
+    return head + ("-dirty" if dirty else "")
 
 
 def meta() -> dict:
-    """What every row names: the device (or the CPU interpreter), versions, date."""
+    """What every row names: the device (or the CPU interpreter), versions, the commit measured, date."""
     return {
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
         "triton": triton.__version__,
+        "commit": commit(),
         "date": datetime.date.today().isoformat(),
     }
 
@@ -49,10 +82,18 @@ def _timing_row(t: Timing) -> dict:
             "reps": t.reps}
 
 
-def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_tbps: float, reps: int = 100):
+def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_tbps: float, reps: int = 100,
+          kernels: bool = False):
     """Per (preset, T, method): median time per layer call, bytes that must move, the floor those
-    bytes imply at the read ceiling, achieved TB/s and the fraction of the ceiling."""
+    bytes imply at the read ceiling, achieved TB/s and the fraction of the ceiling.
+
+    A public method (``warp``, ``expert``, ``auto``, …: ``warpdecode.moe`` as users call it) is the
+    row to read; with ``kernels`` its bare twin (:data:`~warpdecode.bench.methods.KERNELS`) is timed
+    beside it, in the same interleaved run, and the public row's ``overhead`` is the public median
+    over the twin's (empty where no twin was timed)."""
     fns = registry()
+    if kernels:
+        methods = [*dict.fromkeys(n for m in methods for n in (m, KERNELS.get(m)) if n)]
     methods = [m for m in methods if m in fns]
     info = meta()
     rows = []
@@ -71,7 +112,7 @@ def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_
             for m in methods:
                 step = partial(_call_each, fns[m], args)
                 try:
-                    if m in GRAPHABLE:
+                    if m not in EAGER:
                         graphs[m], outputs[m] = capture_poisoned(step)  # one replay must overwrite every element
                     else:
                         outputs[m] = step()
@@ -98,13 +139,21 @@ def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_
                     "bytes": int(nbytes), "floor_us": round(floor_us, 3),
                     "achieved_TBps": round(nbytes / (t.median_us * 1e-6) / 1e12, 4),
                     "frac_ceiling": round(floor_us / t.median_us, 4), "ceiling_TBps": round(ceiling_tbps, 4),
-                    "error_over_floor": round(ratio, 4), "checked": ok, "layers": L, **info,
+                    "error_over_floor": round(ratio, 4), "checked": ok, "layers": L,
+                    "overhead": overhead(timed, m), **info,
                 })
                 del outs
                 torch.cuda.empty_cache()
         layers = None
         torch.cuda.empty_cache()
     return rows
+
+
+def overhead(timed: dict, method: str):
+    """The public method's median over its bare twin's, both in ``timed`` (one interleaved run), to
+    four decimals; "" for a method without a timed twin."""
+    twin = timed.get(KERNELS.get(method))
+    return round(timed[method].median_us / twin.median_us, 4) if twin and method in timed else ""
 
 
 def _call_each(fn, arg_rows):
