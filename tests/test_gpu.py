@@ -377,10 +377,11 @@ def test_the_transformers_experts_module_launches_the_pair_alone():
     wd_hf = pytest.importorskip("warpdecode.integrations.transformers")
     shape, w13, w2 = _graph_layer()
     x, tw, ids = _fresh(shape, 1, 8)
+    ids = ids.long()
 
     class Experts(torch.nn.Module):
         gate_up_proj, down_proj = w13, w2
 
     with torch.no_grad():
-        got = _launched(lambda: wd_hf.warpdecode_experts_forward(Experts(), x, ids.long(), tw))
+        got = _launched(lambda: wd_hf.warpdecode_experts_forward(Experts(), x, ids, tw))
     assert got == ["warp_gate_up_kernel", "warp_down_kernel"]
