@@ -7,6 +7,7 @@ checked against the presets' measured ones."""
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -87,7 +88,7 @@ def test_the_switch_reads_the_env_and_the_context_manager_wins(monkeypatch):
         setenv(monkeypatch, "WARPDECODE_TUNED", value)
         assert configs.sources() == expected, value
     with pytest.raises(ValueError, match="WARPDECODE_TUNED"):
-        setenv(monkeypatch, "WARPDECODE_TUNED", "no")
+        setenv(monkeypatch, "WARPDECODE_TUNED", "maybe")
     setenv(monkeypatch, "WARPDECODE_TUNED", "1")
     for value, expected in [("1", True), ("0", False), (None, False)]:
         setenv(monkeypatch, "WARPDECODE_AUTOTUNE", value)
@@ -100,6 +101,36 @@ def test_the_switch_reads_the_env_and_the_context_manager_wins(monkeypatch):
     with pytest.raises(RuntimeError), configs.tables(shipped=False):
         raise RuntimeError
     assert configs.sources() == (True, True)  # restored, also after an exception
+
+
+@pytest.mark.parametrize("name, values", [
+    ("WARPDECODE_AUTOTUNE", {"false": False, "no": False, "off": False, "OFF": False, "0": False, "": False,
+                             "true": True, "Yes": True, "on": True, "1": True}),
+    ("WARPDECODE_TUNED", {"off": (False, False), "False": (False, False), "yes": (True, True),
+                          "CACHE": (False, True), "": (True, True)}),
+])
+def test_switches_take_the_documented_values_only(monkeypatch, name, values):
+    """Off is off in every documented spelling; anything else is an error naming the variable."""
+    read = configs.autotune if name == "WARPDECODE_AUTOTUNE" else configs.sources
+    for value, expected in values.items():
+        setenv(monkeypatch, name, value)
+        assert read() == expected, value
+    for value in ("2", "maybe", " 1", "enabled"):
+        with pytest.raises(ValueError, match=f"{name}='{value}' is not one of 1, true, yes, on, 0, false"):
+            setenv(monkeypatch, name, value)
+
+
+def test_the_pdl_switch_is_read_strictly_on_every_machine(monkeypatch):
+    """WARPDECODE_PDL is read when warpdecode is imported, also where no GPU has PDL to turn off."""
+    import subprocess
+    import sys
+
+    for value, expected in [("no", False), ("Off", False), ("1", True), ("", True)]:
+        monkeypatch.setenv("WARPDECODE_PDL", value)
+        assert _runtime.env_switch("WARPDECODE_PDL", True) is expected, value
+    env = {**os.environ, "WARPDECODE_PDL": "nope"}
+    bad = subprocess.run([sys.executable, "-c", "import warpdecode"], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "WARPDECODE_PDL='nope' is not one of" in bad.stderr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,12 +18,15 @@ Two tables are read, in this order, and merged per family and shape (the first t
 
 Switches:
 
-- ``WARPDECODE_TUNED``: ``1`` (default) both tables, ``cache`` the user's cache only, ``0`` neither
+Each switch takes ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` in any case (unset or
+empty: its default); any other value raises a ValueError that names the variable.
+
+- ``WARPDECODE_TUNED``: on (default) both tables, ``cache`` the user's cache only, off neither
   (every launch takes the defaults: what benchmarks of the defaults set). Read when warpdecode is
   imported, as is the next one (:func:`read_env` reads both again). In Python,
   ``with configs.tables(shipped=False, cache=False): ...`` does the same for a block and wins over
   the variable. :func:`load_tuned` caches one merged table per GPU and setting.
-- ``WARPDECODE_AUTOTUNE=1`` or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes a layer shape
+- ``WARPDECODE_AUTOTUNE`` on (default off) or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes a layer shape
   neither table has, the first time a call meets it (at that call's token bucket, few
   repetitions), and writes it to the cache. Never inside CUDA-graph capture (there the defaults
   run, with one warning per shape) and never in the CPU interpreter. Off, it costs one attribute
@@ -43,6 +46,7 @@ from pathlib import Path
 import triton
 
 from . import _runtime
+from ._runtime import ON_OFF, env_choice, env_switch
 from .kernels import warp_pair
 
 TUNED_DIR = Path(__file__).parent / "tuned"
@@ -77,7 +81,8 @@ FAMILIES = ("warp", "expert", "expert_fp8", "crossover", "crossover_evidence",
             # expert path, the w8a8 expert path, auto's crossover
             *(f"{family}_{fmt}" for fmt in ("block128", "mxfp8")
               for family in ("warp", "expert", "expert_fp8", "crossover")))
-_SOURCES = {"1": (True, True), "cache": (False, True), "0": (False, False)}
+#: What ``WARPDECODE_TUNED`` takes: an on/off switch (both tables, or neither), or ``cache``.
+_SOURCES = {**{word: (on, on) for word, on in ON_OFF.items()}, "cache": (False, True)}
 _tables_override: tuple[bool, bool] | None = None
 
 
@@ -248,11 +253,8 @@ def read_env() -> None:
     """Read ``WARPDECODE_TUNED`` and ``WARPDECODE_AUTOTUNE``: done once, when warpdecode is
     imported (the lookups then read no environment); call it again after changing either."""
     global _env_sources, _autotune
-    value = os.environ.get("WARPDECODE_TUNED", "1")
-    if value not in _SOURCES:
-        raise ValueError(f"WARPDECODE_TUNED must be one of {sorted(_SOURCES)}, got {value!r}")
-    _env_sources = _SOURCES[value]
-    _autotune = os.environ.get("WARPDECODE_AUTOTUNE", "0") not in ("", "0")
+    sources_in_env = env_choice("WARPDECODE_TUNED", _SOURCES, (True, True))  # both read before either is set
+    _env_sources, _autotune = sources_in_env, env_switch("WARPDECODE_AUTOTUNE", False)
     load_tuned.cache_clear()
 
 
