@@ -443,6 +443,54 @@ def test_tune_shape_writes_the_cache_with_its_crossover(fake_gpu, tables):
     assert configs.warp_config(*C, T=2)["tuned_by"] == "warp"
 
 
+@pytest.mark.parametrize("text", ["", "{\"warp\": {", "[]", json.dumps({"expert": {shape_key(*B): _gemm(GROUP_M=0)}})])
+def test_tune_overwrites_a_bad_cache_file(fake_gpu, tables, text):
+    """The tool repairs what moe skips: an empty, truncated or invalid cache file is named and replaced."""
+    path = tables / "cache" / "Test_GPU.json"
+    path.write_text(text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cached = warpdecode.tune(*C, Ts=[1], paths=("warp", "expert"))
+    assert any(f"overwrites a bad tuned table: {path}" in str(w.message) for w in caught)
+    assert configs.read_table(path) == cached and set(cached["warp"]) == {shape_key(*C)}
+    assert configs.warp_config(*C, T=1)["tuned_by"] == "warp"
+
+
+def test_a_tuner_keeps_what_another_wrote_while_it_ran(fake_gpu, tables, monkeypatch):
+    """tune re-reads the file under its lock at each write: a shape another tuner (or autotune)
+    wrote meanwhile stays."""
+    from warpdecode.bench import tune
+
+    expert = tune.tune_expert
+
+    def meanwhile(shape, **k):  # another process writes B2 while this one times the expert path
+        configs.write_cache({"warp": {shape_key(*B[:3], 2): [[1, pair()]]}})
+        return expert(shape, **k)
+
+    monkeypatch.setattr(tune, "tune_expert", meanwhile)
+    cached = warpdecode.tune(*C, Ts=[1], paths=("warp", "expert"))
+    on_disk = json.loads((tables / "cache" / "Test_GPU.json").read_text())
+    assert on_disk == cached
+    assert {shape_key(*B), shape_key(*B[:3], 2), shape_key(*C)} <= set(on_disk["warp"])
+    assert set(on_disk["expert"]) == {shape_key(*B), shape_key(*C)}
+
+
+def test_autotune_keeps_a_bucket_another_wrote_while_it_ran(fake_gpu, tables, monkeypatch):
+    from warpdecode.bench import tune
+
+    warp = tune.tune_warp
+
+    def meanwhile(shape, **k):  # another process tunes B at T = 2 while this one tunes it at T = 1
+        current = json.loads(configs.cache_file().read_text())["warp"][shape_key(*B)]
+        configs.write_cache({"warp": {shape_key(*B): tune.merge_buckets(current, [[2, pair(8)]])}})
+        return warp(shape, **k)
+
+    monkeypatch.setattr(tune, "tune_warp", meanwhile)
+    tune.autotune_shape(*B, 1)
+    cached = json.loads((tables / "cache" / "Test_GPU.json").read_text())
+    assert [T for T, _ in cached["warp"][shape_key(*B)]] == [1, 2, 16]
+
+
 def _write_shapes(first: int, n: int) -> None:
     for i in range(first, first + n):
         configs.write_cache({"warp": {shape_key(64, 64, i, 1): [[1, pair()]]}})
