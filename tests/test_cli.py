@@ -561,6 +561,22 @@ def test_compare_on_the_cpu_names_the_preset_it_replaced(monkeypatch, capsys):
     assert "instead of 'qwen3-30b-a3b'" in capsys.readouterr().out  # the default is replaced too
 
 
+def test_token_counts_below_one_are_refused_by_the_parser(monkeypatch, capsys):
+    """``compare --T 0`` printed NaN rows and exited 0, ``--T -1`` ended in a traceback: every token
+    count is an integer >= 1, or argparse says which option is wrong and exits with 2."""
+    import pytest
+
+    ran = _cpu(monkeypatch)
+    for argv in (["compare", "--T", "0"], ["compare", "--T", "4", "-1"], ["compare", "--T", "x"],
+                 ["bench", "--T", "0"], ["bench", "--stage-T", "-8"], ["tune", "--T", "0"], ["e2e", "--err-T", "0"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2, argv
+        assert f"argument {argv[1]}: a token count must be an integer >= 1, got '{argv[-1]}'" in (
+            capsys.readouterr().err), argv
+    assert ran == {}  # nothing ran
+
+
 def test_e2e_on_the_cpu_names_what_it_ignores(monkeypatch, capsys):
     import pytest
 
