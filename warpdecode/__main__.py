@@ -436,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--hf-layers", type=int,
                    help="layers of each model for generate, at most its own (default: as many as the GPU's free "
                         "memory holds; GPU only)")
-    e.add_argument("--hf-batch", type=int, nargs="+", default=[1, 4, 16],
+    e.add_argument("--hf-batch", type=tokens, nargs="+", default=[1, 4, 16],
                    help="sequences per generate call (default 1 4 16; GPU only)")
     e.add_argument("--hf-compile", default="reduce-overhead", choices=["reduce-overhead", "none"],
                    help="reduce-overhead: a static cache and the decode step through torch.compile with CUDA graphs "
