@@ -34,8 +34,8 @@ empty: its default); any other value raises a ValueError that names the variable
   imported, as is the next one (:func:`read_env` reads both again). In Python,
   ``with configs.tables(shipped=False, cache=False): ...`` does the same for a block and wins over
   the variable. :func:`load_tuned` caches one merged table per GPU and setting.
-- ``WARPDECODE_AUTOTUNE`` on (default off) or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes a layer shape
-  neither table has, the first time a call meets it (at that call's token bucket, few
+- ``WARPDECODE_AUTOTUNE`` on (default off) or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes
+  a layer shape neither table has, the first time a call meets it (at that call's token bucket, few
   repetitions), and writes it to the cache. Never inside CUDA-graph capture (there the defaults
   run, with one warning per shape) and never in the CPU interpreter. Off, it costs one attribute
   read per call.
