@@ -264,10 +264,13 @@ def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_exp
     _begin(x, w13_r, w2_r, topk_weights, topk_ids, group=group, method=method, layout="ep", num_experts=num_experts,
            local=True, check_routing=check_routing, first_expert=first_expert)
     T, H = x.shape
-    ids = topk_ids.long()
-    local = (ids >= first_expert) & (ids < first_expert + w13_r.shape[0])
-    local_ids = torch.where(local, ids - first_expert, 0).to(torch.int32).contiguous()
-    local_w = torch.where(local, topk_weights, 0.0).contiguous()
+    ids, E_r = topk_ids.long(), w13_r.shape[0]
+    local = (ids >= first_expert) & (ids < first_expert + E_r)
+    # an id outside [0, num_experts) (unchecked only inside capture or torch.compile) stays out of range
+    # here with its weight, so the kernels' guard makes its token NaN on every rank rather than drop the slot
+    valid = (ids >= 0) & (ids < num_experts)
+    local_ids = torch.where(local, ids - first_expert, torch.where(valid, 0, E_r)).to(torch.int32).contiguous()
+    local_w = torch.where(local | ~valid, topk_weights, 0.0).contiguous()
     y = x.new_zeros(T, H, dtype=torch.float32) if T == 0 else _partial(
         x.contiguous(), w13_r, w2_r, local_w, local_ids, method)
     dist.all_reduce(y, group=group)
