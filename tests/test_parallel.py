@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 import torch
@@ -148,6 +149,11 @@ def _faulty_worker(rank: int, world: int, init: str, out: str):
             "routing": _outcome(lambda: parallel.moe_tp(x, w13_r, w2_r, tw_o[:2], ids_o[:2], method="warp",
                                                         check_routing=True)),
         }
+        unchecked = ids.clone()
+        unchecked[0, 0] = E  # on every rank, where nothing may be read back (capture): token 0 comes out NaN
+        with torch.no_grad(), mock.patch.object(parallel, "_unchecked", lambda x: True):
+            got["unchecked ep"] = parallel.moe_ep(x, w13_e, w2_e, tw, unchecked, first_expert=first, num_experts=E,
+                                                  method="warp").isnan().any(1).tolist()
         with torch.no_grad():  # and the group is still in step: a good call gives the layer
             got["after"] = parallel.moe_ep(x, w13_e, w2_e, tw, ids, first_expert=first, num_experts=E,
                                            method="warp", check_routing=True)
@@ -173,6 +179,7 @@ def test_a_fault_on_one_rank_raises_on_every_rank():
         assert got[1][case].startswith(f"ValueError: topk_ids must lie in [0, {name}), got values in ["), got[1][case]
         assert got[0][case] == ("ValueError: warpdecode.parallel: rank 1 of the group refused its inputs (the error "
                                 "is raised there); no rank computes the layer"), got[0][case]
+    assert got[0]["unchecked ep"] == got[1]["unchecked ep"] == [True, False]
     x, w13, w2, tw, ids = _inputs(2)
     ref = wd.reference_moe(x, w13, w2, tw, ids)
     assert torch.equal(got[0]["after"], got[1]["after"])
