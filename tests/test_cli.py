@@ -207,26 +207,30 @@ def test_retuning_the_pair_keeps_the_schedules_that_still_win(monkeypatch, tmp_p
 
     shape = get_preset("olmoe-1b-7b")
     key = shape_key(shape.H, shape.I, shape.E, shape.K)
-    grouped = {"gate_up": {"BLOCK_H": 64}, "down": {"BLOCK_H": 64}}
-    old = [[1, {"gate_up": {"g": 0}, "down": {"d": 0}, "measured_us": {"split": 28.4, "fused": 35.2}}],
-           [8, {"gate_up": {"g": 0}, "down": {"d": 0}, "grouped": grouped,
+    g = [{"BLOCK_I": rows, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1} for rows in (1, 2)]  # old, new
+    d = [{"BLOCK_H": rows, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1} for rows in (4, 8)]
+    grouped = {"gate_up": {"BLOCK_I": 64, "BLOCK_H": 128, "num_warps": 4, "num_stages": 3}, "down": {}}
+    old = [[1, {"gate_up": g[0], "down": d[0], "measured_us": {"split": 28.4, "fused": 35.2}}],
+           [8, {"gate_up": g[0], "down": d[0], "grouped": grouped,
                 "measured_us": {"split": 141.4, "grouped": 127.9, "fused": 182.0}}],
-           [16, {"gate_up": {"g": 0}, "down": {"d": 0}, "grouped": grouped,
+           [16, {"gate_up": g[0], "down": d[0], "grouped": grouped,
                  "measured_us": {"split": 248.6, "grouped": 177.8}}]]
-    new = [[1, {"gate_up": {"g": 1}, "down": {"d": 1}, "measured_us": {"split": 28.0}}],
-           [8, {"gate_up": {"g": 1}, "down": {"d": 1}, "measured_us": {"split": 141.6}}],
-           [16, {"gate_up": {"g": 1}, "down": {"d": 1}, "measured_us": {"split": 178.0}}]]
+    new = [[1, {"gate_up": g[1], "down": d[1], "measured_us": {"split": 28.0}}],
+           [8, {"gate_up": g[1], "down": d[1], "measured_us": {"split": 141.6}}],
+           [16, {"gate_up": g[1], "down": d[1], "measured_us": {"split": 178.0}}]]
+    gemm = {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 3}
+    untouched = [[256, {"BLOCK_M": 16, "gate_up": gemm, "down": gemm}]]
     path = tmp_path / "gpu.json"
-    path.write_text(json.dumps({"warp": {key: old}, "expert": {key: "untouched"}}))
+    path.write_text(json.dumps({"warp": {key: old}, "expert": {key: untouched}}))
     monkeypatch.setattr(tune, "tuned_file", lambda: path)
     monkeypatch.setattr(tune, "warm_all", lambda *a, **k: {})
     monkeypatch.setattr(tune, "tune_warp", lambda shape, **k: json.loads(json.dumps(new)))
     table = tune.tune(["olmoe-1b-7b"], paths=("warp",), log=lambda *a: None)
     assert json.loads(path.read_text()) == table
     got = dict((T, cfg) for T, cfg in table["warp"][key])
-    assert table["expert"][key] == "untouched"
-    assert got[1] == {"gate_up": {"g": 1}, "down": {"d": 1}, "measured_us": {"split": 28.0, "fused": 35.2}}
-    assert got[8]["grouped"] == grouped and got[8]["gate_up"] == {"g": 1}  # 127.9 < 0.99 x 141.6
+    assert table["expert"][key] == untouched
+    assert got[1] == {"gate_up": g[1], "down": d[1], "measured_us": {"split": 28.0, "fused": 35.2}}
+    assert got[8]["grouped"] == grouped and got[8]["gate_up"] == g[1]  # 127.9 < 0.99 x 141.6
     assert got[8]["measured_us"] == {"split": 141.6, "grouped": 127.9, "fused": 182.0}
     assert "grouped" not in got[16]  # 177.8 is not 1 % below the new pair's 178.0
     # a schedule that is re-tuned in the same run is left to its own tuner
@@ -555,6 +559,22 @@ def test_compare_on_the_cpu_names_the_preset_it_replaced(monkeypatch, capsys):
     assert ran["accuracy"][0] == ["tiny"]
     cli.main(["compare"])
     assert "instead of 'qwen3-30b-a3b'" in capsys.readouterr().out  # the default is replaced too
+
+
+def test_token_counts_below_one_are_refused_by_the_parser(monkeypatch, capsys):
+    """``compare --T 0`` printed NaN rows and exited 0, ``--T -1`` ended in a traceback: every token
+    count is an integer >= 1, or argparse says which option is wrong and exits with 2."""
+    import pytest
+
+    ran = _cpu(monkeypatch)
+    for argv in (["compare", "--T", "0"], ["compare", "--T", "4", "-1"], ["compare", "--T", "x"],
+                 ["bench", "--T", "0"], ["bench", "--stage-T", "-8"], ["tune", "--T", "0"], ["e2e", "--err-T", "0"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2, argv
+        assert f"argument {argv[1]}: a token count must be an integer >= 1, got '{argv[-1]}'" in (
+            capsys.readouterr().err), argv
+    assert ran == {}  # nothing ran
 
 
 def test_e2e_on_the_cpu_names_what_it_ignores(monkeypatch, capsys):

@@ -7,6 +7,7 @@ checked against the presets' measured ones."""
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,15 @@ A = (4096, 1536, 128, 8)  # qwen3-235b-a22b: in both tables below
 B = (5120, 1408, 60, 6)  # not a preset: in the cache only
 C = (6144, 2560, 160, 6)  # in neither
 
+TILE = {"BLOCK_I": 2, "BLOCK_H": 512, "num_warps": 2, "num_stages": 1}  # a warp decode tile
+GEMM_TILE = {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 3}
+GEMM = {"BLOCK_M": 16, "gate_up": GEMM_TILE, "down": GEMM_TILE}  # an expert path config
+
+
+def pair(down_rows: int = 4, **notes) -> dict:
+    """A warp decode config whose down tile has ``down_rows`` rows, with ``notes`` (keys the kernels do not read)."""
+    return {"gate_up": TILE, "down": {**TILE, "BLOCK_H": down_rows}, **notes}
+
 
 def setenv(monkeypatch, name: str, value: str | None) -> None:
     """Set (or, with None, unset) a warpdecode variable and have configs read it; both undone after the test."""
@@ -43,19 +53,19 @@ def setenv(monkeypatch, name: str, value: str | None) -> None:
 def tables(tmp_path, monkeypatch):
     """A fake GPU ("Test GPU") whose shipped table and user cache live under tmp_path: the
     shipped one has A, the cache has A (other configs, warp decode only) and B (bucket 16)."""
-    monkeypatch.setattr(configs, "_runtime", SimpleNamespace(INTERPRET=False, gpu_name=lambda: "Test GPU"))
+    monkeypatch.setattr(configs, "_runtime", SimpleNamespace(INTERPRET=False, gpu_name=lambda: "Test GPU",
+                                                             device_limits=lambda: dict(_runtime.HOPPER_LIMITS)))
     monkeypatch.setattr(configs, "TUNED_DIR", tmp_path / "tuned")
+    monkeypatch.setattr(configs, "_warned_tables", set(), raising=False)
     monkeypatch.setenv("WARPDECODE_CACHE_DIR", str(tmp_path / "cache"))
     setenv(monkeypatch, "WARPDECODE_TUNED", None)
     (tmp_path / "tuned").mkdir()
     (tmp_path / "cache").mkdir()
-    tile = {"BLOCK_I": 2, "BLOCK_H": 512, "num_warps": 2, "num_stages": 1}
-    gemm = {"BLOCK_M": 16, "gate_up": {}, "down": {}}
-    shipped = {"warp": {shape_key(*A): [[16, {"gate_up": tile, "down": {"BLOCK_H": 2}, "from": "shipped"}]]},
-               "expert": {shape_key(*A): [[256, gemm]]}, "crossover": {shape_key(*A): 16}}
-    cache = {"warp": {shape_key(*A): [[16, {"gate_up": tile, "down": {"BLOCK_H": 8}, "from": "cache"}]],
-                      shape_key(*B): [[16, {"gate_up": tile, "down": {"BLOCK_H": 4}, "from": "cache"}]]},
-             "expert": {shape_key(*B): [[16, gemm]]}, "crossover": {shape_key(*A): 32, shape_key(*B): 64}}
+    shipped = {"warp": {shape_key(*A): [[16, pair(2, **{"from": "shipped"})]]},
+               "expert": {shape_key(*A): [[256, GEMM]]}, "crossover": {shape_key(*A): 16}}
+    cache = {"warp": {shape_key(*A): [[16, pair(8, **{"from": "cache"})]],
+                      shape_key(*B): [[16, pair(4, **{"from": "cache"})]]},
+             "expert": {shape_key(*B): [[16, GEMM]]}, "crossover": {shape_key(*A): 32, shape_key(*B): 64}}
     (tmp_path / "tuned" / "Test_GPU.json").write_text(json.dumps(shipped))
     (tmp_path / "cache" / "Test_GPU.json").write_text(json.dumps(cache))
     configs.load_tuned.cache_clear()
@@ -87,7 +97,7 @@ def test_the_switch_reads_the_env_and_the_context_manager_wins(monkeypatch):
         setenv(monkeypatch, "WARPDECODE_TUNED", value)
         assert configs.sources() == expected, value
     with pytest.raises(ValueError, match="WARPDECODE_TUNED"):
-        setenv(monkeypatch, "WARPDECODE_TUNED", "no")
+        setenv(monkeypatch, "WARPDECODE_TUNED", "maybe")
     setenv(monkeypatch, "WARPDECODE_TUNED", "1")
     for value, expected in [("1", True), ("0", False), (None, False)]:
         setenv(monkeypatch, "WARPDECODE_AUTOTUNE", value)
@@ -100,6 +110,36 @@ def test_the_switch_reads_the_env_and_the_context_manager_wins(monkeypatch):
     with pytest.raises(RuntimeError), configs.tables(shipped=False):
         raise RuntimeError
     assert configs.sources() == (True, True)  # restored, also after an exception
+
+
+@pytest.mark.parametrize("name, values", [
+    ("WARPDECODE_AUTOTUNE", {"false": False, "no": False, "off": False, "OFF": False, "0": False, "": False,
+                             "true": True, "Yes": True, "on": True, "1": True}),
+    ("WARPDECODE_TUNED", {"off": (False, False), "False": (False, False), "yes": (True, True),
+                          "CACHE": (False, True), "": (True, True)}),
+])
+def test_switches_take_the_documented_values_only(monkeypatch, name, values):
+    """Off is off in every documented spelling; anything else is an error naming the variable."""
+    read = configs.autotune if name == "WARPDECODE_AUTOTUNE" else configs.sources
+    for value, expected in values.items():
+        setenv(monkeypatch, name, value)
+        assert read() == expected, value
+    for value in ("2", "maybe", " 1", "enabled"):
+        with pytest.raises(ValueError, match=f"{name}='{value}' is not one of 1, true, yes, on, 0, false"):
+            setenv(monkeypatch, name, value)
+
+
+def test_the_pdl_switch_is_read_strictly_on_every_machine(monkeypatch):
+    """WARPDECODE_PDL is read when warpdecode is imported, also where no GPU has PDL to turn off."""
+    import subprocess
+    import sys
+
+    for value, expected in [("no", False), ("Off", False), ("1", True), ("", True)]:
+        monkeypatch.setenv("WARPDECODE_PDL", value)
+        assert _runtime.env_switch("WARPDECODE_PDL", True) is expected, value
+    env = {**os.environ, "WARPDECODE_PDL": "nope"}
+    bad = subprocess.run([sys.executable, "-c", "import warpdecode"], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "WARPDECODE_PDL='nope' is not one of" in bad.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,10 +174,172 @@ def test_tables_off_in_a_block_and_load_tuned_cached_per_setting(tables):
 
 def test_write_cache_merges_and_the_next_lookup_reads_it(tables):
     assert "from" not in configs.warp_config(*C, T=1)
-    tile = {"BLOCK_I": 1, "BLOCK_H": 1024, "num_warps": 1, "num_stages": 1}
-    configs.write_cache({"warp": {shape_key(*C): [[16, {"gate_up": tile, "down": {}, "from": "new"}]]}})
+    configs.write_cache({"warp": {shape_key(*C): [[16, pair(**{"from": "new"})]]}})
     assert configs.warp_config(*C, T=1)["from"] == "new"
     assert configs.warp_config(*B, T=1)["from"] == "cache"  # the cache's other shapes kept
+
+
+# ---------------------------------------------------------------------------------------------
+# every entry checked: a bad file is named once and skipped, never run
+
+
+def _cache_with(tmp_path, family: str, entry, key: str = shape_key(*B)) -> Path:
+    """The fixture's cache with B's ``family`` entry replaced by ``entry``."""
+    path = tmp_path / "cache" / "Test_GPU.json"
+    table = json.loads(path.read_text())
+    table.setdefault(family, {})[key] = entry
+    path.write_text(json.dumps(table))
+    configs.load_tuned.cache_clear()
+    return path
+
+
+def _one_warning(caught, *names: str) -> str:
+    messages = [str(w.message) for w in caught if "tuned table" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert all(n in messages[0] for n in names), (messages[0], names)
+    return messages[0]
+
+
+def _gemm(**tile) -> list:
+    return [[16, {**GEMM, "gate_up": {**GEMM_TILE, **tile}}]]
+
+
+def _warp(**tile) -> list:
+    return [[16, {**pair(), "gate_up": {**TILE, **tile}}]]
+
+
+@pytest.mark.parametrize("family, entry, names", [
+    ("expert", _gemm(GROUP_M=0), ["gate_up.GROUP_M must be an int >= 1", "got 0"]),  # ran: rel. error 1e25 or NaN
+    ("expert", _gemm(GROUP_M=-1), ["GROUP_M must be an int >= 1"]),  # ran: a double free
+    ("expert", [[16, {**GEMM, "BLOCK_M": 24}]], ["BLOCK_M must be a power of two >= 16", "tl.dot"]),
+    ("warp", _warp(BLOCK_H=100), ["gate_up.BLOCK_H must be a power of two", "tl.arange"]),
+    ("warp", _warp(BLOCK_I=0), ["gate_up.BLOCK_I must be a power of two"]),
+    ("warp", _warp(num_warps=64), ["num_warps must be a power of two <= 32"]),
+    ("warp", _warp(num_stages=0), ["num_stages must be an int >= 1"]),
+    ("warp", _warp(BLOCK_H="512"), ["BLOCK_H must be a power of two", "got '512'"]),  # wrong types
+    ("expert", _gemm(BLOCK_K=128.0), ["BLOCK_K must be a power of two >= 16"]),
+    ("expert", _gemm(GROUP_M=True), ["GROUP_M must be an int >= 1"]),
+    ("expert", _gemm(HALF_M=1), ["HALF_M must be true or false"]),
+    ("expert", _gemm(HALF_M=True), ["HALF_M needs BLOCK_M >= 32"]),
+    ("expert", _gemm(BLOCK_N=1024, BLOCK_K=256, num_stages=4), ["shared memory"]),  # the device's limit
+    ("warp", [[16, {"gate_up": TILE}]], ["lacks down"]),
+    ("warp", [[16, {**pair(), "grouped": {"gate_up": {**TILE, "BLOCK_I": 8}}}]], ["grouped.gate_up.BLOCK_I"]),
+    ("warp", [[16, pair()], [8, pair()]], ["T_max an int above the last bucket's (16"]),
+    ("warp", [], ["non-empty list of [T_max, config] buckets"]),
+    ("warp", {"16": pair()}, ["non-empty list"]),
+    ("warp_block128", _warp(BLOCK_H=64), ["BLOCK_H must be a multiple of 128", "scale groups"]),
+    ("crossover", "4", ["crossover", "must be an int >= 0"]),
+    ("crossover", -1, ["must be an int >= 0"]),
+    ("crossover_evidence", {"1": {"warp_us": "fast"}}, ["must be a time in µs or null"]),
+])
+def test_a_cache_entry_the_kernels_cannot_run_is_named_once_and_the_file_skipped(tables, family, entry, names):
+    """Every entry is checked when the table is read: a bad one names the file and the entry in one
+    warning, and the whole file is skipped, so every launch takes the shipped table or the defaults."""
+    path = _cache_with(tables, family, entry)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert "from" not in configs.warp_config(*B, T=1)  # the defaults, not the cache's entry for B
+        assert configs.warp_config(*A, T=1)["from"] == "shipped"
+        assert configs.expert_config(*B, T=1) == configs.default_expert(*B, 1)
+        assert api.crossover(*B) == api.model_crossover(*B)
+        configs.needs_tuning(*B, 1, "Test GPU")
+    _one_warning(caught, str(path), f"{family} {shape_key(*B)}", *names)
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param(lambda t: ("", "is empty"), id="empty"),
+    pytest.param(lambda t: ('{"warp": {"H=1', "is not JSON"), id="truncated"),
+    pytest.param(lambda t: ("\x00garbage", "is not JSON"), id="garbage"),
+    pytest.param(lambda t: ("[1, 2]", "must hold a JSON object of families"), id="a list"),
+    pytest.param(lambda t: (json.dumps({**t, "wrap": {}}), "'wrap' is not a family"), id="unknown family"),
+    pytest.param(lambda t: (json.dumps({**t, "warp": {"H=1,I=2": _warp()}}), "must be a layer shape"), id="bad key"),
+    pytest.param(lambda t: (json.dumps({**t, "warp": []}), "must be a JSON object"), id="family a list"),
+    pytest.param(lambda t: (json.dumps({**t, "triton": 3.6}), "triton must be the Triton version"), id="version"),
+])
+def test_a_bad_cache_file_is_named_in_one_warning_and_skipped(tables, bad):
+    path = tables / "cache" / "Test_GPU.json"
+    text, why = bad(json.loads(path.read_text()))
+    path.write_text(text)
+    configs.load_tuned.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):  # every lookup: one warning in all
+            assert configs.warp_config(*A, T=1)["from"] == "shipped"
+            assert "from" not in configs.warp_config(*B, T=1)
+    _one_warning(caught, str(path), why, "python -m warpdecode tune")
+
+
+def test_a_bad_shipped_table_is_skipped_too(tables):
+    path = tables / "tuned" / "Test_GPU.json"
+    _cache_with(tables, "warp", _warp(BLOCK_H=100), key=shape_key(*A)).replace(path)
+    (tables / "cache" / "Test_GPU.json").write_text("{}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert "from" not in configs.warp_config(*A, T=1)
+        assert configs.tuning_note([SimpleNamespace(name="a", H=A[0], I=A[1], E=A[2], K=A[3])])
+    _one_warning(caught, str(path), "BLOCK_H must be a power of two")
+
+
+def test_moe_runs_on_the_defaults_past_a_cache_entry_that_ran_as_garbage(tables):
+    """End to end: GROUP_M = 0 in the cache gave a relative error of 1e25; the kernels now never see it."""
+    s = warpdecode.get_preset("tiny")
+    key = shape_key(s.H, s.I, s.E, s.K)
+    _cache_with(tables, "expert", _gemm(GROUP_M=0), key=key)
+    w13, w2 = s.weights(dtype=torch.float32)
+    x = torch.randn(2, s.H)
+    tw, ti = warpdecode.route(torch.randn(2, s.E), s.K)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = warpdecode.moe(x, w13, w2, tw, ti, method="expert")
+    assert warpdecode.rel_error(y, warpdecode.reference_moe(x, w13, w2, tw, ti)) < 1e-5
+    _one_warning(caught, "GROUP_M must be an int >= 1")
+
+
+def test_a_table_that_would_not_run_is_never_written(tables):
+    path = tables / "cache" / "Test_GPU.json"
+    before = path.read_text()
+    where = r"expert H=6144,I=2560,E=160,K=6 \(T_max=16\) config\.gate_up\.GROUP_M"
+    with pytest.raises(configs.ConfigError, match=where):
+        configs.write_cache({"expert": {shape_key(*C): _gemm(GROUP_M=0)}})
+    assert path.read_text() == before
+
+
+def test_explicit_configs_are_checked_by_family():
+    """What any caller's config goes through: the same check as a table's entries."""
+    with pytest.raises(configs.ConfigError, match=r"my config.down lacks BLOCK_I"):
+        configs.check_warp({"gate_up": TILE, "down": {"BLOCK_H": 4}}, where="my config")
+    with pytest.raises(configs.ConfigError, match=r"gate_up.SUB_H must divide BLOCK_H=512"):
+        configs.check_warp({"gate_up": {**TILE, "SUB_H": 1024}, "down": TILE})
+    with pytest.raises(configs.ConfigError, match=r"down.BLOCK_I must be a multiple of 32 .*mxfp8"):
+        configs.check_warp({"gate_up": TILE, "down": {**TILE, "BLOCK_I": 16}}, weights="mxfp8")
+    with pytest.raises(configs.ConfigError, match=r"BLOCK_K must divide 128 \(a K step takes one activation scale"):
+        configs.check_expert({**GEMM, "down": {**GEMM_TILE, "BLOCK_K": 256}}, fp8=True)
+    with pytest.raises(configs.ConfigError, match=r"fused lacks programs_per_sm"):
+        configs.check_warp({**pair(), "fused": {"num_warps": 4, "gate_up": TILE, "down": TILE}})
+    assert configs.check_expert(GEMM) is GEMM and configs.check_warp(pair()) == pair()
+    from warpdecode import compiled
+
+    with pytest.raises(configs.ConfigError, match=r"config.gate_up.GROUP_M must be an int >= 1"):
+        compiled.record_launches("expert", warpdecode.get_preset("tiny"), 1, gpu_name="no table",
+                                 config={**GEMM, "gate_up": {**GEMM_TILE, "GROUP_M": 0}})
+    assert set(configs.FAMILY_CHECKS) == set(configs.FAMILIES)  # every family has its check
+
+
+def test_every_default_config_passes_the_checks():
+    """The defaults, on each architecture's limits, for every preset, T and weight format."""
+    from unittest import mock
+
+    for limits in _runtime.ARCH_LIMITS.values():
+        gpu = mock.Mock(INTERPRET=False, device_limits=lambda limits=limits: dict(limits))
+        with mock.patch.object(configs, "_runtime", gpu), mock.patch.object(configs, "_lookup", lambda *a: None):
+            for s in map(warpdecode.get_preset, warpdecode.PRESETS):
+                for T in (1, 4, 16, 256):
+                    configs.check_warp(configs.warp_config(s.H, s.I, s.E, s.K, T))
+                    configs.check_expert(configs.expert_config(s.H, s.I, s.E, s.K, T, elem=4))
+                    configs.check_expert(configs.expert_config(s.H, s.I, s.E, s.K, T, fp8=True), fp8=True)
+                    for f in ("block128", "mxfp8"):
+                        configs.check_warp(configs.warp_config(s.H, s.I, s.E, s.K, T, weights=f), weights=f)
+                        configs.check_expert(configs.expert_config(s.H, s.I, s.E, s.K, T, weights=f), weights=f)
 
 
 def _retag(path: Path, release: str) -> None:
@@ -168,8 +370,7 @@ def test_warp_entries_tuned_on_another_triton_release_are_left_out(tables, tmp_p
 def test_write_cache_tags_the_release_and_drops_another_releases_warp_entries(tables, tmp_path, monkeypatch):
     cache = tmp_path / "cache" / "Test_GPU.json"
     _retag(cache, "1.0.0")
-    gemm = {"BLOCK_M": 32, "gate_up": {}, "down": {}}
-    configs.write_cache({"expert": {shape_key(*C): [[16, gemm]]}})
+    configs.write_cache({"expert": {shape_key(*C): [[16, {**GEMM, "BLOCK_M": 32}]]}})
     written = json.loads(cache.read_text())
     assert written["triton"] == configs.triton.__version__
     assert "warp" not in written  # 1.0's warp entries: stale on this release
@@ -205,7 +406,8 @@ def fake_gpu(tables, monkeypatch):
     def tuner(name):
         def run(shape, Ts=None, buckets=None, **k):
             seen.setdefault(name, []).append((shape.name, list(Ts) if Ts else None, tune._DTYPE))
-            return [[T, {"tuned_by": name, "measured_us": {"split": 1.0}}] for T in Ts] if Ts else buckets
+            config = GEMM if name == "expert" else pair(measured_us={"split": 1.0})
+            return [[T, {**config, "tuned_by": name}] for T in Ts] if Ts else buckets
         return run
 
     monkeypatch.setattr(tune, "warm_all", lambda *a, **k: {})
@@ -239,6 +441,75 @@ def test_tune_shape_writes_the_cache_with_its_crossover(fake_gpu, tables):
     # and moe reads it: the measured crossover, not the model's
     assert api.crossover(*C) == 4 != api.model_crossover(*C)
     assert configs.warp_config(*C, T=2)["tuned_by"] == "warp"
+
+
+@pytest.mark.parametrize("text", ["", "{\"warp\": {", "[]", json.dumps({"expert": {shape_key(*B): _gemm(GROUP_M=0)}})])
+def test_tune_overwrites_a_bad_cache_file(fake_gpu, tables, text):
+    """The tool repairs what moe skips: an empty, truncated or invalid cache file is named and replaced."""
+    path = tables / "cache" / "Test_GPU.json"
+    path.write_text(text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cached = warpdecode.tune(*C, Ts=[1], paths=("warp", "expert"))
+    assert any(f"overwrites a bad tuned table: {path}" in str(w.message) for w in caught)
+    assert configs.read_table(path) == cached and set(cached["warp"]) == {shape_key(*C)}
+    assert configs.warp_config(*C, T=1)["tuned_by"] == "warp"
+
+
+def test_a_tuner_keeps_what_another_wrote_while_it_ran(fake_gpu, tables, monkeypatch):
+    """tune re-reads the file under its lock at each write: a shape another tuner (or autotune)
+    wrote meanwhile stays."""
+    from warpdecode.bench import tune
+
+    expert = tune.tune_expert
+
+    def meanwhile(shape, **k):  # another process writes B2 while this one times the expert path
+        configs.write_cache({"warp": {shape_key(*B[:3], 2): [[1, pair()]]}})
+        return expert(shape, **k)
+
+    monkeypatch.setattr(tune, "tune_expert", meanwhile)
+    cached = warpdecode.tune(*C, Ts=[1], paths=("warp", "expert"))
+    on_disk = json.loads((tables / "cache" / "Test_GPU.json").read_text())
+    assert on_disk == cached
+    assert {shape_key(*B), shape_key(*B[:3], 2), shape_key(*C)} <= set(on_disk["warp"])
+    assert set(on_disk["expert"]) == {shape_key(*B), shape_key(*C)}
+
+
+def test_autotune_keeps_a_bucket_another_wrote_while_it_ran(fake_gpu, tables, monkeypatch):
+    from warpdecode.bench import tune
+
+    warp = tune.tune_warp
+
+    def meanwhile(shape, **k):  # another process tunes B at T = 2 while this one tunes it at T = 1
+        current = json.loads(configs.cache_file().read_text())["warp"][shape_key(*B)]
+        configs.write_cache({"warp": {shape_key(*B): tune.merge_buckets(current, [[2, pair(8)]])}})
+        return warp(shape, **k)
+
+    monkeypatch.setattr(tune, "tune_warp", meanwhile)
+    tune.autotune_shape(*B, 1)
+    cached = json.loads((tables / "cache" / "Test_GPU.json").read_text())
+    assert [T for T, _ in cached["warp"][shape_key(*B)]] == [1, 2, 16]
+
+
+def _write_shapes(first: int, n: int) -> None:
+    for i in range(first, first + n):
+        configs.write_cache({"warp": {shape_key(64, 64, i, 1): [[1, pair()]]}})
+
+
+def test_concurrent_writers_lose_nothing(tables):
+    """Processes writing the cache at once: each write merges with the file under the lock."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    writers = [ctx.Process(target=_write_shapes, args=(100 * w + 1, 12)) for w in range(4)]
+    for p in writers:
+        p.start()
+    for p in writers:
+        p.join(60)
+    assert [p.exitcode for p in writers] == [0] * 4
+    written = json.loads((tables / "cache" / "Test_GPU.json").read_text())["warp"]
+    assert {shape_key(64, 64, 100 * w + 1 + i, 1) for w in range(4) for i in range(12)} <= set(written)
+    assert shape_key(*B) in written  # and what was there before
 
 
 def test_tune_shape_of_a_shipped_shape_says_which_table_moe_reads(fake_gpu, tables, capsys):
@@ -370,7 +641,7 @@ def test_autotune_shape_merges_one_bucket_into_the_cache(fake_gpu, tables):
     cached = json.loads((tables / "cache" / "Test_GPU.json").read_text())
     assert [T for T, _ in cached["warp"][shape_key(*B)]] == [1, 16]  # 64: the expert path only
     assert [T for T, _ in cached["expert"][shape_key(*B)]] == [1, 16, 64]
-    assert cached["expert"][shape_key(*B)][1][1] == {"BLOCK_M": 16, "gate_up": {}, "down": {}}  # kept
+    assert cached["expert"][shape_key(*B)][1][1] == GEMM  # kept
     assert fake_gpu["warp"] == [("H5120-I1408-E60-K6", [1], torch.float16)]
     assert [d for _, _, d in fake_gpu["expert"]] == [torch.float16, torch.bfloat16]
     assert configs.warp_config(*B, T=1)["tuned_by"] == "warp"  # read at once

@@ -235,6 +235,15 @@ def test_route_is_softmax_topk(top_k, renormalize, seed):
     torch.testing.assert_close(topk_weights.double(), want_w, rtol=1e-6, atol=0)
 
 
+def test_rel_error_refuses_shapes_that_differ():
+    """A broadcast compared other elements: (2, 3) against (3,) gave 1.41."""
+    with pytest.raises(ValueError, match=r"one shape: y \(2, 3\), ref \(3,\)"):
+        warpdecode.rel_error(torch.ones(2, 3), torch.ones(3))
+    with pytest.raises(ValueError, match=r"y \(3, 1\), ref \(3, 4\)"):
+        warpdecode.rel_error(torch.ones(3, 1), torch.ones(3, 4))
+    assert warpdecode.rel_error(torch.ones(2, 3), torch.ones(2, 3)) == 0
+
+
 def test_get_preset_rejects_unknown_name():
     with pytest.raises(ValueError, match="preset"):
         warpdecode.get_preset("qwen4")

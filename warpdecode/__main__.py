@@ -26,6 +26,17 @@ E2E_PARTS = ["speed", "errors", "generate"]
 CPU_PRESET = "tiny"  # what the interpreter runs: odd sizes, prime E, fast enough
 
 
+def tokens(text: str) -> int:
+    """argparse type of a token count: an int >= 1 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a token count must be an integer >= 1, got {text!r}")
+    return value
+
+
 def _on_gpu() -> bool:
     return _runtime.DEFAULT_DEVICE.type == "cuda"
 
@@ -339,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"Without a GPU it runs the {CPU_PRESET!r} preset and times nothing.")
     c.add_argument("--preset", default="qwen3-30b-a3b", choices=presets, metavar="PRESET",
                    help=f"the layer shape (default qwen3-30b-a3b; {CPU_PRESET!r} without a GPU); one of {presets}")
-    c.add_argument("--T", type=int, nargs="+", help="token counts (default 1 8 64; 1 4 16 on the CPU)")
+    c.add_argument("--T", type=tokens, nargs="+", help="token counts (default 1 8 64; 1 4 16 on the CPU)")
     c.add_argument("--reps", type=int, default=100, help="CUDA-graph replays per timing (default 100; GPU only)")
     c.set_defaults(fn=cmd_compare)
 
@@ -350,9 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "timings use are ignored, and it says so.")
     b.add_argument("--presets", nargs="+", choices=presets, metavar="PRESET",
                    help=f"layer shapes to sweep (default: every model preset; GPU only); from {presets}")
-    b.add_argument("--T", type=int, nargs="+", help=f"token counts (default {' '.join(map(str, ALL_T))}; the "
+    b.add_argument("--T", type=tokens, nargs="+", help=f"token counts (default {' '.join(map(str, ALL_T))}; the "
                                                     "accuracy sweep takes those ≤ 64; 1 4 on the CPU)")
-    b.add_argument("--stage-T", type=int, nargs="+", default=[1, 8, 64, 256],
+    b.add_argument("--stage-T", type=tokens, nargs="+", default=[1, 8, 64, 256],
                    help="token counts of the expert path's stage breakdown (default 1 8 64 256; GPU only)")
     b.add_argument("--methods", nargs="+", default=["loop", "expert", "warp", "auto", "grouped_mm"],
                    help="methods the speed sweep times: warpdecode's through warpdecode.moe, each with its bare "
@@ -384,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "written to the user's cache (repeat it for several shapes)")
     t.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"],
                    help="the dtype timed with --shape (default bf16; tables are keyed by shape)")
-    t.add_argument("--T", type=int, nargs="+",
+    t.add_argument("--T", type=tokens, nargs="+",
                    help="with --shape, the token buckets to tune (default 1 2 4 8 16 for warp decode, "
                         "1 8 32 128 256 for the expert path; warp decode takes those ≤ 16)")
     t.add_argument("--paths", nargs="+", default=["warp", "fused", "grouped", "expert", "expert_swap"],
@@ -412,11 +423,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--layers", type=int, help="use only the first N layers (default: all; GPU only)")
     e.add_argument("--what", nargs="+", choices=E2E_PARTS,
                    help="which parts: speed, errors, generate (default all three; only errors runs on the CPU)")
-    e.add_argument("--T", type=int, nargs="+", default=[1, 4, 16, 64],
+    e.add_argument("--T", type=tokens, nargs="+", default=[1, 4, 16, 64],
                    help="tokens per decode step for speed (default 1 4 16 64; GPU only)")
     e.add_argument("--ctx", type=int, nargs="+", default=[512, 4096],
                    help="context lengths (filled KV cache) for speed (default 512 4096; GPU only)")
-    e.add_argument("--err-T", type=int, default=4, help="tokens per decode step for errors (default 4)")
+    e.add_argument("--err-T", type=tokens, default=4, help="tokens per decode step for errors (default 4)")
     e.add_argument("--steps", type=int, default=8, help="decode steps fed to the error study (default 8)")
     hf_models = ["qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"]
     e.add_argument("--hf-models", nargs="+", default=hf_models[:1], choices=hf_models, metavar="MODEL",
@@ -425,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--hf-layers", type=int,
                    help="layers of each model for generate, at most its own (default: as many as the GPU's free "
                         "memory holds; GPU only)")
-    e.add_argument("--hf-batch", type=int, nargs="+", default=[1, 4, 16],
+    e.add_argument("--hf-batch", type=tokens, nargs="+", default=[1, 4, 16],
                    help="sequences per generate call (default 1 4 16; GPU only)")
     e.add_argument("--hf-compile", default="reduce-overhead", choices=["reduce-overhead", "none"],
                    help="reduce-overhead: a static cache and the decode step through torch.compile with CUDA graphs "

@@ -33,9 +33,32 @@ if INTERPRET:
 #: with ``gdc_wait``): Hopper and newer, not the interpreter.
 HAS_PDL = not INTERPRET and HAS_GPU and torch.cuda.get_device_capability()[0] >= 9
 
+#: The values a ``WARPDECODE_*`` switch takes, in any case; unset or empty, a switch takes its default.
+ON_OFF = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def env_choice(name: str, choices: dict, default):
+    """The value ``choices`` maps the variable ``name`` to (its text in lower case), ``default``
+    where it is unset or empty; anything else raises ValueError naming the variable and what it takes."""
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        return choices[raw.lower()]
+    except KeyError:
+        raise ValueError(f"{name}={raw!r} is not one of {', '.join(choices)} (any case; unset or empty: the "
+                         "default)") from None
+
+
+def env_switch(name: str, default: bool) -> bool:
+    """An on/off variable: 1/true/yes/on or 0/false/no/off (:data:`ON_OFF`), else ValueError."""
+    return env_choice(name, ON_OFF, default)
+
+
 #: Whether the kernels use it: ``WARPDECODE_PDL=0`` turns it off in both paths, to measure what it
-#: buys (warp decode's two kernels, warpdecode.warp.USE_PDL; the expert path's four launches).
-USE_PDL = HAS_PDL and os.environ.get("WARPDECODE_PDL", "1") != "0"
+#: buys (warp decode's two kernels, warpdecode.warp.USE_PDL; the expert path's four launches). Read
+#: on every machine, so that a value it does not take fails there too.
+USE_PDL = env_switch("WARPDECODE_PDL", True) and HAS_PDL
 
 #: The device new tensors go to when the caller does not say: the GPU when kernels compile for it.
 DEFAULT_DEVICE = torch.device("cuda" if HAS_GPU and not INTERPRET else "cpu")

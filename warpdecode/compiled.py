@@ -349,7 +349,8 @@ def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bflo
     a GPU of architecture ``arch`` (80, 90, 100, 120; its jobs compile for it), with the configs its
     launchers pick there (``configs.warp_config`` / ``expert_config`` from
     ``warpdecode/tuned/<gpu_name>.json``, else the defaults from that architecture's limits, unless
-    ``config`` is given). Runs on ``meta`` tensors, launches nothing, and works on any machine.
+    ``config`` is given, and checked as a table's entry is: ``configs.check_warp`` /
+    ``check_expert``). Runs on ``meta`` tensors, launches nothing, and works on any machine.
     ``weights``: None (weights in ``dtype``), or an FP8 format ("block128", "mxfp8"): FP8 weights
     for ``dtype`` activations. ``act_format="fp8"`` and FP8 weights below sm_89 are refused, as
     ``warpdecode.moe`` refuses them there."""
@@ -371,6 +372,10 @@ def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bflo
     topk_ids = torch.empty(T, s.K, dtype=torch.int32, **meta)
     launches = []
     with _as_on_a_gpu(gpu_name, launches, arch):
+        if config is not None and path == "warp":  # checked as a table's entry is, on that GPU's limits
+            configs.check_warp(config, weights, where="config")
+        elif config is not None:
+            configs.check_expert(config, options.get("act_format") == "fp8", weights, where="config")
         run = _wp.moe_warp if path == "warp" else _ex.moe_expert
         run(x, w13, w2, topk_weights, topk_ids, config=config, **options)
     return [Launch(k.fn.__name__, tuple(grid), _job(k, a, kw, arch)) for k, grid, a, kw in launches]

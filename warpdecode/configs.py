@@ -16,15 +16,26 @@ Two tables are read, in this order, and merged per family and shape (the first t
    The cache dir is ``$WARPDECODE_CACHE_DIR``, else ``$XDG_CACHE_HOME/warpdecode``, else
    ``~/.cache/warpdecode`` (:func:`cache_dir`).
 
+Every entry of a table is checked when the table is read, by one function per family
+(:func:`check_warp`, :func:`check_expert`, :func:`check_crossover`, :func:`check_evidence`, from the
+rules in :data:`RULES` and :data:`TILES`): a file that cannot be read, is not JSON or holds an entry
+the kernels cannot run is named in one warning and skipped, so the launches take the other table or
+the defaults. Writes (:func:`update_table`, :func:`write_cache`, :func:`write_table`) are checked
+too, made under a lock on the file and merged with the file as it is then, and replace it whole:
+concurrent tuners keep each other's entries, and a reader never sees half a file.
+
 Switches:
 
-- ``WARPDECODE_TUNED``: ``1`` (default) both tables, ``cache`` the user's cache only, ``0`` neither
+Each switch takes ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` in any case (unset or
+empty: its default); any other value raises a ValueError that names the variable.
+
+- ``WARPDECODE_TUNED``: on (default) both tables, ``cache`` the user's cache only, off neither
   (every launch takes the defaults: what benchmarks of the defaults set). Read when warpdecode is
   imported, as is the next one (:func:`read_env` reads both again). In Python,
   ``with configs.tables(shipped=False, cache=False): ...`` does the same for a block and wins over
   the variable. :func:`load_tuned` caches one merged table per GPU and setting.
-- ``WARPDECODE_AUTOTUNE=1`` or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes a layer shape
-  neither table has, the first time a call meets it (at that call's token bucket, few
+- ``WARPDECODE_AUTOTUNE`` on (default off) or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes
+  a layer shape neither table has, the first time a call meets it (at that call's token bucket, few
   repetitions), and writes it to the cache. Never inside CUDA-graph capture (there the defaults
   run, with one warning per shape) and never in the CPU interpreter. Off, it costs one attribute
   read per call.
@@ -37,13 +48,20 @@ import functools
 import json
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 
 import triton
 
 from . import _runtime
+from ._runtime import ON_OFF, env_choice, env_switch
 from .kernels import warp_pair
+
+try:
+    import fcntl
+except ImportError:  # Windows: tables are written in one replace, without the lock that merges writers
+    fcntl = None
 
 TUNED_DIR = Path(__file__).parent / "tuned"
 
@@ -77,7 +95,8 @@ FAMILIES = ("warp", "expert", "expert_fp8", "crossover", "crossover_evidence",
             # expert path, the w8a8 expert path, auto's crossover
             *(f"{family}_{fmt}" for fmt in ("block128", "mxfp8")
               for family in ("warp", "expert", "expert_fp8", "crossover")))
-_SOURCES = {"1": (True, True), "cache": (False, True), "0": (False, False)}
+#: What ``WARPDECODE_TUNED`` takes: an on/off switch (both tables, or neither), or ``cache``.
+_SOURCES = {**{word: (on, on) for word, on in ON_OFF.items()}, "cache": (False, True)}
 _tables_override: tuple[bool, bool] | None = None
 
 
@@ -104,8 +123,235 @@ def tables(shipped: bool = True, cache: bool = True):
         _tables_override = before
 
 
+# ---------------------------------------------------------------------------------------------
+# checks: every configuration, from a table or a caller, before a kernel sees it
+
+
+class ConfigError(ValueError):
+    """A launch configuration or tuned table the kernels cannot run; the message says where and why."""
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_pow2(v) -> bool:
+    return _is_int(v) and v >= 1 and not v & (v - 1)
+
+
+#: The most warps one program has: 1024 threads, CUDA's limit per block on every architecture.
+MAX_WARPS = 32
+
+#: What a launch parameter must be: (test, the rule in words, why a kernel needs it).
+RULES = {
+    "pow2": (_is_pow2, "a power of two", "tl.arange spans a power of two"),
+    "dot": (lambda v: _is_pow2(v) and v >= 16, "a power of two >= 16", "tl.dot takes 16 or more along each side"),
+    "count": (lambda v: _is_int(v) and v >= 1, "an int >= 1",
+              "it counts stages, programs or tiles: 0 or less runs nothing or divides by zero"),
+    "warps": (lambda v: _is_pow2(v) and v <= MAX_WARPS, f"a power of two <= {MAX_WARPS}",
+              "Triton lays a tile over a power of two of warps, at most 1024 threads a program"),
+    "flag": (lambda v: isinstance(v, bool), "true or false", "it switches a form of the kernel on or off"),
+}
+
+#: Each kernel tile's launch parameters, (required, optional), by the rule each follows.
+TILES = {
+    "pair": ({"BLOCK_I": "pow2", "BLOCK_H": "pow2", "num_warps": "warps", "num_stages": "count"}, {"SUB_H": "pow2"}),
+    "grouped": ({"BLOCK_I": "dot", "BLOCK_H": "dot", "num_warps": "warps", "num_stages": "count"}, {}),
+    "fused": ({"BLOCK_I": "pow2", "BLOCK_H": "pow2"}, {}),
+    "fused_launch": ({"num_warps": "warps", "programs_per_sm": "count"}, {}),
+    "gemm": ({"BLOCK_N": "dot", "BLOCK_K": "dot", "GROUP_M": "count", "num_warps": "warps", "num_stages": "count"},
+             {"HALF_M": "flag", "SWAP_AB": "flag"}),
+    "expert": ({"BLOCK_M": "dot"}, {}),  # align pads each expert's rows to BLOCK_M, the GEMMs' M side
+}
+
+
+def _object(d, where: str) -> dict:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where} must be a JSON object, got {d!r}")
+    return d
+
+
+def check_tile(tile, kind: str, where: str) -> dict:
+    """One kind of tile (:data:`TILES`) by the rules of :data:`RULES`. Other keys are notes the
+    kernels do not read (the tuner's ``measured_us``)."""
+    required, optional = TILES[kind]
+    _object(tile, where)
+    for key, rule in {**required, **optional}.items():
+        if key not in tile:
+            if key in required:
+                raise ConfigError(f"{where} lacks {key}")
+            continue
+        test, words, why = RULES[rule]
+        if not test(tile[key]):
+            raise ConfigError(f"{where}.{key} must be {words} ({why}), got {tile[key]!r}")
+    return tile
+
+
+def _part(cfg: dict, part: str, kind: str, where: str) -> dict:
+    if part not in cfg:
+        raise ConfigError(f"{where} lacks {part}")
+    return check_tile(cfg[part], kind, f"{where}.{part}")
+
+
+def check_warp(cfg, weights: str | None = None, where: str = "warp decode's config") -> dict:
+    """Warp decode's launch configuration (:func:`warp_config`'s form): the pair's two tiles, and
+    the grouped and persistent schedules' where it names them (an empty one takes their defaults).
+    ``weights``: an FP8 format, whose steps span whole scale groups. Raises :class:`ConfigError`
+    naming ``where``; returns ``cfg``."""
+    _object(cfg, where)
+    gate_up, down = _part(cfg, "gate_up", "pair", where), _part(cfg, "down", "pair", where)
+    if gate_up.get("SUB_H", gate_up["BLOCK_H"]) > gate_up["BLOCK_H"]:  # both powers of two: at most is divides
+        raise ConfigError(f"{where}.gate_up.SUB_H must divide BLOCK_H={gate_up['BLOCK_H']} (a step is loaded in "
+                          f"BLOCK_H / SUB_H slices), got {gate_up['SUB_H']}")
+    if weights is not None:
+        group = FP8_GROUP_K[weights]
+        for part, tile, key in (("gate_up", gate_up, "BLOCK_H"), ("down", down, "BLOCK_I")):
+            if tile[key] % group:
+                raise ConfigError(f"{where}.{part}.{key} must be a multiple of {group} (a step spans whole {weights} "
+                                  f"scale groups), got {tile[key]}")
+    if "grouped" in cfg:
+        grouped = _object(cfg["grouped"], f"{where}.grouped")
+        for part in ("gate_up", "down"):
+            if grouped.get(part) is not None and grouped[part] != {}:
+                _part(grouped, part, "grouped", f"{where}.grouped")
+    if cfg.get("fused") is not None and cfg["fused"] != {}:
+        fused = check_tile(cfg["fused"], "fused_launch", f"{where}.fused")
+        _part(fused, "gate_up", "fused", f"{where}.fused")
+        _part(fused, "down", "fused", f"{where}.fused")
+    return cfg
+
+
+def check_expert(cfg, fp8: bool = False, weights: str | None = None, where: str = "the expert path's config") -> dict:
+    """The expert path's launch configuration (:func:`expert_config`'s form): BLOCK_M and each
+    GEMM's tile. ``fp8``: FP8 activations (one scale per 128 columns); ``weights``: an FP8 weight
+    format (one scale per its group of columns). A tile must also fit this GPU's shared memory at the
+    least it can take. Raises :class:`ConfigError` naming ``where``; returns ``cfg``."""
+    block_m = check_tile(cfg, "expert", where)["BLOCK_M"]
+    shared = _runtime.device_limits()["shared_per_block"]
+    for part, accumulators in (("gate_up", 2), ("down", 1)):
+        tile, at = _part(cfg, part, "gemm", where), f"{where}.{part}"
+        if tile.get("HALF_M") and block_m < 32:
+            raise ConfigError(f"{at}.HALF_M needs BLOCK_M >= 32 (a half-height tile is BLOCK_M / 2 rows and tl.dot "
+                              f"takes 16 or more), got BLOCK_M={block_m}")
+        for scaled, group, what in ((fp8, 128, "activation"), (weights, FP8_GROUP_K.get(weights), f"{weights} weight")):
+            if scaled and tile["BLOCK_K"] > group:
+                raise ConfigError(f"{at}.BLOCK_K must divide {group} (a K step takes one {what} scale), "
+                                  f"got {tile['BLOCK_K']}")
+        # the least shared memory the tile takes: its operands at one byte an element, num_stages − 1 buffers
+        least = (block_m + accumulators * tile["BLOCK_N"]) * tile["BLOCK_K"] * max(1, tile["num_stages"] - 1)
+        if least > shared:
+            raise ConfigError(f"{at} needs at least {least} B of shared memory (its operand tiles at one byte an "
+                              f"element, num_stages - 1 buffers); this GPU gives a program {shared} B")
+    return cfg
+
+
+def check_crossover(value, where: str = "crossover") -> int:
+    """``auto``'s measured crossover: the largest T warp decode runs, an int >= 0."""
+    if not (_is_int(value) and value >= 0):
+        raise ConfigError(f"{where} must be an int >= 0 (the largest T warp decode runs), got {value!r}")
+    return value
+
+
+def check_evidence(value, where: str = "crossover_evidence") -> dict:
+    """The times a crossover was measured from: {T: {"warp_us": µs or null, "expert_us": ...}}."""
+    for T, times in _object(value, where).items():
+        if not (T.isdigit() and int(T) >= 1):
+            raise ConfigError(f"{where} key {T!r} must be a token count")
+        for path, us in _object(times, f"{where}[{T}]").items():
+            if not (us is None or (isinstance(us, (int, float)) and not isinstance(us, bool) and us >= 0)):
+                raise ConfigError(f"{where}[{T}].{path} must be a time in µs or null, got {us!r}")
+    return value
+
+
+def check_buckets(buckets, check, where: str) -> list:
+    """A shape's ``[[T_max, config], ...]``, ascending in T_max, each config checked by ``check``."""
+    if not (isinstance(buckets, list) and buckets):
+        raise ConfigError(f"{where} must be a non-empty list of [T_max, config] buckets, got {buckets!r}")
+    last = 0
+    for bucket_ in buckets:
+        if not (isinstance(bucket_, list) and len(bucket_) == 2 and _is_int(bucket_[0]) and bucket_[0] > last):
+            raise ConfigError(f"{where}: a bucket must be [T_max, config], T_max an int above the last bucket's "
+                              f"({last}: the first with T <= T_max is taken), got {bucket_!r}")
+        check(bucket_[1], where=f"{where} (T_max={bucket_[0]}) config")
+        last = bucket_[0]
+    return buckets
+
+
+def _buckets_of(check, **options):
+    return lambda entry, where: check_buckets(entry, functools.partial(check, **options), where)
+
+
+#: How one shape's entry of each family is checked.
+FAMILY_CHECKS = {
+    "warp": _buckets_of(check_warp), "expert": _buckets_of(check_expert),
+    "expert_fp8": _buckets_of(check_expert, fp8=True), "crossover": check_crossover,
+    "crossover_evidence": check_evidence,
+    **{f"warp_{fmt}": _buckets_of(check_warp, weights=fmt) for fmt in ("block128", "mxfp8")},
+    **{f"expert_{fmt}": _buckets_of(check_expert, weights=fmt) for fmt in ("block128", "mxfp8")},
+    **{f"expert_fp8_{fmt}": _buckets_of(check_expert, fp8=True, weights=fmt) for fmt in ("block128", "mxfp8")},
+    **{f"crossover_{fmt}": check_crossover for fmt in ("block128", "mxfp8")},
+}
+
+_SHAPE_KEY = re.compile(r"H=[1-9]\d*,I=[1-9]\d*,E=[1-9]\d*,K=[1-9]\d*")
+
+
+def check_table(table, where: str = "tuned table") -> dict:
+    """Every entry of a tuned table: its families (:data:`FAMILIES`) keyed by :func:`shape_key`,
+    each entry by :data:`FAMILY_CHECKS`, and ``"triton"``, the release it was tuned on. Raises
+    :class:`ConfigError` naming ``where`` and the entry; returns ``table``."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must hold a JSON object of families, got {type(table).__name__}")
+    for family, entries in table.items():
+        if family == "triton":
+            if not isinstance(entries, str):
+                raise ConfigError(f"{where}: triton must be the Triton version tuned on, got {entries!r}")
+            continue
+        if family not in FAMILY_CHECKS:
+            raise ConfigError(f"{where}: {family!r} is not a family of configs ({', '.join(FAMILIES)}) "
+                              "nor 'triton'")
+        for key, entry in _object(entries, f"{where}: {family}").items():
+            if not _SHAPE_KEY.fullmatch(key):
+                raise ConfigError(f"{where}: {family} key {key!r} must be a layer shape, H=…,I=…,E=…,K=…")
+            FAMILY_CHECKS[family](entry, f"{where}: {family} {key}")
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# reading and writing tables
+
+
+def read_table(path: Path) -> dict:
+    """The tuned table at ``path`` with every entry checked (:func:`check_table`); {} where there
+    is no file. Raises :class:`ConfigError` naming the file where it cannot be read, is empty or
+    not JSON, or holds an entry the kernels cannot run."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} cannot be read ({e})") from None
+    if not text.strip():
+        raise ConfigError(f"{path} is empty")
+    try:
+        table = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"{path} is not JSON ({e})") from None
+    return check_table(table, str(path))
+
+
+_warned_tables: set = set()  # the faults already warned about, one warning each
+
+
 def _read(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+    """:func:`read_table`, or {} where the file is bad: named in one warning, so the defaults run."""
+    try:
+        return read_table(path)
+    except ConfigError as e:
+        if str(e) not in _warned_tables:
+            _warned_tables.add(str(e))
+            warnings.warn(f"warpdecode skips a tuned table: {e}. Its launches run on the defaults; "
+                          "`python -m warpdecode tune` overwrites the file", stacklevel=3)
+        return {}
 
 
 def merge_tables(*tables_in_order: dict) -> dict:
@@ -173,24 +419,61 @@ def load_tuned(gpu: str | None = None) -> dict:
 load_tuned.cache_clear = _load.cache_clear
 
 
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on ``path`` (``fcntl.flock`` on its sidecar ``.<name>.lock``): one writer at
+    a time reads, merges and writes the table."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
+def _write(path: Path, table: dict) -> None:
+    """Check ``table`` and write it in one replace: a file beside ``path`` (one per process, under the
+    lock), then ``os.replace``, so that a reader never sees half a file."""
+    check_table(table, f"the table for {path}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    load_tuned.cache_clear()
+
+
+def update_table(path: Path, update) -> dict:
+    """Merge ``update(current)`` into the tuned table at ``path``: ``current`` is the file as it is
+    now, read again under the file's lock, so concurrent writers (tuners, autotune) keep each
+    other's entries; the update's shapes replace the file's. The result is this Triton release's:
+    another release's warp entries and crossovers are dropped (:func:`for_this_release`). A file that
+    is not a valid table is overwritten, named in a warning. Checked and written in one replace;
+    returns the table written, and the next lookup reads the files again."""
+    with _locked(path):
+        try:
+            current = for_this_release(read_table(path))
+        except ConfigError as e:
+            warnings.warn(f"warpdecode overwrites a bad tuned table: {e}", stacklevel=2)
+            current = {}
+        table = {**merge_tables(update(current), current), "triton": triton.__version__}
+        _write(path, table)
+    return table
+
+
 def write_cache(table: dict, gpu: str | None = None) -> Path:
-    """Merge ``table`` into the user's cached table of ``gpu`` (its shapes replace the cached
-    ones) and write it in one replace, so that a reader never sees half a file. The table is
-    this Triton release's: cached warp entries and crossovers of another release are dropped
-    (:func:`for_this_release`)."""
+    """Merge ``table`` into the user's cached table of ``gpu`` (its shapes replace the cached ones)
+    through :func:`update_table`: under the file's lock, in one replace, tagged with this release."""
     path = cache_file(gpu)
-    write_table(path, {**merge_tables(table, for_this_release(_read(path))), "triton": triton.__version__})
+    update_table(path, lambda current: table)
     return path
 
 
 def write_table(path: Path, table: dict) -> None:
-    """Write a tuned table in one replace (a reader never sees half a file), and make the next
-    lookup read the files again."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
-    tmp.replace(path)
-    load_tuned.cache_clear()
+    """Check ``table`` and write it whole, under the file's lock and in one replace (a reader never
+    sees half a file), and make the next lookup read the files again. :func:`update_table` merges instead."""
+    with _locked(path):
+        _write(path, table)
 
 
 def bucket(table: dict, family: str, H, I, E, K, T) -> dict | None:  # noqa: E741
@@ -248,11 +531,8 @@ def read_env() -> None:
     """Read ``WARPDECODE_TUNED`` and ``WARPDECODE_AUTOTUNE``: done once, when warpdecode is
     imported (the lookups then read no environment); call it again after changing either."""
     global _env_sources, _autotune
-    value = os.environ.get("WARPDECODE_TUNED", "1")
-    if value not in _SOURCES:
-        raise ValueError(f"WARPDECODE_TUNED must be one of {sorted(_SOURCES)}, got {value!r}")
-    _env_sources = _SOURCES[value]
-    _autotune = os.environ.get("WARPDECODE_AUTOTUNE", "0") not in ("", "0")
+    sources_in_env = env_choice("WARPDECODE_TUNED", _SOURCES, (True, True))  # both read before either is set
+    _env_sources, _autotune = sources_in_env, env_switch("WARPDECODE_AUTOTUNE", False)
     load_tuned.cache_clear()
 
 

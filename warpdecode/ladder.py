@@ -228,13 +228,10 @@ def recorded_jobs(path: str, shape: MoEShape | str, T: int, *, gpu_name: str = R
 
 def tuned_config(family: str, shape: MoEShape | str, T: int, gpu_name: str = RESULTS_GPU) -> dict | None:
     """The bucket of ``warpdecode/tuned/<gpu_name>.json`` a call with T tokens takes (what
-    ``configs.warp_config`` / ``expert_config`` return on that GPU), read on any machine."""
-    import json
-
+    ``configs.warp_config`` / ``expert_config`` return on that GPU), read on any machine and checked
+    (``configs.read_table``)."""
     s = get_preset(shape) if isinstance(shape, str) else shape
-    path = configs.tuned_file(gpu_name)
-    table = json.loads(path.read_text()) if path.exists() else {}
-    return configs.bucket(table, family, s.H, s.I, s.E, s.K, T)
+    return configs.bucket(configs.read_table(configs.tuned_file(gpu_name)), family, s.H, s.I, s.E, s.K, T)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,18 @@ values, next to weights of E·3·I·H). Byte ledger per rank and call, bf16 weig
   expert parallel  the distinct experts it holds, ≈ U/ep of them on average (routing decides);
                    a rank whose experts no token chose reads nothing but the routing
   all-reduce       2·(tp − 1)/tp · T·H·4 B through the interconnect (ring)
+FP8 weights (``warpdecode.quantize_experts``) shard both ways: by experts, or, for tensor parallel,
+by slices of I that are whole scale groups (I/tp a multiple of 128 for block128, 32 for MXFP8).
+
+Before any data collective the ranks agree (:func:`agree`): each checks its own inputs (shapes,
+dtypes, ids in range), then one all-gather of a few int64 per rank (an error flag, T and the
+shapes, dtypes and layout) tells every rank whether all passed and match. A rank whose inputs fail
+raises its own error and every other rank raises one that names it, instead of waiting in a
+collective the failing rank never joins; ranks that disagree all raise, naming each rank's values.
+That costs one small collective and a host sync per call, skipped inside CUDA-graph capture and
+``torch.compile``, where nothing may read the device back. ``check_routing=True`` also checks that
+every rank holds the same topk_ids and topk_weights (bit for bit): one more all-gather of 2·T·K
+int64 per rank, world·16·T·K bytes received by each, off by default.
 
 On one rank each call is ``warpdecode.warp.moe_warp`` (or, past the local shape's crossover with
 ``method="auto"``, the expert path, whose partial sums are rounded to x's dtype before the reduce).
@@ -28,11 +40,15 @@ import torch.distributed as dist
 from torch import nn
 
 from . import api
-from .checks import check_moe_inputs
+from .checks import check_fp8_pair, check_moe_inputs
 from .expert import moe_expert
+from .quant import FORMATS, is_fp8
 from .warp import moe_warp
 
 LAYOUTS = ("tp", "ep")
+
+#: The words a rank's facts hold (:func:`agree`), each sent as its index here.
+WORDS = ("16-bit", *FORMATS, *LAYOUTS, *(str(t) for t in (torch.bfloat16, torch.float16, torch.float32)))
 
 
 def _world(group) -> tuple[int, int]:
@@ -41,9 +57,82 @@ def _world(group) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def shard_tp(w13: torch.Tensor, w2: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _device(group) -> torch.device:
+    """Where the group's collectives take tensors: the current GPU for NCCL, else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else \
+        torch.device("cpu")
+
+
+def _unchecked(x) -> bool:
+    """Inside torch.compile or CUDA-graph capture nothing may be read back: the ranks are not compared."""
+    return torch.compiler.is_compiling() or (getattr(x, "is_cuda", False) and torch.cuda.is_current_stream_capturing())
+
+
+def agree(group, error: Exception | None, facts: dict, what: str) -> None:
+    """One all-gather of [no error, *facts] per rank, before any data collective. Raises on every
+    rank where any rank had an ``error`` in its own checks (that rank its own, the others a
+    ValueError naming it) or where the ranks' ``facts`` (ints, or words of :data:`WORDS`) differ (a
+    ValueError naming each rank's). ``what``: what the facts describe, for the message."""
+    _, world = _world(group)
+    names = list(facts)
+    sent = [-1] * len(names) if error else [WORDS.index(v) if isinstance(v, str) else int(v) for v in facts.values()]
+    mine = torch.tensor([int(error is None), *sent], dtype=torch.int64, device=_device(group))
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    rows = [t.tolist() for t in every]
+    if error is not None:
+        raise error
+    failed = [r for r, row in enumerate(rows) if not row[0]]
+    if failed:
+        who = f"ranks {', '.join(map(str, failed))} of the group refused their" if len(failed) > 1 else \
+            f"rank {failed[0]} of the group refused its"
+        raise ValueError(f"warpdecode.parallel: {who} inputs (the error is raised there); no rank computes the layer")
+    if any(row != rows[0] for row in rows):
+        words = [isinstance(v, str) for v in facts.values()]
+
+        def show(row):
+            return ", ".join(f"{n}={WORDS[v] if w else v}" for n, v, w in zip(names, row[1:], words, strict=True))
+
+        differ = [n for i, n in enumerate(names) if len({row[i + 1] for row in rows}) > 1]
+        raise ValueError(f"the ranks disagree on {what} ({', '.join(differ)}): "
+                         + "; ".join(f"rank {r}: {show(row)}" for r, row in enumerate(rows)))
+
+
+def _same_routing(group, topk_weights, topk_ids) -> None:
+    """``check_routing``: every rank holds rank 0's topk_ids and topk_weights, bit for bit (one all-gather)."""
+    _, world = _world(group)
+    mine = torch.cat([topk_ids.long().flatten(), topk_weights.contiguous().view(torch.int32).long().flatten()])
+    mine = mine.to(_device(group))
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    differ = [r for r, t in enumerate(every) if not torch.equal(t, every[0])]
+    if differ:
+        who = f"ranks {', '.join(map(str, differ))} hold" if len(differ) > 1 else f"rank {differ[0]} holds"
+        raise ValueError(f"the ranks disagree on the routing: {who} other topk_ids or topk_weights than rank 0; "
+                         "every rank must be given the same routing")
+
+
+# ---------------------------------------------------------------------------------------------
+# sharding
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _wrap(w, weight: torch.Tensor, scale: torch.Tensor, validate: bool = True):
+    """FP8 weights of ``w``'s format and dtype around ``weight`` and ``scale``."""
+    cls = type(w)
+    if validate:
+        return cls(weight, scale, dtype=w.dtype, gate_up=w.gate_up, name=w.name)
+    return cls.wrap(weight, scale, dtype=w.dtype, gate_up=w.gate_up, name=w.name)
+
+
+def shard_tp(w13, w2, rank: int, world: int) -> tuple:
     """Rank ``rank``'s tensor-parallel slice of a layer: (E, 2·I/world, H) gate rows then up rows of
-    its neurons, and (E, H, I/world). Copies (each rank keeps only its slice)."""
+    its neurons, and (E, H, I/world). Copies (each rank keeps only its slice). FP8 weights are sliced
+    with their scales: I/world must then be whole scale groups (128 for block128, 32 for MXFP8)."""
+    check_fp8_pair(w13, w2)
     E, two_i, H = w13.shape
     I = two_i // 2  # noqa: E741
     if world < 1 or I % world:
@@ -52,71 +141,137 @@ def shard_tp(w13: torch.Tensor, w2: torch.Tensor, rank: int, world: int) -> tupl
         raise ValueError(f"rank={rank} must lie in [0, tp={world})")
     n = I // world
     lo, hi = rank * n, (rank + 1) * n
-    w13_r = torch.cat([w13[:, lo:hi], w13[:, I + lo:I + hi]], dim=1).contiguous()
-    return w13_r, w2[:, :, lo:hi].contiguous()
+    if not is_fp8(w13):
+        w13_r = torch.cat([w13[:, lo:hi], w13[:, I + lo:I + hi]], dim=1).contiguous()
+        return w13_r, w2[:, :, lo:hi].contiguous()
+    rows, cols = w13.GROUP_N, w2.GROUP_K  # w13's scale rows along I; w2's scale columns along I
+    if n % rows or n % cols:
+        raise ValueError(f"tp={world} must cut I={I} into whole {w13.FORMAT} scale groups: I/tp={n} must be a "
+                         f"multiple of {max(rows, cols)}")
+    q13, s13, up, a, b = w13.weight, w13.scale, w13.up_scale_row, lo // rows, hi // rows
+    w13_r = _wrap(w13, torch.cat([q13[:, lo:hi], q13[:, I + lo:I + hi]], dim=1).contiguous(),
+                  torch.cat([s13[:, a:b], s13[:, up + a:up + b]], dim=1).contiguous())
+    w2_r = _wrap(w2, w2.weight[:, :, lo:hi].contiguous(), w2.scale[:, :, lo // cols:hi // cols].contiguous())
+    return w13_r, w2_r
 
 
-def shard_ep(w13: torch.Tensor, w2: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+def shard_ep(w13, w2, rank: int, world: int) -> tuple:
     """Rank ``rank``'s expert-parallel share: experts [rank·E/world, (rank+1)·E/world) of w13 and w2
-    (views, contiguous), and the first of them."""
+    (views, contiguous; FP8 weights with their scales), and the first of them."""
+    check_fp8_pair(w13, w2)
     E = w13.shape[0]
     if world < 1 or E % world:
         raise ValueError(f"ep={world} must divide the number of experts E={E}")
     if not 0 <= rank < world:
         raise ValueError(f"rank={rank} must lie in [0, ep={world})")
     n = E // world
-    return w13[rank * n:(rank + 1) * n], w2[rank * n:(rank + 1) * n], rank * n
+    lo, hi = rank * n, (rank + 1) * n
+    if is_fp8(w13):  # whole experts: their scales go with them, already checked
+        return (_wrap(w13, w13.weight[lo:hi], w13.scale[lo:hi], validate=False),
+                _wrap(w2, w2.weight[lo:hi], w2.scale[lo:hi], validate=False), lo)
+    return w13[lo:hi], w2[lo:hi], lo
+
+
+def _own(w):
+    """A copy of a rank's share, so that the full layer it came from can be freed."""
+    return _wrap(w, w.weight.clone(), w.scale.clone(), validate=False) if is_fp8(w) else w.clone()
+
+
+# ---------------------------------------------------------------------------------------------
+# one layer call
 
 
 def _partial(x, w13, w2, topk_weights, topk_ids, method: str) -> torch.Tensor:
     """This rank's (T, H) FP32 share of y."""
     E, two_i, H = w13.shape
     T, K = topk_ids.shape
-    if method == "warp" or (method == "auto" and api.pick_method(T, H, two_i // 2, E, K, x.element_size()) == "warp"):
+    if method == "warp" or (method == "auto" and api.pick_method(T, H, two_i // 2, E, K, x.element_size(),
+                                                                 api.weight_format(w13)) == "warp"):
         return moe_warp(x, w13, w2, topk_weights, topk_ids, out_dtype=torch.float32)
     return moe_expert(x, w13, w2, topk_weights, topk_ids).float()
 
 
-def _check(x, w13, w2, topk_weights, topk_ids, method):
+def _check_call(x, w13, w2, topk_weights, topk_ids, method: str, num_experts: int, local: bool):
+    """This rank's own checks of a call: the options, the tensors (``check_moe_inputs``), and the ids in
+    [0, num_experts), read here rather than left to the kernels, so that the ranks can agree on them."""
     if method not in ("auto", "warp", "expert"):
         raise ValueError(f"method must be 'auto', 'warp' or 'expert', got {method!r}")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w13, w2, topk_weights)):
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (x, w13, w2, topk_weights)):
         raise RuntimeError("warpdecode.parallel computes no gradients: run it under torch.no_grad()")
+    d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, local=local)
+    if is_fp8(w13):
+        api.check_fp8_device(x.device, "FP8 weights", "dequantize them (.dequantize())")
+    if topk_ids.numel() and not _unchecked(x):
+        lo, hi = (int(v) for v in torch.aminmax(topk_ids))
+        if lo < 0 or hi >= num_experts:
+            raise ValueError(f"topk_ids must lie in [0, {'num_experts' if local else 'E'}={num_experts}), got "
+                             f"values in [{lo}, {hi}]")
+    return d
 
 
-def moe_tp(x, w13_r, w2_r, topk_weights, topk_ids, *, group=None, method: str = "auto") -> torch.Tensor:
+def _call_facts(x, w13, topk_ids, layout: str, num_experts: int) -> dict:
+    E, two_i, H = w13.shape
+    return {"layout": layout, "T": x.shape[0], "H": H, "I": two_i // 2, "E": E, "num_experts": num_experts,
+            "K": topk_ids.shape[1], "x.dtype": str(x.dtype), "weights": api.weight_format(w13) or "16-bit"}
+
+
+def _begin(x, w13, w2, topk_weights, topk_ids, *, group, method, layout, num_experts, local, check_routing,
+           first_expert: int = 0):
+    """Every rank's checks, then :func:`agree` (and with ``check_routing``, the routing compared)."""
+    _world(group)
+    error = facts = None
+    try:
+        E_r = w13.shape[0] if hasattr(w13, "shape") else 0
+        if local and not 0 <= first_expert <= num_experts - E_r:
+            raise ValueError(f"first_expert={first_expert} with {E_r} local experts must fit in "
+                             f"num_experts={num_experts}")
+        _check_call(x, w13, w2, topk_weights, topk_ids, method, num_experts, local)
+        facts = _call_facts(x, w13, topk_ids, layout, num_experts)
+    except Exception as e:  # every rank must hear of it before anyone waits in a data collective
+        error = e
+    if _unchecked(x):
+        if error is not None:
+            raise error
+        return
+    agree(group, error, facts or dict.fromkeys(("layout", "T", "H", "I", "E", "num_experts", "K", "x.dtype",
+                                                "weights"), 0), "the call's inputs")
+    if check_routing:
+        _same_routing(group, topk_weights, topk_ids)
+
+
+def moe_tp(x, w13_r, w2_r, topk_weights, topk_ids, *, group=None, method: str = "auto",
+           check_routing: bool = False) -> torch.Tensor:
     """y (T, H) of the whole layer from this rank's tensor-parallel slice (:func:`shard_tp`):
     the local FP32 partial, one all-reduce, rounded once to x's dtype. Every rank of ``group``
-    calls it with the same x and routing."""
-    _check(x, w13_r, w2_r, topk_weights, topk_ids, method)
-    _world(group)
-    d = check_moe_inputs(x, w13_r, w2_r, topk_weights, topk_ids)
-    y = x.new_zeros(d.T, d.H, dtype=torch.float32) if d.T == 0 else _partial(
+    calls it with the same x and routing; the ranks agree on the inputs first (see the module),
+    and with ``check_routing`` on the routing too (one more all-gather)."""
+    E = w13_r.shape[0] if hasattr(w13_r, "shape") else 0
+    _begin(x, w13_r, w2_r, topk_weights, topk_ids, group=group, method=method, layout="tp", num_experts=E,
+           local=False, check_routing=check_routing)
+    T, H = x.shape
+    y = x.new_zeros(T, H, dtype=torch.float32) if T == 0 else _partial(
         x.contiguous(), w13_r, w2_r, topk_weights.contiguous(), topk_ids.to(torch.int32).contiguous(), method)
     dist.all_reduce(y, group=group)
     return y.to(x.dtype)
 
 
 def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_experts: int, group=None,
-           method: str = "auto") -> torch.Tensor:
+           method: str = "auto", check_routing: bool = False) -> torch.Tensor:
     """y (T, H) of the whole layer from this rank's experts [first_expert, first_expert + E_r)
     (:func:`shard_ep`); topk_ids are global, in [0, num_experts). Slots routed to other ranks weigh
-    0 here; the FP32 partials are summed by one all-reduce and rounded once."""
-    _check(x, w13_r, w2_r, topk_weights, topk_ids, method)
-    _world(group)
-    E_r = w13_r.shape[0]
-    if not 0 <= first_expert <= num_experts - E_r:
-        raise ValueError(f"first_expert={first_expert} with {E_r} local experts must fit in num_experts={num_experts}")
-    ids = topk_ids.long()
-    if ids.numel() and not torch.compiler.is_compiling():
-        lo, hi = (int(v) for v in torch.aminmax(ids))
-        if lo < 0 or hi >= num_experts:
-            raise ValueError(f"topk_ids must lie in [0, num_experts={num_experts}), got values in [{lo}, {hi}]")
+    0 here; the FP32 partials are summed by one all-reduce and rounded once. The ranks agree on the
+    inputs first (see the module), and with ``check_routing`` on the routing too."""
+    _begin(x, w13_r, w2_r, topk_weights, topk_ids, group=group, method=method, layout="ep", num_experts=num_experts,
+           local=True, check_routing=check_routing, first_expert=first_expert)
+    T, H = x.shape
+    ids, E_r = topk_ids.long(), w13_r.shape[0]
     local = (ids >= first_expert) & (ids < first_expert + E_r)
-    local_ids = torch.where(local, ids - first_expert, 0).to(torch.int32).contiguous()
-    local_w = torch.where(local, topk_weights, 0.0).contiguous()
-    d = check_moe_inputs(x, w13_r, w2_r, local_w, local_ids, local=True)
-    y = x.new_zeros(d.T, d.H, dtype=torch.float32) if d.T == 0 else _partial(
+    # an id outside [0, num_experts) (unchecked only inside capture or torch.compile) stays out of range
+    # here with its weight, so the kernels' guard makes its token NaN on every rank rather than drop the slot
+    valid = (ids >= 0) & (ids < num_experts)
+    local_ids = torch.where(local, ids - first_expert, torch.where(valid, 0, E_r)).to(torch.int32).contiguous()
+    local_w = torch.where(local | ~valid, topk_weights, 0.0).contiguous()
+    y = x.new_zeros(T, H, dtype=torch.float32) if T == 0 else _partial(
         x.contiguous(), w13_r, w2_r, local_w, local_ids, method)
     dist.all_reduce(y, group=group)
     return y.to(x.dtype)
@@ -124,38 +279,47 @@ def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_exp
 
 class ParallelMoE(nn.Module):
     """One MoE layer's experts sharded over a process group: give it the layer's full weights (on
-    any rank's device), the layout (``"tp"`` or ``"ep"``); it keeps this rank's share and checks
-    at construction, with one all-gather, that every rank of the group agrees on the layer's shape
-    and the layout. ``forward(x, topk_weights, topk_ids)`` returns the whole layer's y on every rank."""
+    any rank's device; plain tensors or FP8 weights), the layout (``"tp"`` or ``"ep"``); it keeps
+    this rank's share and checks at construction, with one all-gather, that every rank of the group
+    could shard its weights and agrees on the layer's shape, dtype and the layout.
+    ``forward(x, topk_weights, topk_ids)`` returns the whole layer's y on every rank;
+    ``check_routing=True`` has every call check that the ranks hold the same routing (the cost is in
+    the module's doc)."""
 
-    def __init__(self, w13: torch.Tensor, w2: torch.Tensor, layout: str = "tp", *, group=None, method: str = "auto"):
+    def __init__(self, w13, w2, layout: str = "tp", *, group=None, method: str = "auto", check_routing: bool = False):
         super().__init__()
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         rank, world = _world(group)
-        E, two_i, H = w13.shape
-        if tuple(w2.shape) != (E, H, two_i // 2):
-            raise ValueError(f"w2 must be (E, H, I) = {(E, H, two_i // 2)} to match w13 {tuple(w13.shape)}, "
-                             f"got {tuple(w2.shape)}")
-        mine = torch.tensor([E, two_i // 2, H, LAYOUTS.index(layout), world], dtype=torch.int64)
-        every = [torch.empty_like(mine) for _ in range(world)]
-        dist.all_gather(every, mine, group=group)
-        if any(not torch.equal(t, mine) for t in every):
-            raise ValueError("the ranks disagree on the layer or the layout: (E, I, H, layout, world) per rank "
-                             f"{[t.tolist() for t in every]}")
+        error = facts = None
+        try:
+            if layout not in LAYOUTS:
+                raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+            check_fp8_pair(w13, w2)
+            E, two_i, H = w13.shape
+            if tuple(w2.shape) != (E, H, two_i // 2):
+                raise ValueError(f"w2 must be (E, H, I) = {(E, H, two_i // 2)} to match w13 {tuple(w13.shape)}, "
+                                 f"got {tuple(w2.shape)}")
+            if layout == "tp":
+                (w13_r, w2_r), first = shard_tp(w13, w2, rank, world), 0
+            else:
+                w13_r, w2_r, first = shard_ep(w13, w2, rank, world)
+                w13_r, w2_r = _own(w13_r), _own(w2_r)
+            facts = {"E": E, "I": two_i // 2, "H": H, "layout": layout, "world": world,
+                     "dtype": str(w13.dtype), "weights": api.weight_format(w13) or "16-bit"}
+        except Exception as e:
+            error = e
+        agree(group, error, facts or dict.fromkeys(("E", "I", "H", "layout", "world", "dtype", "weights"), 0),
+              "the layer or the layout")
         self.layout, self.group, self.method, self.num_experts = layout, group, method, E
-        if layout == "tp":
-            self.w13, self.w2 = shard_tp(w13, w2, rank, world)
-            self.first_expert = 0
-        else:
-            w13_r, w2_r, self.first_expert = shard_ep(w13, w2, rank, world)
-            self.w13, self.w2 = w13_r.clone(), w2_r.clone()
+        self.check_routing = check_routing
+        self.w13, self.w2, self.first_expert = w13_r, w2_r, first
 
     def forward(self, x, topk_weights, topk_ids):
         if self.layout == "tp":
-            return moe_tp(x, self.w13, self.w2, topk_weights, topk_ids, group=self.group, method=self.method)
+            return moe_tp(x, self.w13, self.w2, topk_weights, topk_ids, group=self.group, method=self.method,
+                          check_routing=self.check_routing)
         return moe_ep(x, self.w13, self.w2, topk_weights, topk_ids, first_expert=self.first_expert,
-                      num_experts=self.num_experts, group=self.group, method=self.method)
+                      num_experts=self.num_experts, group=self.group, method=self.method,
+                      check_routing=self.check_routing)
 
 
-__all__ = ["ParallelMoE", "moe_ep", "moe_tp", "shard_ep", "shard_tp"]
+__all__ = ["ParallelMoE", "agree", "moe_ep", "moe_tp", "shard_ep", "shard_tp"]

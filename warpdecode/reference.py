@@ -47,7 +47,10 @@ def reference_moe(
 
 
 def rel_error(y: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖y − ref‖ / ‖ref‖ in float64; NaN anywhere in y gives NaN, which fails every comparison."""
+    """‖y − ref‖ / ‖ref‖ in float64; NaN anywhere in y gives NaN, which fails every comparison. y and
+    ref must have one shape (a broadcast would compare other elements): ValueError naming both."""
+    if y.shape != ref.shape:
+        raise ValueError(f"rel_error compares tensors of one shape: y {tuple(y.shape)}, ref {tuple(ref.shape)}")
     y64 = y.double()
     ref64 = ref.double().to(y64.device)
     return float(torch.linalg.vector_norm(y64 - ref64) / torch.linalg.vector_norm(ref64))

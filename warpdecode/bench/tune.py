@@ -530,19 +530,20 @@ def _buckets(Ts):
 
 
 def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, log=None) -> dict:
-    """Tune ``shapes`` (preset names or :class:`MoEShape`), merge into the table at ``path``
-    (default: this GPU's shipped table in the package, ``warpdecode/tuned/<GPU>.json``), write it
-    after each shape, and return it. ``Ts`` restricts the token buckets (see :func:`_buckets`);
+    """Tune ``shapes`` (preset names or :class:`MoEShape`), merge each step's entries into the
+    table at ``path`` (default: this GPU's shipped table in the package, ``warpdecode/tuned/<GPU>.json``)
+    as soon as it ends, and return the table. Each write merges under the file's lock with the file as
+    it is then (``configs.update_table``), so concurrent tuners keep each other's shapes, and a
+    file that is not a valid table is overwritten. ``Ts`` restricts the token buckets (see :func:`_buckets`);
     ``crossover``: then time warp decode against the expert path at those T's with the tuned
     configs, and store ``crossover`` and ``crossover_evidence`` for the shape too."""
     shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
     path = path or tuned_file()
-    table = json.loads(path.read_text()) if path.exists() else {}
+    table = configs._read(path)  # a bad file is named in a warning, and overwritten by the first write
     if configs.other_release(table):  # warp entries and crossovers of another release: stale here
         print(f"{path}: warp decode's entries and the crossovers were tuned on triton {table['triton']}, this is "
               f"{triton.__version__}: they are dropped", flush=True)
         table = configs.for_this_release(table)
-    table["triton"] = triton.__version__
     warp_T, expert_T = _buckets(Ts)
     if not warp_T:
         paths = [p for p in paths if p not in ("warp", "fused", "grouped")]
@@ -557,24 +558,24 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
         shape = by_name[name]
         key = shape_key(shape.H, shape.I, shape.E, shape.K)
         if step == "warp":
-            old = table.setdefault("warp", {}).get(key, [])
-            table["warp"][key] = keep_schedules(old, tune_warp(shape, Ts=warp_T, dropped=dropped, log=log),
-                                                retuned=[p for p in ("fused", "grouped") if p in paths])
+            old = table.get("warp", {}).get(key, [])
+            new = {"warp": keep_schedules(old, tune_warp(shape, Ts=warp_T, dropped=dropped, log=log),
+                                          retuned=[p for p in ("fused", "grouped") if p in paths])}
         elif step == "fused":  # the persistent schedule against the tuned pair
-            table["warp"][key] = tune_fused(shape, table["warp"][key], dropped=dropped, log=log)
+            new = {"warp": tune_fused(shape, table["warp"][key], dropped=dropped, log=log)}
         elif step == "grouped":  # one read of each routed expert's gate/up rows, against the tuned pair
-            table["warp"][key] = tune_grouped(shape, table["warp"][key], dropped=dropped, log=log)
+            new = {"warp": tune_grouped(shape, table["warp"][key], dropped=dropped, log=log)}
         elif step == "expert":
-            table.setdefault("expert", {})[key] = tune_expert(shape, Ts=expert_T, dropped=dropped, log=log)
+            new = {"expert": tune_expert(shape, Ts=expert_T, dropped=dropped, log=log)}
         elif step == "expert_swap":  # SWAP_AB on top of the tuned expert tiles
             if key not in table.get("expert", {}):
                 raise ValueError(f"expert_swap refines tuned expert tiles: tune {shape.name} with 'expert' first")
-            table["expert"][key] = tune_expert_swap(shape, table["expert"][key], log=log)
+            new = {"expert": tune_expert_swap(shape, table["expert"][key], log=log)}
         else:  # the crossover, timed with what was just written
             xo, evidence = time_crossover(shape, sorted(set(warp_T) | set(expert_T)), path, log=log)
-            table.setdefault("crossover", {})[key] = xo
-            table.setdefault("crossover_evidence", {})[key] = evidence
-        configs.write_table(path, table)
+            new = {"crossover": xo, "crossover_evidence": evidence}
+        # this shape's new entries merged into the file as it is now (another tuner's shapes kept)
+        table = configs.update_table(path, lambda current, new=new, key=key: {f: {key: e} for f, e in new.items()})
         log(f"tuned {shape.name} {step} in {time.time() - t0:.0f} s, wrote {path}")
         t0 = time.time()
     return table
@@ -638,13 +639,13 @@ def autotune_shape(H: int, I: int, E: int, K: int, T: int, *, dtype=torch.bfloat
     the cost model's for the shape."""
     shape = shape_of(H, I, E, K)
     key = shape_key(H, I, E, K)
-    cached = json.loads(cache_file().read_text()) if cache_file().exists() else {}
     quiet = lambda *a: None  # noqa: E731
-    new = {}
+    tuned = {}
     with _timed_dtype(dtype):
         if T <= WARP_T[-1]:
-            new["warp"] = {key: merge_buckets(cached.get("warp", {}).get(key, []),
-                                              tune_warp(shape, Ts=[T], reps=reps, log=quiet))}
-        new["expert"] = {key: merge_buckets(cached.get("expert", {}).get(key, []),
-                                            tune_expert(shape, Ts=[T], reps=reps, log=quiet))}
-    configs.write_cache(new)
+            tuned["warp"] = tune_warp(shape, Ts=[T], reps=reps, log=quiet)
+        tuned["expert"] = tune_expert(shape, Ts=[T], reps=reps, log=quiet)
+    # merged with the shape's buckets in the cache as it is when written (another tuner's kept)
+    configs.update_table(cache_file(), lambda current: {
+        family: {key: merge_buckets(current.get(family, {}).get(key, []), buckets)}
+        for family, buckets in tuned.items()})
