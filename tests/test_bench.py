@@ -122,7 +122,8 @@ ROOT = str(Path(sweep.__file__).resolve().parents[2])
 
 
 @pytest.fixture
-def fresh_commit():
+def fresh_commit(monkeypatch):
+    monkeypatch.delenv("WARPDECODE_COMMIT", raising=False)
     sweep.commit.cache_clear()
     yield
     sweep.commit.cache_clear()
@@ -139,7 +140,7 @@ def test_commit_names_the_checkout_and_whether_its_code_differs(monkeypatch, fre
     assert {f":(exclude){p}" for p in sweep.DATA_PATHS} <= set(asked)  # the results it writes are not code
 
 
-def test_commit_without_a_checkout_is_unknown_or_what_the_copier_says(monkeypatch, fresh_commit):
+def test_commit_is_what_the_copier_says_else_unknown_without_a_checkout(monkeypatch, fresh_commit):
     def no_git(argv, **kw):
         raise FileNotFoundError("git")
 
@@ -151,6 +152,10 @@ def test_commit_without_a_checkout_is_unknown_or_what_the_copier_says(monkeypatc
     assert sweep.commit() == "def5678"
     sweep.commit.cache_clear()
     run, _ = _git("/a/repository/around/site-packages")  # a repository around an install is not its checkout
+    monkeypatch.setattr(subprocess, "run", run)
+    assert sweep.commit() == "def5678"
+    sweep.commit.cache_clear()
+    run, _ = _git(ROOT, " M warpdecode/api.py")  # a copied tree whose .git is older than its files: the copier's word
     monkeypatch.setattr(subprocess, "run", run)
     assert sweep.commit() == "def5678"
 

@@ -37,9 +37,12 @@ DATA_PATHS = ("results", "experiments/results", "figures")
 @functools.cache
 def commit() -> str:
     """The git commit of the checkout the imported package lives in: its short hash, with
-    ``-dirty`` where tracked files other than :data:`DATA_PATHS` differ from it. Without a git
-    checkout (an installed wheel, a copy of the tree): ``$WARPDECODE_COMMIT`` if set (whoever
-    copied the tree names its commit), else ``"unknown"``."""
+    ``-dirty`` where tracked files other than :data:`DATA_PATHS` differ from it, or without a git
+    checkout (an installed wheel), ``"unknown"``. ``$WARPDECODE_COMMIT``, where set, names it
+    instead: whoever copies a tree to another machine names the commit it holds (a copy may carry
+    an older ``.git`` than its files)."""
+    if os.environ.get("WARPDECODE_COMMIT"):
+        return os.environ["WARPDECODE_COMMIT"]
     root = Path(__file__).resolve().parents[2]
 
     def git(*args):
@@ -53,7 +56,7 @@ def commit() -> str:
         dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
                     *(f":(exclude){p}" for p in DATA_PATHS))
     except (OSError, ValueError, subprocess.SubprocessError):
-        return os.environ.get("WARPDECODE_COMMIT") or "unknown"
+        return "unknown"
     return head + ("-dirty" if dirty else "")
 
 
