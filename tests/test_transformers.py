@@ -20,6 +20,8 @@ wd_hf = pytest.importorskip("warpdecode.integrations.transformers")
 # relative L2 distance between eager and warpdecode logits, bf16 models of two layers
 LOGITS_TOL = 2e-2
 
+DEV = warpdecode.DEFAULT_DEVICE  # where the kernels run: the GPU, or the CPU in the interpreter
+
 
 def _models():
     from transformers import (
@@ -56,14 +58,14 @@ def registered():
 def _build(name, seed):
     cls, cfg = MODELS[name]
     torch.manual_seed(seed)
-    return cls(cfg).to(torch.bfloat16).eval()
+    return cls(cfg).to(torch.bfloat16).to(DEV).eval()
 
 
 @pytest.mark.parametrize("T", [1, 5], ids=["decode-T=1", "prefill-T=5"])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_logits_match_eager(name, T, seed):
     model = _build(name, seed)
-    ids = torch.randint(3, 128, (2, T), generator=torch.Generator().manual_seed(seed))
+    ids = torch.randint(3, 128, (2, T), generator=torch.Generator().manual_seed(seed)).to(DEV)
     with torch.no_grad():
         model.set_experts_implementation("eager")
         ref = model(ids).logits.float()
@@ -83,9 +85,9 @@ def test_experts_module_against_float64(name, seed):
     experts = next(m for m in model.modules() if type(m).__name__.endswith("Experts"))
     g = torch.Generator().manual_seed(seed)
     T, E = 6, experts.num_experts
-    x = torch.randn(T, experts.gate_up_proj.shape[2], generator=g).to(torch.bfloat16)
+    x = torch.randn(T, experts.gate_up_proj.shape[2], generator=g).to(torch.bfloat16).to(DEV)
     K = 2
-    tw, ti = warpdecode.route(torch.randn(T, E, generator=g), K)
+    tw, ti = warpdecode.route(torch.randn(T, E, generator=g).to(DEV), K)
     ref = warpdecode.reference_moe(x, experts.gate_up_proj.data, experts.down_proj.data, tw, ti)
     floor = warpdecode.rounding_floor(ref, torch.bfloat16)
     with torch.no_grad():
@@ -108,8 +110,8 @@ def test_experts_module_guards_int64_ids_without_narrowing(seed):
     experts = next(m for m in model.modules() if type(m).__name__.endswith("Experts"))
     g = torch.Generator().manual_seed(seed)
     E = experts.num_experts
-    x = torch.randn(3, experts.gate_up_proj.shape[2], generator=g).to(torch.bfloat16)
-    tw, ti = warpdecode.route(torch.randn(3, E, generator=g), 2)
+    x = torch.randn(3, experts.gate_up_proj.shape[2], generator=g).to(torch.bfloat16).to(DEV)
+    tw, ti = warpdecode.route(torch.randn(3, E, generator=g).to(DEV), 2)
     tw, ti = tw.to(torch.bfloat16), ti.long()
     tw[2, 1] = 0.0
     bad = ti.clone()
@@ -148,7 +150,7 @@ def test_a_compiled_qwen3_moe_with_warpdecode_experts_matches_eager(seed):
     one operator (``warpdecode::moe``), so nothing breaks the graph, and the logits are eager's."""
     model = _build("qwen3_moe-E7-K3", seed)
     model.set_experts_implementation("warpdecode")
-    ids = torch.randint(3, 128, (2, 3), generator=torch.Generator().manual_seed(seed))
+    ids = torch.randint(3, 128, (2, 3), generator=torch.Generator().manual_seed(seed)).to(DEV)
     torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True)
     with torch.no_grad():

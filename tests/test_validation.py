@@ -127,6 +127,31 @@ def test_strict_refuses_ids_out_of_range_before_launch(inputs, breaks, method, n
         warpdecode.moe(**inputs, method=method, strict=True)
 
 
+@pytest.mark.parametrize("method", ["expert", "warp", "auto"])
+def test_cpu_inputs_where_the_kernels_compile_for_the_gpu_are_named(inputs, method, monkeypatch, no_launch):
+    """Where the kernels compile for a GPU, inputs on the CPU would hand it host pointers: refused by
+    name before any launch (the loop, plain PyTorch, runs on them)."""
+    from warpdecode import _runtime
+
+    monkeypatch.setattr(_runtime, "INTERPRET", False)
+    with pytest.raises(ValueError, match=r"inputs are on the CPU \(x: cpu\).*GPU"):
+        warpdecode.moe(**{k: v.cpu() for k, v in inputs.items()}, method=method)
+
+
+def test_a_callers_own_config_is_checked_before_launch(inputs, no_launch):
+    """moe_warp(config=...) and moe_expert(config=...) check a caller's configuration as the tables
+    are checked (warpdecode.configs), naming the entry, before any launch."""
+    from warpdecode.configs import ConfigError, expert_config, warp_config
+
+    d = BASE
+    cfg = warp_config(d.H, d.I, d.E, d.K, d.T)
+    with pytest.raises(ConfigError, match=r"moe_warp\(config=\.\.\.\)\.gate_up\.BLOCK_H must be a power of two"):
+        warp.moe_warp(*inputs.values(), config={**cfg, "gate_up": {**cfg["gate_up"], "BLOCK_H": 100}})
+    ecfg = expert_config(d.H, d.I, d.E, d.K, d.T)
+    with pytest.raises(ConfigError, match=r"moe_expert\(config=\.\.\.\)\.BLOCK_M must be a power of two"):
+        expert.moe_expert(*inputs.values(), config={**ecfg, "BLOCK_M": 24})
+
+
 #: Every kernel that loads ids: the pair, the persistent kernel, the grouped pair, the expert path
 #: (align and combine), its w8a8 form, the loop, and the FP8-weight pair and expert path.
 GUARD_VARIANTS = ["loop", "expert", "warp-split", "warp-fused", "warp-grouped", "expert-fp8", "fp8-warp",

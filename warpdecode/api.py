@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from . import _runtime, configs
-from .checks import Dims, check_moe_inputs, check_views, weight_tensors
+from .checks import Dims, check_kernel_device, check_moe_inputs, check_views, weight_tensors
 from .configs import expected_distinct, load_tuned, shape_key, shares_experts
 from .expert import moe_expert
 from .loop import moe_loop
@@ -230,6 +230,8 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         raise ValueError(f"batch_invariant=True runs warp decode's pair (method 'auto' or 'warp', schedule None or "
                          f"'split'), got method={method!r}, schedule={schedule!r}, act_format={act_format!r}")
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, strict=strict)
+    if method != "loop":
+        check_kernel_device(x)
     fp8_weights = is_fp8(w13)
     if fp8_weights and schedule in ("fused", "grouped"):
         raise ValueError(f"schedule={schedule!r} reads 16-bit weights only; with FP8 weights warp decode runs the "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import _runtime
 from .quant import FP8Weights, is_fp8
 
 COMPUTE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -101,6 +102,15 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, strict: bool = False
     if strict:
         check_id_range(topk_ids, E)
     return Dims(T=T, H=H, I=I, E=E, K=K)
+
+
+def check_kernel_device(x: torch.Tensor) -> None:
+    """The kernels run where Triton runs them: on a CUDA device, or, in the CPU interpreter (no GPU
+    visible, or ``TRITON_INTERPRET=1``), on the CPU. Inputs on the CPU of a machine whose kernels
+    compile for the GPU would hand the GPU host pointers: say so by name instead."""
+    if x.device.type == "cpu" and not _runtime.INTERPRET:
+        raise ValueError("the inputs are on the CPU (x: cpu), but warpdecode's kernels run on the GPU here: move them "
+                         "to a CUDA device (or use method='loop'; TRITON_INTERPRET=1 runs the kernels on the CPU)")
 
 
 def check_id_range(topk_ids: torch.Tensor, E: int) -> None:

@@ -28,7 +28,7 @@ import torch
 import triton
 
 from . import _alloc, _runtime
-from .configs import expert_config
+from .configs import check_expert, expert_config
 from .kernels import expert as kx
 from .quant import is_fp8
 
@@ -248,6 +248,8 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
     weights = w13.FORMAT if is_fp8(w13) else None
+    if config is not None:  # a caller's own: checked as the tables are
+        check_expert(config, act_format == "fp8", weights, "moe_expert(config=...)")
     cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8", elem=x.element_size(),
                                   weights=weights)
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)

@@ -9,7 +9,7 @@ import torch
 import triton
 
 from . import _alloc, _runtime
-from .configs import default_fused, default_grouped, default_grouped_down, warp_config
+from .configs import check_warp, default_fused, default_grouped, default_grouped_down, warp_config
 from .kernels import warp_fp8 as k8
 from .kernels import warp_grouped as kg
 from .kernels import warp_pair as kp
@@ -307,6 +307,8 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
+    if config is not None:  # a caller's own: checked as the tables are
+        check_warp(config, w13.FORMAT if is_fp8(w13) else None, "moe_warp(config=...)")
     if is_fp8(w13):
         cfg = config or warp_config(H, two_i // 2, E, K, T, weights=w13.FORMAT)
         act = warp_gate_up_fp8(x, w13, topk_ids, cfg["gate_up"], act_dtype)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..api import run_auto
-from ..checks import check_moe_inputs
+from ..checks import check_kernel_device, check_moe_inputs
 
 NAME = "warpdecode"
 
@@ -49,6 +49,7 @@ def warpdecode_experts_forward(self, hidden_states: torch.Tensor, top_k_index: t
     # weight 0: the kernels skip it, as they skip any slot of weight 0 whose id lies outside [0, E);
     # an id outside [0, E) with a nonzero weight makes its token NaN.
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
+    check_kernel_device(x)
     if d.T == 0:
         return torch.zeros_like(hidden_states)
     if torch.compiler.is_compiling():  # traced (torch.compile): the one operator, as warpdecode.moe traces
