@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import warpdecode as wd
+from warpdecode import api
 from warpdecode.integrations import transformers as wd_hf
 
 DEV = wd.DEFAULT_DEVICE
@@ -338,3 +339,20 @@ def test_the_fp8_device_check_runs_at_trace_time(monkeypatch):
     torch._dynamo.reset()
     assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
     torch._dynamo.reset()
+
+
+def test_import_leaves_dynamo_unloaded_and_gpu_query_marked_as_the_decorator_marks():
+    """``import warpdecode`` costs little beyond torch: it does not import Dynamo (about a second),
+    which torch.compiler.assume_constant_result would; the device query carries exactly the mark
+    that decorator sets, so Dynamo still folds it into a constant at trace time."""
+    import subprocess
+    import sys
+
+    code = "import sys, warpdecode; assert 'torch._dynamo' not in sys.modules, 'import warpdecode imported Dynamo'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+    def query():
+        return 0
+
+    marked = torch.compiler.assume_constant_result(query)
+    assert vars(marked) == {k: v for k, v in vars(api._gpu).items() if k.startswith("_dynamo")}

@@ -145,11 +145,16 @@ def check_fp8_device(device: torch.device, what: str = "act_format='fp8'",
                              f"is {cap[0]}.{cap[1]}: {instead}")
 
 
-@torch.compiler.assume_constant_result
 def _gpu(device: torch.device) -> tuple[tuple[int, int], str]:
     """(compute capability, name) of a CUDA device. Under ``torch.compile`` it runs at trace time and
     its answer is a constant of the graph (Dynamo cannot put a query that returns no tensor in one)."""
     return tuple(torch.cuda.get_device_capability(device)), torch.cuda.get_device_name(device)
+
+
+# torch.compiler.assume_constant_result(_gpu), without what calling it costs: it imports Dynamo (about a
+# second at `import warpdecode`) to set this one attribute, which Dynamo reads when it meets _gpu
+# (tests/test_operator_policy.py checks the decorator still sets just this)
+_gpu._dynamo_marked_constant = True
 
 
 def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=None, act_format: str = "native",
