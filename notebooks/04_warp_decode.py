@@ -115,11 +115,12 @@ print(ladder.table(rows))
 # **Which output this program owns.** Program ids are laid out with the pair index fastest, so the
 # programs resident side by side work on the *same* neuron rows for different pairs: when two
 # tokens share an expert, the second finds its rows in L2. Nothing is sorted: the program reads its
-# pair's expert straight from `topk_ids`.
+# pair's expert straight from `topk_ids`, and guards it there (`kernels/ids.py`): an id outside
+# [0, E) reads no weights, and the down kernel writes its token as NaN.
 
 # %%
 print(ladder.source(kp.warp_gate_up_kernel, "if USE_PDL:", "pid % NUM_PAIRS"))
-print(ladder.source(kp._gate_up_tile, "t = pair // K", "e = tl.load(topk_ids_ptr"))
+print(ladder.source(kp._gate_up_tile, "t = pair // K", "e, ok = guarded(tl.load(topk_ids_ptr"))
 
 # %% [markdown]
 # **The tile.** `BLOCK_I` neuron rows × `BLOCK_H` columns of H. The gate row of neuron i is
