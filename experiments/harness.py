@@ -25,6 +25,7 @@ The schema (``COLUMNS``), one row per timed variant, in ``experiments/results/<G
     detail            everything else the experiment records, a Python dict literal
     gpu, torch, triton, date
     run               an id shared by the rows of one invocation, where the experiment keeps one
+    commit            the commit measured (``warpdecode.bench.sweep.commit``); empty in rows older than it
 
 GPU only (CUDA graphs); each experiment's ``--check`` covers its kernels on the CPU.
 """
@@ -52,7 +53,7 @@ from warpdecode.reference import reference_moe, rel_error, rounding_floor
 HERE = Path(__file__).resolve().parent
 
 COLUMNS = ["experiment", "version", "variant", "preset", "T", "seed", "config", "us", "floor_us", "frac_ceiling",
-           "ceiling_TBps", "error_over_floor", "detail", "gpu", "torch", "triton", "date", "run"]
+           "ceiling_TBps", "error_over_floor", "detail", "gpu", "torch", "triton", "date", "run", "commit"]
 #: The columns that identify a row: a rerun replaces the rows it measured again.
 KEY = ("experiment", "version", "variant", "preset", "T", "seed", "config", "run")
 

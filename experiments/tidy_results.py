@@ -20,7 +20,7 @@ import harness
 def convert(src: Path, dest: Path) -> int:
     experiment, version, label, config, rename, transform = harness.SPECS[src.name]
     rows = harness.read(src)
-    if rows and set(rows[0]) == set(harness.COLUMNS):
+    if rows and set(rows[0]) <= set(harness.COLUMNS):  # tidy already (files from before a column was added too)
         out = rows
     else:
         out = [harness.tidy(transform(dict(r)) if transform else dict(r), experiment=experiment, version=version,
