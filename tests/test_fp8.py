@@ -326,7 +326,8 @@ def test_fp8_default_configs_take_whole_scale_groups():
     inputs, _ = fp8_inputs(CASES[2], "mxfp8", 0)
     bad = {"gate_up": {"BLOCK_I": 4, "BLOCK_H": 16, "num_warps": 4, "num_stages": 1},
            "down": {"BLOCK_H": 4, "BLOCK_I": 32, "num_warps": 4, "num_stages": 1}}
-    with pytest.raises(ValueError, match="gate_up BLOCK_H=16 must be a multiple of the mxfp8 scale group"):
+    with pytest.raises(ValueError, match=r"gate_up\.BLOCK_H must be a multiple of 32 \(a step spans whole mxfp8 "
+                                         r"scale groups\), got 16"):
         warp.moe_warp(*inputs, config=bad)
 
 
