@@ -206,7 +206,7 @@ def _bits_step(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, stri
 @triton.jit(do_not_specialize=["T"])
 def bits_down_kernel(act_ptr, w2_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr, H, I, E, T,
                      stride_at, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_yt,
-                     K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+                     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
                      GROUP_N: tl.constexpr, GROUP_K: tl.constexpr, E8M0: tl.constexpr, USE_PDL: tl.constexpr,
                      X_UP: tl.constexpr, S_UP_F: tl.constexpr):
     pid = tl.program_id(0)
@@ -253,7 +253,8 @@ def moe_bits(x, w13, w2, topk_weights, topk_ids, *, config=None, act_dtype=torch
     bits_down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
         act, q, s, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), y.stride(0),
-        K=K, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"],
+        **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
         USE_PDL=wp.USE_PDL, **BITS_META, num_warps=dn["num_warps"], num_stages=dn["num_stages"],
         **({"launch_pdl": True} if wp.USE_PDL else {}))
     return y
@@ -665,7 +666,7 @@ def nomath_down_kernel(
     y_ptr,  # (T, H) bf16 buffer: each output's sum folded to 16 bits (its bits)
     H, I, E, T,
     stride_at, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_yt,  # elements (words for w2)
-    K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr,
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, GROUP_N: tl.constexpr,
     GROUP_K: tl.constexpr, E8M0: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     """warp_down_fp8_kernel's unrolled form: grid, tiles, the first chunk before the wait, loads and
@@ -720,7 +721,8 @@ def moe_nomath(x, w13, w2, topk_weights, topk_ids, *, config=None):
     nomath_down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
         act, q, s, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), y.stride(0),
-        K=K, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"],
+        **wp._fp8_meta(w2, dn["BLOCK_I"], "down BLOCK_I"),
         USE_PDL=wp.USE_PDL, num_warps=dn["num_warps"], num_stages=dn["num_stages"],
         **({"launch_pdl": True} if wp.USE_PDL else {}))
     return act, y

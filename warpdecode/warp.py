@@ -111,7 +111,8 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
     k8.warp_down_fp8_kernel[grid](
         act, q, s, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), y.stride(0),
-        K=K, BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"], **_fp8_meta(w2, cfg["BLOCK_I"], "down BLOCK_I"),
+        K=K, K_PAD=triton.next_power_of_2(K), BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
+        **_fp8_meta(w2, cfg["BLOCK_I"], "down BLOCK_I"),
         USE_PDL=USE_PDL, SLOT_LOOP=fp8_slot_loop(K), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"launch_pdl": True} if USE_PDL else {}),
     )

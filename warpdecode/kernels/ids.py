@@ -2,11 +2,13 @@
 
     e  = topk_ids[t, j]                      int32 or int64, read as it is (no narrowing first)
     ok = 0 ≤ e < E
-    weight loads of slot (t, j):  masked by ok (an id outside [0, E) reads nothing, never out of bounds)
-    y[t, :] = NaN  if some slot j has ¬ok and topk_weights[t, j] ≠ 0: the pair's down kernels fold
+    weight loads of slot (t, j):  never out of bounds: the down kernels mask them by ok, the gate/up
+                                  kernels read expert 0's rows in e's place (a finite row the down
+                                  kernels weigh by 0 or NaN), align places the pair nowhere
+    y[t, :] = NaN  if some slot j has ¬ok and topk_weights[t, j] ≠ 0: the pair's down tiles fold
                    that slot's weight in as NaN (guard_weight); the kernels that sum a token's
-                   slots apart (the grouped schedule's, the expert path's combine) test the
-                   token's slots (dropped)
+                   slots apart (the grouped schedule's last arrival, the expert path's combine)
+                   and the FP8 pair's down kernel test the token's slots (dropped)
 
 A slot whose routing weight is 0 adds nothing to its token whatever its id (expert parallelism
 names the experts of other ranks so: transformers passes id E with weight 0); a slot with a nonzero

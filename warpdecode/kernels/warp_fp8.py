@@ -66,7 +66,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .ids import guard_weight, guarded
+from .ids import dropped, guarded
 
 
 @triton.jit
@@ -125,10 +125,10 @@ def warp_gate_up_fp8_kernel(
     # the pair fastest: programs side by side read the same neuron rows of every pair (shared experts: L2)
     pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
     t = pair // K
-    e, ok = guarded(tl.load(topk_ids_ptr + pair), E)
-    H_ok = tl.where(ok, H, 0)  # an id outside [0, E): no step, no load, a zero row
+    e, ok = guarded(tl.load(topk_ids_ptr + pair), E)  # outside [0, E): no weights read, a zero row written
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = offs_i < I
+    mask_r = mask_i & ok  # rows whose weights are read
     offs_h = tl.arange(0, BLOCK_H)
     G: tl.constexpr = BLOCK_H // GROUP_K
     offs_g = tl.arange(0, G)
@@ -142,10 +142,10 @@ def warp_gate_up_fp8_kernel(
 
     acc_g = tl.zeros([BLOCK_I, G], dtype=tl.float32)  # one partial sum per (neuron, scale group of the step)
     acc_u = tl.zeros([BLOCK_I, G], dtype=tl.float32)
-    for h0 in range(0, H_ok, BLOCK_H):
+    for h0 in range(0, H, BLOCK_H):
         mask_h = (h0 + offs_h) < H
         xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0)
-        mask = mask_i[:, None] & mask_h[None, :]
+        mask = mask_r[:, None] & mask_h[None, :]
         g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
         u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
         g0 = h0 // GROUP_K
@@ -197,9 +197,8 @@ def _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, 
     mask_s = (offs_h < H)[:, None] & (offs_g < tl.cdiv(I, GROUP_K))[None, :]
     s_offs = (offs_h // GROUP_N)[:, None] * stride_sr + offs_g[None, :] * stride_sc
     pair = t.to(tl.int64) * K + j
-    ids = tl.load(topk_ids_ptr + pair)
-    e, _ = guarded(ids, E)
-    rw = guard_weight(tl.load(topk_weights_ptr + pair), ids, E)  # the routing weight, folded into the intermediate
+    e, _ = guarded(tl.load(topk_ids_ptr + pair), E)
+    rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
     a = tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0.0).to(tl.float32) * rw
     s = _scales(w2_scale_ptr + e * stride_se + s_offs, mask_s, E8M0)
     return acc + _group_sums(w, a, BLOCK_H, BLOCK_I, GROUP_K) * s
@@ -243,6 +242,7 @@ def warp_down_fp8_kernel(
     stride_yt,
     # meta
     K: tl.constexpr,
+    K_PAD: tl.constexpr,  # next power of two ≥ K
     BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
     BLOCK_I: tl.constexpr,  # columns of I per step, a multiple of GROUP_K
     GROUP_N: tl.constexpr,  # weight rows per scale: 128 (block128) or 1 (mxfp8)
@@ -286,4 +286,5 @@ def warp_down_fp8_kernel(
 
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     y = tl.sum(acc, axis=1)  # the dot product, across the warp
+    y = tl.where(dropped(topk_ids_ptr, topk_weights_ptr, t, E, K, K_PAD), float("nan"), y)
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)

@@ -173,10 +173,10 @@ def _gate_up_tile(
     by element into a [BLOCK_I, SUB_H] partial, which is one FMA chain on every release; one sum of
     that partial per step, then the shuffles, as before.
 
-    An id outside [0, E) takes no step: no weight is loaded, and its row is zeros (``kernels/ids.py``)."""
+    An id outside [0, E) reads expert 0's rows in its place: its row is finite, and the down kernel
+    gives it a weight of 0, or NaN (``kernels/ids.py``)."""
     t = pair // K
-    e, ok = guarded(tl.load(topk_ids_ptr + pair), E)
-    H_ok = tl.where(ok, H, 0)  # an id outside [0, E): no step, no load, a zero row
+    e, _ = guarded(tl.load(topk_ids_ptr + pair), E)  # outside [0, E): expert 0's rows stand in (finite)
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = offs_i < I
     offs_h = tl.arange(0, BLOCK_H)
@@ -188,7 +188,7 @@ def _gate_up_tile(
     acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
     if SUB_H == BLOCK_H:
-        for h0 in range(0, H_ok, BLOCK_H):
+        for h0 in range(0, H, BLOCK_H):
             mask_h = (h0 + offs_h) < H
             # x stays in its own dtype until the multiply: an FP32 copy of a 2048-column step holds 64
             # registers per lane, which spills where the compiler sums in-thread products as a tree (3.9)
@@ -204,7 +204,7 @@ def _gate_up_tile(
         gate_rows = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr  # [BLOCK_I, 1]
         up_rows = gate_rows + I * stride_wr
         x_row = x_ptr + t.to(tl.int64) * stride_xt
-        for h0 in range(0, H_ok, BLOCK_H):
+        for h0 in range(0, H, BLOCK_H):
             part_g = tl.zeros([BLOCK_I, SUB_H], dtype=tl.float32)
             part_u = tl.zeros([BLOCK_I, SUB_H], dtype=tl.float32)
             for c in tl.static_range(BLOCK_H // SUB_H):
