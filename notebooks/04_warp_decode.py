@@ -116,11 +116,11 @@ print(ladder.table(rows))
 # programs resident side by side work on the *same* neuron rows for different pairs: when two
 # tokens share an expert, the second finds its rows in L2. Nothing is sorted: the program reads its
 # pair's expert straight from `topk_ids`, and guards it there (`kernels/ids.py`): an id outside
-# [0, E) never reads out of bounds, and the down kernel makes its token NaN.
+# [0, E) reads no weights, and the down kernel writes its token as NaN.
 
 # %%
 print(ladder.source(kp.warp_gate_up_kernel, "if USE_PDL:", "pid % NUM_PAIRS"))
-print(ladder.source(kp._gate_up_tile, "t = pair // K", "e, _ = guarded(tl.load(topk_ids_ptr"))
+print(ladder.source(kp._gate_up_tile, "t = pair // K", "e, ok = guarded(tl.load(topk_ids_ptr"))
 
 # %% [markdown]
 # **The tile.** `BLOCK_I` neuron rows × `BLOCK_H` columns of H. The gate row of neuron i is
@@ -172,7 +172,7 @@ print(ladder.source(kp._down_chunk, "offs_h = pid_h", "return tl.load"))
 
 # %%
 print(ladder.source(kp.warp_down_kernel, "# the first BLOCK_I columns", "stride_yt, t, pid_h"))
-print(ladder.source(kp._down_tile, "rw = guard_weight(", "a_ptrs ="))
+print(ladder.source(kp._down_tile, "rw = tl.load", "a_ptrs ="))
 
 # %% [markdown]
 # **The stream, the combine, the dot product, one rounding.** Summing over axis 1 adds the K experts'

@@ -2,13 +2,8 @@
 
     e  = topk_ids[t, j]                      int32 or int64, read as it is (no narrowing first)
     ok = 0 ≤ e < E
-    weight loads of slot (t, j):  never out of bounds: the down kernels mask them by ok, the gate/up
-                                  kernels read expert 0's rows in e's place (a finite row the down
-                                  kernels weigh by 0 or NaN), align places the pair nowhere
-    y[t, :] = NaN  if some slot j has ¬ok and topk_weights[t, j] ≠ 0: the pair's down tiles fold
-                   that slot's weight in as NaN (guard_weight); the kernels that sum a token's
-                   slots apart (the grouped schedule's last arrival, the expert path's combine)
-                   and the FP8 pair's down kernel test the token's slots (dropped)
+    weight loads of slot (t, j):  masked by ok (an id outside [0, E) reads nothing, never out of bounds)
+    y[t, :] = NaN  if some slot j has ¬ok and topk_weights[t, j] ≠ 0
 
 A slot whose routing weight is 0 adds nothing to its token whatever its id (expert parallelism
 names the experts of other ranks so: transformers passes id E with weight 0); a slot with a nonzero
@@ -17,7 +12,7 @@ is NaN instead, where no later step can hide it. The guard rides on loads the ke
 no launch and no host sync. ``warpdecode.moe(..., strict=True)`` reads the range back instead and
 raises.
 
-Bytes: each slot's id once more beside its routing weight (from L1/L2).
+Bytes: the token's K ids and K routing weights once more per program that writes y (from L1/L2).
 """
 
 import triton
@@ -30,15 +25,6 @@ def guarded(ids, E):
     e = ids.to(tl.int64)
     ok = (e >= 0) & (e < E)
     return tl.where(ok, e, 0), ok
-
-
-@triton.jit
-def guard_weight(rw, ids, E):
-    """Routing weights ``rw`` as the down kernels fold them in: NaN where the slot's id (``ids``, as
-    loaded) lies outside [0, E) and the weight is not 0, so the token's sums, and its output, are
-    NaN; every other weight as it is."""
-    e = ids.to(tl.int64)
-    return tl.where(((e >= 0) & (e < E)) | (rw == 0.0), rw, float("nan"))
 
 
 @triton.jit

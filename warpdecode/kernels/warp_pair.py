@@ -83,7 +83,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .ids import guard_weight, guarded
+from .ids import dropped, guarded
 
 #: Whether this Triton release's coalesce pass puts a [rows, K, columns] tile's warps over K (3.8 and
 #: later; 3.6 puts them over rows): such a release needs another form of the down tile (see above).
@@ -173,12 +173,12 @@ def _gate_up_tile(
     by element into a [BLOCK_I, SUB_H] partial, which is one FMA chain on every release; one sum of
     that partial per step, then the shuffles, as before.
 
-    An id outside [0, E) reads expert 0's rows in its place: its row is finite, and the down kernel
-    gives it a weight of 0, or NaN (``kernels/ids.py``)."""
+    An id outside [0, E) loads no weights and writes a zero row (``kernels/ids.py``)."""
     t = pair // K
-    e, _ = guarded(tl.load(topk_ids_ptr + pair), E)  # outside [0, E): expert 0's rows stand in (finite)
+    e, ok = guarded(tl.load(topk_ids_ptr + pair), E)
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = offs_i < I
+    mask_r = mask_i & ok  # rows whose weights are read
     offs_h = tl.arange(0, BLOCK_H)
 
     gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
@@ -193,7 +193,7 @@ def _gate_up_tile(
             # x stays in its own dtype until the multiply: an FP32 copy of a 2048-column step holds 64
             # registers per lane, which spills where the compiler sums in-thread products as a tree (3.9)
             xv = tl.load(x_ptrs + h0, mask=mask_h, other=0.0)
-            mask = mask_i[:, None] & mask_h[None, :]
+            mask = mask_r[:, None] & mask_h[None, :]
             g = tl.load(gate_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
             u = tl.load(up_ptrs + h0, mask=mask, other=0.0, eviction_policy="evict_first")
             # warp-shuffle reductions: one warp, one row
@@ -211,7 +211,7 @@ def _gate_up_tile(
                 offs = h0 + c * SUB_H + offs_s
                 mask_h = offs < H
                 xv = tl.load(x_row + offs, mask=mask_h, other=0.0).to(tl.float32)
-                mask = mask_i[:, None] & mask_h[None, :]
+                mask = mask_r[:, None] & mask_h[None, :]
                 g = tl.load(gate_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
                 u = tl.load(up_rows + offs[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
                 part_g += g.to(tl.float32) * xv[None, :]
@@ -290,14 +290,14 @@ def _down_chunk(
 
 
 @triton.jit
-def _down_step(act_ptr, topk_ids_ptr, topk_weights_ptr, stride_at, I, E, t, i0, wv, acc,
+def _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
                K: tl.constexpr, BLOCK_I: tl.constexpr, ACT_CACHE: tl.constexpr):
     """``PER_SLOT``: acc += Σ_j w[t, j] · wv[j] · act[tK+j, i0:i0+BLOCK_I], slot by slot, one FMA per
     weight into the [BLOCK_H, BLOCK_I] FP32 accumulator: the top-K combine is the accumulation."""
     offs_i = i0 + tl.arange(0, BLOCK_I)
     for j in tl.static_range(K):
         pair = t.to(tl.int64) * K + j
-        rw = guard_weight(tl.load(topk_weights_ptr + pair), tl.load(topk_ids_ptr + pair), E)  # folded into a
+        rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
         a = tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0.0,
                     cache_modifier=ACT_CACHE).to(tl.float32) * rw
         acc += wv[j].to(tl.float32) * a[None, :]
@@ -305,7 +305,7 @@ def _down_step(act_ptr, topk_ids_ptr, topk_weights_ptr, stride_at, I, E, t, i0, 
 
 
 @triton.jit
-def _down_step_k_first(act_ptr, topk_ids_ptr, topk_weights_ptr, stride_at, I, E, t, i0, wv, acc,
+def _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
                        K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_I: tl.constexpr, ACT_CACHE: tl.constexpr):
     """``K_FIRST``: acc += Σ_j w[t, j] · wv[j] · act[tK+j, i0:i0+BLOCK_I]. The intermediate of all K
     slots is one [K_PAD, BLOCK_I] load, broadcast over the tile's rows in one layout conversion; the
@@ -315,8 +315,7 @@ def _down_step_k_first(act_ptr, topk_ids_ptr, topk_weights_ptr, stride_at, I, E,
     mask_k = offs_k < K
     pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
     offs_i = i0 + tl.arange(0, BLOCK_I)
-    rw = guard_weight(tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0),
-                      tl.load(topk_ids_ptr + pairs, mask=mask_k, other=0), E)  # routing weights, folded into a
+    rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
     a = tl.load(act_ptr + pairs[:, None] * stride_at + offs_i[None, :], mask=mask_k[:, None] & (offs_i < I)[None, :],
                 other=0.0, cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
     products = _slots(tl.permute(wv.to(tl.float32) * a[:, None, :], (1, 2, 0)), K_PAD)  # K axis last, then split
@@ -341,33 +340,29 @@ def _down_tile(
     in registers, and summing the accumulator over its columns is the dot product, across the warp.
     With ``PER_SLOT`` or ``K_FIRST`` the first step is taken before the loop, so the loop carries one
     accumulator, never the weight tile (which the compiler carries unpacked, two bf16 in two registers).
-    A slot whose id lies outside [0, E) and whose weight is not 0 folds in a NaN weight: its token's
-    row is NaN (``kernels/ids.py``)."""
+    A token with a slot whose id lies outside [0, E) and whose weight is not 0 gets NaN (``kernels/ids.py``)."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     if PER_SLOT:
-        acc = _down_step(act_ptr, topk_ids_ptr, topk_weights_ptr, stride_at, I, E, t, 0, wv,
+        acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
                          tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, BLOCK_I, ACT_CACHE)
         for i0 in range(BLOCK_I, I, BLOCK_I):
             wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
                              BLOCK_I, PER_SLOT)
-            acc = _down_step(act_ptr, topk_ids_ptr, topk_weights_ptr, stride_at, I, E, t, i0, wv, acc, K, BLOCK_I,
-                             ACT_CACHE)
+            acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, BLOCK_I, ACT_CACHE)
     elif K_FIRST:
-        acc = _down_step_k_first(act_ptr, topk_ids_ptr, topk_weights_ptr, stride_at, I, E, t, 0, wv,
+        acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
                                  tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, K_PAD, BLOCK_I, ACT_CACHE)
         for i0 in range(BLOCK_I, I, BLOCK_I):
             wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
                              BLOCK_I, PER_SLOT, K_FIRST)
-            acc = _down_step_k_first(act_ptr, topk_ids_ptr, topk_weights_ptr, stride_at, I, E, t, i0, wv, acc, K,
-                                     K_PAD, BLOCK_I,
+            acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, K_PAD, BLOCK_I,
                                      ACT_CACHE)
     else:
         offs_k = tl.arange(0, K_PAD)
         mask_k = offs_k < K
         pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
         offs_i = tl.arange(0, BLOCK_I)
-        rw = guard_weight(tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0),
-                          tl.load(topk_ids_ptr + pairs, mask=mask_k, other=0), E)  # routing weights, folded into a
+        rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
         a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
         acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
         for i0 in range(0, I, BLOCK_I):
@@ -380,6 +375,7 @@ def _down_tile(
             acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
 
     y = tl.sum(acc, axis=1)  # the dot product, across the warp
+    y = tl.where(dropped(topk_ids_ptr, topk_weights_ptr, t, E, K, K_PAD), float("nan"), y)
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
 
 
