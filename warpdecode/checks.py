@@ -113,18 +113,19 @@ def check_kernel_device(x: torch.Tensor) -> None:
                          "to a CUDA device (or use method='loop'; TRITON_INTERPRET=1 runs the kernels on the CPU)")
 
 
-def check_id_range(topk_ids: torch.Tensor, E: int) -> None:
-    """Raise unless every id lies in [0, E): in eager mode by reading the range back (a host sync);
-    under CUDA-graph capture or ``torch.compile``, where no value can be read, by a device-side
-    assert (``torch._assert_async``: extra kernels in the graph). Off the hot path: ``strict=True``."""
+def check_id_range(topk_ids: torch.Tensor, E: int, name: str = "E") -> None:
+    """Raise unless every id lies in [0, E) (``name``: what the message calls E): in eager mode by
+    reading the range back (a host sync); under CUDA-graph capture or ``torch.compile``, where no
+    value can be read, by a device-side assert (``torch._assert_async``: extra kernels in the graph).
+    Off the hot path: ``strict=True``, and ``warpdecode.parallel``'s agreement between ranks."""
     if topk_ids.numel() == 0 or topk_ids.device.type == "meta":
         return
     if torch.compiler.is_compiling() or _capturing(topk_ids):
-        torch._assert_async(((topk_ids >= 0) & (topk_ids < E)).all(), f"topk_ids must lie in [0, E={E})")
+        torch._assert_async(((topk_ids >= 0) & (topk_ids < E)).all(), f"topk_ids must lie in [0, {name}={E})")
     else:
         lo, hi = (int(v) for v in torch.aminmax(topk_ids))
         if lo < 0 or hi >= E:
-            raise ValueError(f"topk_ids must lie in [0, E={E}), got values in [{lo}, {hi}]")
+            raise ValueError(f"topk_ids must lie in [0, {name}={E}), got values in [{lo}, {hi}]")
 
 
 def check_fp8_pair(w13, w2) -> None:

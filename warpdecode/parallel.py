@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from . import api
-from .checks import check_fp8_pair, check_moe_inputs
+from .checks import check_fp8_pair, check_id_range, check_moe_inputs
 from .expert import moe_expert
 from .quant import FORMATS, is_fp8
 from .warp import moe_warp
@@ -201,11 +201,8 @@ def _check_call(x, w13, w2, topk_weights, topk_ids, method: str, num_experts: in
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, local=local)
     if is_fp8(w13):
         api.check_fp8_device(x.device, "FP8 weights", "dequantize them (.dequantize())")
-    if topk_ids.numel() and not _unchecked(x):
-        lo, hi = (int(v) for v in torch.aminmax(topk_ids))
-        if lo < 0 or hi >= num_experts:
-            raise ValueError(f"topk_ids must lie in [0, {'num_experts' if local else 'E'}={num_experts}), got "
-                             f"values in [{lo}, {hi}]")
+    if not _unchecked(x):
+        check_id_range(topk_ids, num_experts, "num_experts" if local else "E")
     return d
 
 
