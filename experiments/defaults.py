@@ -186,7 +186,7 @@ def part_tiles(shapes, Ts, part: str):
                 gate_up, down = (other, cfg) if part == "down" else (cfg, other)
 
                 def pair(x, w13, w2, tw, ids, gate_up=gate_up, down=down):
-                    return wp.warp_down(wp.warp_gate_up(x, w13, ids, gate_up), w2, ids, tw, down, x.dtype)
+                    return wp.warp_down(wp.warp_gate_up(x, w13, ids, tw, gate_up), w2, ids, tw, down, x.dtype)
 
                 got = harness.checked_us_or_none(case, pair, str(cfg))
                 if got is None:

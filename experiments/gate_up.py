@@ -271,7 +271,7 @@ def main_ladder():
 def slice_pair(gate_up_cfg: dict, down_cfg: dict):
     """The pair with this gate/up config (its ``SUB_H`` as given) and down config."""
     def pair(x, w13, w2, tw, ids):
-        return wp.warp_down(wp.warp_gate_up(x, w13, ids, gate_up_cfg), w2, ids, tw, down_cfg, x.dtype)
+        return wp.warp_down(wp.warp_gate_up(x, w13, ids, tw, gate_up_cfg), w2, ids, tw, down_cfg, x.dtype)
     return pair
 
 

@@ -134,7 +134,7 @@ def down_runs(case: Case, down, configs, prefix: str = ""):
     tuned = warp_config(s.H, s.I, s.E, s.K, case.T)
 
     def pair(down, cfg, x, w13, w2, tw, ids):
-        return down(wp.warp_gate_up(x, w13, ids, tuned["gate_up"]), w2, ids, tw, cfg, torch.bfloat16)
+        return down(wp.warp_gate_up(x, w13, ids, tw, tuned["gate_up"]), w2, ids, tw, cfg, torch.bfloat16)
 
     shipped = partial(pair, wp.warp_down, tuned["down"])
     return ([("shipped " + str(tuned["down"]), shipped, None)]

@@ -885,7 +885,7 @@ def main_v16():
                 keep.append((f"two kernels {c} ({regs} regs)", fn, c))
         runs[1:1] = keep
         if args.down_alone:  # the down kernels alone, on the intermediate each layer copy's step stores
-            acts = {id(i.topk_ids): wp.warp_gate_up(i.x, w13, i.topk_ids, gu) for (w13, _), i in
+            acts = {id(i.topk_ids): wp.warp_gate_up(i.x, w13, i.topk_ids, i.topk_weights, gu) for (w13, _), i in
                     zip(case.layers, case.inputs, strict=True)}
             tuned_down = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)["down"]
             runs = [(f"down alone: shipped {tuned_down}", partial(

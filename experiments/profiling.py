@@ -81,7 +81,7 @@ def v15_work():
     (w13, w2), = make_layers(s, 1)
     i, = make_inputs(s, 1, 1, seed=1001)
     cfg = wd.configs.warp_config(s.H, s.I, s.E, s.K, 1)
-    act = wp.warp_gate_up(i.x, w13, i.topk_ids, cfg["gate_up"])
+    act = wp.warp_gate_up(i.x, w13, i.topk_ids, i.topk_weights, cfg["gate_up"])
     work = [("qwen3-30b-a3b T=1 shipped down", lambda: wp.warp_down(act, w2, i.topk_ids, i.topk_weights, cfg["down"],
                                                                   torch.bfloat16))]
     for c in ({"BLOCK_H": 2, "num_warps": 1}, {"BLOCK_H": 8, "num_warps": 4},

@@ -427,7 +427,7 @@ def check_v13():
         w2 = torch.randn(E, H, I, generator=gen) / I**0.5
         ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
         tw = torch.rand(T, K, generator=gen)
-        act = wp.warp_gate_up(x, w13, ids, wd.configs.warp_config(H, I, E, K, T)["gate_up"])
+        act = wp.warp_gate_up(x, w13, ids, tw, wd.configs.warp_config(H, I, E, K, T)["gate_up"])
         cfg = {"BLOCK_H": 4, "BLOCK_I": c, "num_warps": 1}
         with _alloc.poisoned():  # an output element left unwritten is NaN
             y = down_preload(act, w2, ids, tw, cfg, torch.float32)
@@ -991,7 +991,7 @@ def check_v17():
         w2 = torch.randn(E, H, I, generator=gen) / I**0.5
         ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
         tw = torch.rand(T, K, generator=gen)
-        act = wp.warp_gate_up(x, w13, ids, wd.configs.warp_config(H, I, E, K, T)["gate_up"])
+        act = wp.warp_gate_up(x, w13, ids, tw, wd.configs.warp_config(H, I, E, K, T)["gate_up"])
         cfg = {"BLOCK_H": 4, "BLOCK_I": c, "num_warps": 1, "num_stages": 1}
         ref = wd.reference_moe(x, w13, w2, tw, ids)
         errs = {}

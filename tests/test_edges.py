@@ -77,9 +77,10 @@ def test_warp_gate_up_in_slices_matches_float64(slices, seed):
     x = torch.randn(T, H, generator=gen).bfloat16()
     w13 = (torch.randn(E, 2 * I, H, generator=gen) * H**-0.5).bfloat16()
     ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
+    tw = torch.rand(T, K, generator=gen)
     cfg = {"BLOCK_I": 4, "BLOCK_H": 256, "num_warps": 1, "num_stages": 1, "SUB_H": 256 // slices}
     with _alloc.poisoned():
-        act = wp.warp_gate_up(x, w13, ids, cfg)
+        act = wp.warp_gate_up(x, w13, ids, tw, cfg)
     w = w13.double()[ids.long().flatten()]  # (T*K, 2I, H)
     h = torch.einsum("prh,ph->pr", w, x.double().repeat_interleave(K, 0))
     ref = torch.nn.functional.silu(h[:, :I]) * h[:, I:]

@@ -31,7 +31,7 @@ def schedule_of(cfg: dict) -> str:
 USE_PDL = _runtime.USE_PDL
 
 
-def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
+def warp_gate_up(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
     """Kernel 1: (T*K, I) intermediate silu(gate)·up, FP32 by default (never rounded)."""
     T, H = x.shape
     I = w13.shape[1] // 2  # noqa: E741
@@ -39,7 +39,7 @@ def warp_gate_up(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> torch.
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
     kp.warp_gate_up_kernel[grid](
-        x, w13, topk_ids, act, H, I, w13.shape[0], T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        x, w13, topk_ids, topk_weights, act, H, I, w13.shape[0], T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL, SUB_H=kp.gate_up_slice(cfg),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
@@ -330,5 +330,5 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
         on_fmas = w2.dtype == torch.float32 or act.dtype != w2.dtype
         return warp_down_grouped(act, w2, topk_ids, topk_weights, grouped.get("down") or default_grouped_down(on_fmas),
                                  out_dtype)
-    act = warp_gate_up(x, w13, topk_ids, cfg["gate_up"], act_dtype)
+    act = warp_gate_up(x, w13, topk_ids, topk_weights, cfg["gate_up"], act_dtype)
     return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], out_dtype)

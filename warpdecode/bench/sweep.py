@@ -176,7 +176,7 @@ def _stage_fns(shape: MoEShape, T: int):
         st["h"] = ex.gate_up(st["a"], None, w13, st["al"], cfg["gate_up"])
         st["o"] = ex.down(st["h"], None, w2, st["al"], inp.topk_weights, cfg["down"])
         st["s"] = ex.scatter(st["o"], st["al"])
-        st["act"] = wp.warp_gate_up(inp.x, w13, inp.topk_ids, wcfg["gate_up"])
+        st["act"] = wp.warp_gate_up(inp.x, w13, inp.topk_ids, inp.topk_weights, wcfg["gate_up"])
         return st
 
     stages = {
@@ -189,7 +189,7 @@ def _stage_fns(shape: MoEShape, T: int):
         ("expert", "7 scatter"): lambda st: ex.scatter(st["o"], st["al"]),
         ("expert", "8 combine"): lambda st: ex.combine(st["s"], st["inp"].topk_ids, st["inp"].topk_weights, shape.E),
         ("warp", "gate/up kernel"): lambda st: wp.warp_gate_up(st["inp"].x, st["w13"], st["inp"].topk_ids,
-                                                               wcfg["gate_up"]),
+                                                               st["inp"].topk_weights, wcfg["gate_up"]),
         ("warp", "down kernel"): lambda st: wp.warp_down(st["act"], st["w2"], st["inp"].topk_ids,
                                                          st["inp"].topk_weights, wcfg["down"], st["inp"].x.dtype),
     }

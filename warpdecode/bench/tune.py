@@ -198,7 +198,7 @@ def _warm(job):
     before = set(_compiled_for(_KERNEL_OF[kind]))
     try:
         if kind == "warp_gate_up":
-            wp.warp_gate_up(x, w13, ids, cfg)
+            wp.warp_gate_up(x, w13, ids, tw, cfg)
         elif kind == "warp_down":
             wp.warp_down(torch.randn(T * K, I, device="cuda"), w2, ids, tw, cfg, torch.bfloat16)
         elif kind == "warp_fused":
@@ -271,7 +271,7 @@ def _warp_inputs(shape: MoEShape, T: int, L: int, seed: int = 3000):
 
 
 def _warp_pair(x, w13, w2, ids, tw, c_gu, c_dn):
-    return wp.warp_down(wp.warp_gate_up(x, w13, ids, c_gu), w2, ids, tw, c_dn, x.dtype)
+    return wp.warp_down(wp.warp_gate_up(x, w13, ids, tw, c_gu), w2, ids, tw, c_dn, x.dtype)
 
 
 def _grouped_pair(x, w13, w2, ids, tw, c_gu, c_dn):

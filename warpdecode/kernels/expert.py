@@ -54,7 +54,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .ids import dropped, guarded
+from .ids import clamped, dropped
 from .warp_fp8 import _scales  # one step's weight scales as FP32 factors, as warp decode's FP8 pair reads them
 
 
@@ -96,7 +96,7 @@ def moe_align_kernel(
     earlier = tl.zeros([BLOCK_E], dtype=tl.int32)  # ... among pairs [0, first)
     for p0 in range(0, NUM_PAIRS, SCAN):
         offs_p = p0 + tl.arange(0, SCAN)
-        ids, ok = guarded(tl.load(topk_ids_ptr + offs_p, mask=offs_p < NUM_PAIRS, other=0), E)
+        ids, ok = clamped(tl.load(topk_ids_ptr + offs_p, mask=offs_p < NUM_PAIRS, other=0), E)
         ids = ids.to(tl.int32)
         counts += tl.histogram(ids, BLOCK_E, mask=(offs_p < NUM_PAIRS) & ok)
         earlier += tl.histogram(ids, BLOCK_E, mask=(offs_p < first) & ok)
@@ -109,7 +109,7 @@ def moe_align_kernel(
 
     offs_j = tl.arange(0, BLOCK_C)
     pair = first + offs_j
-    e_c, ok_c = guarded(tl.load(topk_ids_ptr + pair, mask=pair < NUM_PAIRS, other=0), E)
+    e_c, ok_c = clamped(tl.load(topk_ids_ptr + pair, mask=pair < NUM_PAIRS, other=0), E)
     e_c = e_c.to(tl.int32)
     mask_c = (pair < NUM_PAIRS) & ok_c
     same = (e_c[:, None] == e_c[None, :]) & (offs_j[None, :] < offs_j[:, None]) & mask_c[None, :]
@@ -562,7 +562,7 @@ def combine_kernel(
     mask_h = offs_h < H
     acc = tl.zeros([BLOCK_H], dtype=y_ptr.dtype.element_ty)
     for j in tl.static_range(K):
-        _, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + j), E)
+        _, ok = clamped(tl.load(topk_ids_ptr + t.to(tl.int64) * K + j), E)
         v = tl.load(src_ptr + (t.to(tl.int64) * K + j) * stride_sr + offs_h, mask=mask_h & ok, other=0.0)
         acc = (acc.to(tl.float32) + v.to(tl.float32)).to(y_ptr.dtype.element_ty)
     nan = dropped(topk_ids_ptr, topk_weights_ptr, t, E, K, K_PAD)

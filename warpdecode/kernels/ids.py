@@ -12,7 +12,16 @@ is NaN instead, where no later step can hide it. The guard rides on loads the ke
 no launch and no host sync. ``warpdecode.moe(..., strict=True)`` reads the range back instead and
 raises.
 
-Bytes: the token's K ids and K routing weights once more per program that writes y (from L1/L2).
+Two ways to reach the NaN:
+  the pair (bf16, fp16, fp32 weights; split and fused schedules): the gate/up tile writes the slot's
+      intermediate row as NaN (:func:`poisoned`: the slot's weight, read after its sums), and the
+      down tile, whose weight loads for that slot are masked, multiplies it in: 0 · NaN = NaN in every
+      output of the token. Nothing more is live across the down tile's loop.
+  every other kernel that writes y (the FP8 pair, the grouped schedule, the expert path's combine)
+      re-reads the token's K ids and weights after its sums (:func:`dropped`).
+
+Bytes: one slot's routing weight per gate/up program, or the token's K ids and weights once
+more per program that writes y (from L1/L2).
 """
 
 import triton
@@ -21,10 +30,25 @@ import triton.language as tl
 
 @triton.jit
 def guarded(ids, E):
-    """(e, ok): ``ids`` as int64 expert indices in [0, E), with ok False (and e 0) where an id lies outside."""
+    """(e, ok): ``ids`` as int64, with ok False where an id lies outside [0, E). There e is the id as
+    it is: address memory with e only under a mask that holds ok (a masked lane reads nothing)."""
     e = ids.to(tl.int64)
-    ok = (e >= 0) & (e < E)
+    return e, (e >= 0) & (e < E)
+
+
+@triton.jit
+def clamped(ids, E):
+    """:func:`guarded` with e = 0 where ok is False: for an index used without that mask (a scale's
+    load, a histogram, a gather)."""
+    e, ok = guarded(ids, E)
     return tl.where(ok, e, 0), ok
+
+
+@triton.jit
+def poisoned(ok, topk_weights_ptr, pair):
+    """Whether slot ``pair`` (= t·K + j), whose id's ``ok`` is given, has an id outside [0, E) and a
+    nonzero routing weight (scalar): the weight is read here, after the caller's sums."""
+    return (~ok) & (tl.load(topk_weights_ptr + pair) != 0.0)
 
 
 @triton.jit

@@ -66,7 +66,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .ids import dropped, guarded
+from .ids import clamped, dropped
 
 
 @triton.jit
@@ -125,7 +125,7 @@ def warp_gate_up_fp8_kernel(
     # the pair fastest: programs side by side read the same neuron rows of every pair (shared experts: L2)
     pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
     t = pair // K
-    e, ok = guarded(tl.load(topk_ids_ptr + pair), E)  # outside [0, E): no weights read, a zero row written
+    e, ok = clamped(tl.load(topk_ids_ptr + pair), E)  # outside [0, E): no weights read, a zero row written
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = offs_i < I
     mask_r = mask_i & ok  # rows whose weights are read
@@ -168,7 +168,7 @@ def _down_fp8_tile(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h
     offs_i = i0 + tl.arange(0, BLOCK_I)
     mask = (offs_h < H)[:, None] & (offs_i < I)[None, :]
     offs = offs_h[:, None] * stride_wr + offs_i[None, :]  # within one expert's block: < H·I < 2**31
-    e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + j), E)
+    e, ok = clamped(tl.load(topk_ids_ptr + t.to(tl.int64) * K + j), E)
     return tl.load(w2_ptr + e * stride_we + offs, mask=mask & ok, other=0.0, eviction_policy="evict_first")
 
 
@@ -197,7 +197,7 @@ def _down_fp8_slot(act_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, H, I, 
     mask_s = (offs_h < H)[:, None] & (offs_g < tl.cdiv(I, GROUP_K))[None, :]
     s_offs = (offs_h // GROUP_N)[:, None] * stride_sr + offs_g[None, :] * stride_sc
     pair = t.to(tl.int64) * K + j
-    e, _ = guarded(tl.load(topk_ids_ptr + pair), E)
+    e, _ = clamped(tl.load(topk_ids_ptr + pair), E)
     rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
     a = tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0.0).to(tl.float32) * rw
     s = _scales(w2_scale_ptr + e * stride_se + s_offs, mask_s, E8M0)

@@ -83,7 +83,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .ids import dropped, guarded
+from .ids import guarded, poisoned
 
 #: Whether this Triton release's coalesce pass puts a [rows, K, columns] tile's warps over K (3.8 and
 #: later; 3.6 puts them over rows): such a release needs another form of the down tile (see above).
@@ -150,7 +150,7 @@ def gate_up_slice(cfg: dict) -> int:
 
 @triton.jit
 def _gate_up_tile(
-    x_ptr, w13_ptr, topk_ids_ptr, act_ptr,
+    x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr,
     H, I, E, K, stride_xt, stride_we, stride_wr, stride_at,
     pair,  # which (token, slot): t = pair // K
     pid_i,  # which block of BLOCK_I neurons
@@ -173,7 +173,8 @@ def _gate_up_tile(
     by element into a [BLOCK_I, SUB_H] partial, which is one FMA chain on every release; one sum of
     that partial per step, then the shuffles, as before.
 
-    An id outside [0, E) loads no weights and writes a zero row (``kernels/ids.py``)."""
+    An id outside [0, E) loads no weights and writes a zero row, or a NaN row where its routing
+    weight is not 0: the down tile folds that row into its token (``kernels/ids.py``)."""
     t = pair // K
     e, ok = guarded(tl.load(topk_ids_ptr + pair), E)
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -220,6 +221,7 @@ def _gate_up_tile(
             acc_u += tl.sum(part_u, axis=1)
 
     a = acc_g * tl.sigmoid(acc_g) * acc_u  # SiLU(g)·u in registers
+    a = tl.where(poisoned(ok, topk_weights_ptr, pair), float("nan"), a)
     tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
 
 
@@ -280,9 +282,8 @@ def _down_chunk(
         return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
     else:  # K_FIRST
         offs_k = tl.arange(0, K_PAD)
-        mask_k = offs_k < K
-        e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0), E)
-        mask_k = mask_k & ok
+        # slots past K read as -1: outside [0, E), so ok alone masks them
+        e, mask_k = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=-1), E)
         w_ptrs = (w2_ptr + e[:, None, None] * stride_we + offs_h[None, :, None].to(tl.int64) * stride_wr
                   + offs_i[None, None, :])
         mask = mask_k[:, None, None] & (offs_h < H)[None, :, None] & (offs_i < I)[None, None, :]
@@ -340,7 +341,8 @@ def _down_tile(
     in registers, and summing the accumulator over its columns is the dot product, across the warp.
     With ``PER_SLOT`` or ``K_FIRST`` the first step is taken before the loop, so the loop carries one
     accumulator, never the weight tile (which the compiler carries unpacked, two bf16 in two registers).
-    A token with a slot whose id lies outside [0, E) and whose weight is not 0 gets NaN (``kernels/ids.py``)."""
+    A slot whose id lies outside [0, E) loads zeros; where its weight is not 0 its intermediate row is
+    NaN (``_gate_up_tile``), so its token's outputs are NaN (``kernels/ids.py``)."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     if PER_SLOT:
         acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
@@ -375,7 +377,6 @@ def _down_tile(
             acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
 
     y = tl.sum(acc, axis=1)  # the dot product, across the warp
-    y = tl.where(dropped(topk_ids_ptr, topk_weights_ptr, t, E, K, K_PAD), float("nan"), y)
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
 
 
@@ -389,6 +390,7 @@ def warp_gate_up_kernel(
     x_ptr,  # (T, H) compute dtype
     w13_ptr,  # (E, 2I, H) compute dtype: gate rows [0, I), up rows [I, 2I)
     topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
+    topk_weights_ptr,  # (T, K) fp32: read only by the guard
     act_ptr,  # (T*K, I) fp32 or compute dtype: silu(gate) * up per (token, slot)
     # sizes
     H,
@@ -412,7 +414,7 @@ def warp_gate_up_kernel(
     pid = tl.program_id(0)
     # the pair fastest: programs side by side read the same neuron rows of every pair (shared experts: L2)
     pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
-    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, E, K, stride_xt, stride_we, stride_wr, stride_at,
+    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr, H, I, E, K, stride_xt, stride_we, stride_wr, stride_at,
                   pair, pid_i, BLOCK_I, BLOCK_H, BLOCK_H if SUB_H is None else SUB_H)
 
 
