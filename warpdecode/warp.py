@@ -39,7 +39,8 @@ def warp_gate_up(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=torch.floa
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
     kp.warp_gate_up_kernel[grid](
-        x, w13, topk_ids, topk_weights, act, H, I, w13.shape[0], T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        x, w13, topk_ids, topk_weights, act, H, I, w13.shape[0], T * K, K, x.stride(0), w13.stride(0), w13.stride(1),
+        act.stride(0),
         BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL, SUB_H=kp.gate_up_slice(cfg),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )

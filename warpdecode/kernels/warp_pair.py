@@ -156,6 +156,7 @@ def _gate_up_tile(
     pid_i,  # which block of BLOCK_I neurons
     BLOCK_I: tl.constexpr, BLOCK_H: tl.constexpr,
     SUB_H: tl.constexpr,  # columns of one load: BLOCK_H, or a slice whose products chain into FMAs (below)
+    BAD_BY_BOUND: tl.constexpr = False,  # how a bad id's slot reads nothing: its loop bound, else masks (below)
 ):
     """silu(gate)·up of neurons [pid_i·BLOCK_I, +BLOCK_I) of one (token, slot) pair.
 
@@ -174,12 +175,21 @@ def _gate_up_tile(
     that partial per step, then the shuffles, as before.
 
     An id outside [0, E) loads no weights and writes a zero row, or a NaN row where its routing
-    weight is not 0: the down tile folds that row into its token (``kernels/ids.py``)."""
+    weight is not 0: the down tile folds that row into its token (``kernels/ids.py``). Its weight
+    loads are masked, or with ``BAD_BY_BOUND`` its loop takes no step. Each form is where ptxas
+    keeps its kernel without a spill: the loop bound costs the two-launch pair's tile two registers
+    on Triton 3.6 (66 > 64, so fewer than 32 one-warp programs per SM); the masks spill 12 B in
+    the persistent kernel on Triton 3.9 for sm_80 (fp16)."""
     t = pair // K
     e, ok = guarded(tl.load(topk_ids_ptr + pair), E)
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = offs_i < I
-    mask_r = mask_i & ok  # rows whose weights are read
+    if BAD_BY_BOUND:  # a slot whose id lies outside [0, E) takes no step
+        mask_r = mask_i
+        H_ok = tl.where(ok, H, 0)
+    else:  # ... or takes its steps with every weight load masked
+        mask_r = mask_i & ok  # rows whose weights are read
+        H_ok = H
     offs_h = tl.arange(0, BLOCK_H)
 
     gate_ptrs = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
@@ -189,7 +199,7 @@ def _gate_up_tile(
     acc_g = tl.zeros([BLOCK_I], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_I], dtype=tl.float32)
     if SUB_H == BLOCK_H:
-        for h0 in range(0, H, BLOCK_H):
+        for h0 in range(0, H_ok, BLOCK_H):
             mask_h = (h0 + offs_h) < H
             # x stays in its own dtype until the multiply: an FP32 copy of a 2048-column step holds 64
             # registers per lane, which spills where the compiler sums in-thread products as a tree (3.9)
@@ -205,7 +215,7 @@ def _gate_up_tile(
         gate_rows = w13_ptr + e * stride_we + offs_i[:, None].to(tl.int64) * stride_wr  # [BLOCK_I, 1]
         up_rows = gate_rows + I * stride_wr
         x_row = x_ptr + t.to(tl.int64) * stride_xt
-        for h0 in range(0, H, BLOCK_H):
+        for h0 in range(0, H_ok, BLOCK_H):
             part_g = tl.zeros([BLOCK_I, SUB_H], dtype=tl.float32)
             part_u = tl.zeros([BLOCK_I, SUB_H], dtype=tl.float32)
             for c in tl.static_range(BLOCK_H // SUB_H):
@@ -414,8 +424,8 @@ def warp_gate_up_kernel(
     pid = tl.program_id(0)
     # the pair fastest: programs side by side read the same neuron rows of every pair (shared experts: L2)
     pair, pid_i = pid % NUM_PAIRS, pid // NUM_PAIRS
-    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr, H, I, E, K, stride_xt, stride_we, stride_wr, stride_at,
-                  pair, pid_i, BLOCK_I, BLOCK_H, BLOCK_H if SUB_H is None else SUB_H)
+    _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr, H, I, E, K, stride_xt, stride_we,
+                  stride_wr, stride_at, pair, pid_i, BLOCK_I, BLOCK_H, BLOCK_H if SUB_H is None else SUB_H)
 
 
 @triton.jit(do_not_specialize=["T"])

@@ -97,8 +97,9 @@ def warp_fused_kernel(
     if PHASE != 2:  # gate/up: units of GU_BLOCK_I neurons of one pair, the pair varying fastest
         num_pairs = T * K
         for unit in range(pid, num_pairs * tl.cdiv(I, GU_BLOCK_I), num_programs):
-            _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr, H, I, E, K, stride_xt, stride_w13e, stride_w13r,
-                          stride_at, unit % num_pairs, unit // num_pairs, GU_BLOCK_I, GU_BLOCK_H, GU_BLOCK_H)
+            _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr, H, I, E, K, stride_xt,
+                          stride_w13e, stride_w13r, stride_at, unit % num_pairs, unit // num_pairs, GU_BLOCK_I,
+                          GU_BLOCK_H, GU_BLOCK_H, BAD_BY_BOUND=True)
 
     if PHASE != 1:  # down: units of DN_BLOCK_H outputs of one token, the token varying fastest
         # the first unit's first columns do not depend on the intermediate: load them before waiting
