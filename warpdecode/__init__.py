@@ -3,7 +3,7 @@ path production engines run, and two-kernel warp decode — checked against one 
 
 from . import _runtime  # noqa: F401  first: decides CPU interpreter vs GPU before kernels exist
 from ._runtime import DEFAULT_DEVICE, HAS_GPU, INTERPRET, gpu_name
-from .api import METHODS, crossover, moe, pick_method
+from .api import METHODS, Plan, crossover, explain, moe, pick_method
 from .presets import MODEL_PRESETS, PRESETS, MoEShape, get_preset
 from .quant import experts_from_checkpoint, quantize_experts
 from .reference import reference_moe, rel_error, rounding_floor
@@ -25,7 +25,7 @@ def tune(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None,  # noqa: E741
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_DEVICE", "HAS_GPU", "INTERPRET", "METHODS", "MODEL_PRESETS", "PRESETS", "MoEShape",
-    "crossover", "experts_from_checkpoint", "get_preset", "gpu_name", "moe", "pick_method", "quantize_experts",
-    "reference_moe", "rel_error", "rounding_floor", "route", "tune",
+    "DEFAULT_DEVICE", "HAS_GPU", "INTERPRET", "METHODS", "MODEL_PRESETS", "PRESETS", "MoEShape", "Plan",
+    "crossover", "experts_from_checkpoint", "explain", "get_preset", "gpu_name", "moe", "pick_method",
+    "quantize_experts", "reference_moe", "rel_error", "rounding_floor", "route", "tune",
 ]

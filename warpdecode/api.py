@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from typing import Optional
@@ -14,7 +15,7 @@ from .configs import expected_distinct, load_tuned, shape_key, shares_experts
 from .expert import moe_expert
 from .loop import moe_loop
 from .quant import CLASSES, is_fp8
-from .warp import SCHEDULES, moe_warp
+from .warp import SCHEDULES, moe_warp, schedule_of
 
 METHODS = ("loop", "expert", "warp", "auto")
 
@@ -112,6 +113,62 @@ def crossover(H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None
 
 def pick_method(T: int, H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None = None) -> str:  # noqa: E741
     return "warp" if T <= crossover(H, I, E, K, elem, weights) else "expert"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What :func:`moe` runs for a call, and why (:func:`explain`)."""
+
+    method: str  # "warp", "expert" or "loop"
+    schedule: str | None  # warp decode's: "split", "grouped" or "fused"; None for the other methods
+    T: int
+    crossover: int | None  # auto: the largest T that runs warp decode; None where nothing was weighed
+    reason: str
+
+    def __str__(self) -> str:
+        what = self.method + (f" ({self.schedule} schedule)" if self.schedule else "")
+        return f"T = {self.T}: {what}. {self.reason}"
+
+
+def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedule: str | None = None,
+            deterministic: bool = False, batch_invariant: bool = False) -> Plan:
+    """Which path and schedule ``moe`` takes for these inputs and options, and why, without
+    launching anything: ``print(warpdecode.explain(x, w13, w2, topk_weights, topk_ids))``. The
+    inputs are checked as ``moe`` checks them (their metadata: shapes, dtypes, devices); any tensor
+    of the right shape and dtype serves, a meta tensor too."""
+    d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    fmt = weight_format(w13)
+    elem = x.element_size()
+    crossover_T, reason = None, ""
+    if method == "auto" and not batch_invariant:
+        crossover_T = crossover(d.H, d.I, d.E, d.K, elem, fmt)
+        family = "crossover" if fmt is None else f"crossover_{fmt}"
+        measured = shape_key(d.H, d.I, d.E, d.K) in load_tuned().get(family, {})
+        where = (f"measured on this GPU ({_runtime.gpu_name()}'s tuned table)" if measured else
+                 "the cost model's (api.model_us), whose constants are the NVIDIA H200's"
+                 + (" (no GPU here: the kernels run in Triton's interpreter)" if _runtime.INTERPRET else ""))
+        method = "warp" if d.T <= crossover_T else "expert"
+        reason = (f"auto runs warp decode up to T = {crossover_T} on this layer (H={d.H}, I={d.I}, E={d.E}, "
+                  f"K={d.K}{'' if fmt is None else f', {fmt} FP8 weights'}) and the expert-centric path past it; "
+                  f"that crossover is {where}.")
+    elif method == "auto":
+        method, reason = "warp", "batch_invariant=True runs warp decode's pair with T = 1's tiles at every T."
+    else:
+        reason = f"method={method!r} was asked for."
+    if method != "warp":
+        return Plan(method, None, d.T, crossover_T, reason)
+    if batch_invariant:
+        return Plan("warp", "split", d.T, crossover_T, reason)
+    if fmt is not None:
+        return Plan("warp", "split", d.T, crossover_T, reason + " FP8 weights run the two-kernel pair.")
+    picked = schedule or schedule_of(_warp_config(d, d.T, None))
+    if deterministic and schedule is None and picked == "grouped":
+        return Plan("warp", "split", d.T, crossover_T,
+                    reason + " deterministic=True runs the pair where the grouped schedule would run.")
+    source = "asked for" if schedule else "the launch configuration's (tuned table, or the defaults)"
+    return Plan("warp", picked, d.T, crossover_T, reason + f" The schedule is {source}.")
 
 
 def weight_format(w) -> str | None:
