@@ -116,8 +116,9 @@ def warp_ordered_kernel(
     n_down = T * tl.cdiv(H, DN_BLOCK_H)
     ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed", scope="gpu")
     if ticket < n_gate_up:
-        _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, act_ptr, H, I, IDS_IN_RANGE, K, stride_xt, stride_w13e, stride_w13r,
-                      stride_at, ticket % n_pairs, ticket // n_pairs, GU_BLOCK_I, GU_BLOCK_H, GU_BLOCK_H)
+        _gate_up_tile(x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr, H, I, IDS_IN_RANGE, K, stride_xt,
+                      stride_w13e, stride_w13r, stride_at, ticket % n_pairs, ticket // n_pairs, GU_BLOCK_I, GU_BLOCK_H,
+                      GU_BLOCK_H)
         tl.debug_barrier()  # every warp of this program has issued its stores
         tl.atomic_add(sync_ptr + 1, 1, sem="release", scope="gpu")
     else:

@@ -611,7 +611,8 @@ def pair_chunked(x, w13, w2, topk_ids, topk_weights, gu_cfg: dict, cfg: dict, ou
     b = _buffers(x.device, T, K, H, I, cfg["BLOCK_H"], chunks)
     act = b["act"]
     kp.warp_gate_up_kernel[(T * K * triton.cdiv(I, gu_cfg["BLOCK_I"]),)](
-        x, w13, topk_ids, act, H, I, w13.shape[0], T * K, K, x.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        x, w13, topk_ids, topk_weights, act, H, I, w13.shape[0], T * K, K, x.stride(0), w13.stride(0), w13.stride(1),
+        act.stride(0),
         BLOCK_I=gu_cfg["BLOCK_I"], BLOCK_H=gu_cfg["BLOCK_H"], USE_PDL=wp.USE_PDL,
         num_warps=gu_cfg["num_warps"], num_stages=gu_cfg["num_stages"],
     )

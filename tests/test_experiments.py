@@ -66,7 +66,7 @@ def test_down_runs_time_the_shipped_pair_around_the_candidates(monkeypatch):
     case = experiment.Case(shape, 1, 1001, [], [], 1.0, 1.0, None)
     tuned = warpdecode.configs.warp_config(shape.H, shape.I, shape.E, shape.K, 1)
     calls = []
-    monkeypatch.setattr(wp, "warp_gate_up", lambda x, w13, ids, cfg: ("act", cfg))
+    monkeypatch.setattr(wp, "warp_gate_up", lambda x, w13, ids, tw, cfg: ("act", cfg))
     monkeypatch.setattr(wp, "warp_down", lambda act, w2, ids, tw, cfg, dt: calls.append(("shipped", act, cfg)))
     candidate = lambda act, w2, ids, tw, cfg, dt: calls.append(("candidate", act, cfg))  # noqa: E731
     runs = experiment.down_runs(case, candidate, [{"c": 1}, {"c": 2}], prefix="v ")
