@@ -585,7 +585,7 @@ else:
 # stops paying off as T grows: the pair streams each expert's rows once per token routed to it, and
 # the grouped schedule, which reads them once, pays for the token axis with tensor-core tiles padded
 # to 16 tokens and a combine through atomics. Past the crossover, the expert-centric path's sorted
-# layout wins. Mixtral's T = 1 time depends on what the process ran before (the README's caveats),
+# layout wins. Mixtral's T = 1 time depends on what the process ran before (`docs/results.md`),
 # so its rows in `speed.csv` come from a process of their own.
 #
 # Next: rung 5 ([05_profiling_and_accuracy](05_profiling_and_accuracy.ipynb)) puts every path side

@@ -141,7 +141,7 @@ if stale:
 # (Mixtral's 8 experts at any T > 1), and warp decode then reads an expert's rows once per token
 # routed to it. Rung 4's grouped schedule gives each program of both kernels one expert's rows and
 # every token routed to it, so the rows are read once. The tuner keeps it only where it beats the
-# pair over two routing draws (the README's `schedules` block). Where it runs on the H200, the
+# pair over two routing draws (the `schedules` table of `docs/results.md`). Where it runs on the H200, the
 # tuner's times of both schedules, and the fraction of the ceiling the pair would reach there
 # (against the floor of `speed.csv`'s row at that T, so on its routing draw) beside what the
 # shipped `warp` row reaches:
@@ -251,7 +251,7 @@ assert wd.rel_error(y_grouped, ref) <= ladder.bound("warp") * floor
 # ## The figures, from the data
 #
 # Every figure above is a file under `figures/`, drawn from the CSV by `warpdecode/bench/plots.py`;
-# `python -m warpdecode report` redraws them in place (and rewrites the README's table and the
+# `python -m warpdecode report` redraws them in place (and rewrites the tables of `docs/results.md` and the
 # crossover). Here they are redrawn into a scratch folder, so running the notebook never rewrites
 # tracked files, to check that the CSV in the tree still draws them:
 

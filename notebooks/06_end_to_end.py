@@ -474,7 +474,7 @@ assert all(v == b"\x89PNG\r\n\x1a\n" for v in magic.values())
 #
 # Measured here, and printed from the data rather than typed. The layer speed-up appears twice
 # because it is measured twice: one layer alone in the layer benchmark (`speed.csv`, the number the
-# README's table shows), and the step's MoE layers replayed inside the end-to-end run
+# results table shows), and the step's MoE layers replayed inside the end-to-end run
 # (`e2e_speed.csv`, the number the Amdahl check uses, as it comes from the same process as the
 # step):
 

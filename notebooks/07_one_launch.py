@@ -16,6 +16,10 @@
 # %% [markdown]
 # # 7 · One launch instead of two: what it could reach, and every design that tried
 #
+# **Optional.** This rung is research, not a step of the ladder: skip it on a first reading. It
+# assumes rung 4 (the pair, its launches and its down tile) and rung 5 (the read ceiling, the
+# speed targets).
+#
 # **What this rung adds:** the research that qualifies rung 4. At T = 1 warp decode's pair of
 # kernels stays below the speed target on the small layers, and the obvious suspect is the boundary
 # between the two launches. This rung measures that suspicion: the persistent one-kernel schedule
@@ -61,7 +65,7 @@ print(wd.configs.tuning_note([wd.get_preset(S.preset)]))
 # ## Where the pair stands
 #
 # The target for warp decode at small T is a fraction of the measured read ceiling (`report.BAR`,
-# the README's targets table). At T = 1, from `speed.csv`:
+# the targets table of `docs/results.md`). At T = 1, from `speed.csv`:
 
 # %%
 speed = data.speed_table(GPU)
