@@ -43,7 +43,7 @@ import torch
 import warpdecode as wd
 from warpdecode import emulate as em
 from warpdecode import ladder
-from warpdecode.bench import data, plots, report, sweep  # plots: matplotlib, Agg backend
+from warpdecode.bench import data, report, sweep
 
 S = ladder.SETTINGS
 GPU = ladder.RESULTS_GPU
@@ -257,7 +257,7 @@ assert wd.rel_error(y_grouped, ref) <= ladder.bound("warp") * floor
 
 # %%
 with tempfile.TemporaryDirectory() as scratch:
-    drawn = plots.all_figures(GPU, out=scratch)
+    drawn = report.figures(GPU, out=scratch)
     sizes = {Path(f).name: Path(f).stat().st_size for f in drawn}
     magic = {Path(f).name: Path(f).read_bytes()[:8] for f in drawn}
 print(f"redrawn from results/{data.gpu_folder(GPU)}/: "

@@ -463,7 +463,7 @@ else:
 
 # %%
 with tempfile.TemporaryDirectory() as scratch:
-    drawn = [plots.e2e_speed(GPU, out=scratch), plots.e2e_errors(GPU, out=scratch)]
+    drawn = [plots.e2e_speed(GPU, report.e2e_table(GPU), out=scratch), plots.e2e_errors(GPU, out=scratch)]
     magic = {p.name: p.read_bytes()[:8] for p in drawn}
 print(f"redrawn from results/{data.gpu_folder(GPU)}/: {', '.join(magic)}")
 assert set(magic) <= {p.name for p in data.figures_dir().glob("*.png")}  # each is a file the notebook links

@@ -365,8 +365,8 @@ def _snapshot(root):
 
 
 def _stub_figures(monkeypatch, fail=False):
-    """plots.all_figures, cheap: one small file per call in the folder it is given."""
-    from warpdecode.bench import plots
+    """report.figures, cheap: one small file per call in the folder it is given."""
+    from warpdecode.bench import report
 
     def draw(gpu, *, root=None, out=None):
         if fail:
@@ -375,7 +375,7 @@ def _stub_figures(monkeypatch, fail=False):
         path.write_bytes(b"\x89PNG fake")
         return [path]
 
-    monkeypatch.setattr(plots, "all_figures", draw)
+    monkeypatch.setattr(report, "figures", draw)
 
 
 def test_report_without_data_changes_nothing(tmp_path, monkeypatch):

@@ -98,7 +98,7 @@ def test_e2e_table_by_hand(results):
 
 def test_e2e_speed_figure_draws_the_csv(results, drawn):
     data.merge_write(results / "e2e_speed.csv", _e2e_rows(ctx=64) + _e2e_rows(ctx=512))
-    path = plots.e2e_speed(GPU)
+    path = plots.e2e_speed(GPU, report.e2e_table(GPU))
     assert path == data.figures_dir() / "e2e_speed.png" and path.read_bytes()[:8] == PNG
     (fig, name), = drawn
     ax_tps, ax_floor, ax_up = fig.axes
@@ -139,17 +139,17 @@ def test_e2e_errors_figure_shows_the_latest_run(results, drawn):
     assert not any("loop" in label for label in lines)  # the older run is not mixed in
 
 
-def test_all_figures_adds_the_e2e_figures_only_when_measured(results, monkeypatch):
+def test_figures_adds_the_e2e_figures_only_when_measured(results, monkeypatch):
     for f in ("headline", "fraction_of_ceiling", "stage_breakdown", "accuracy"):  # not under test here
         monkeypatch.setattr(plots, f, lambda gpu, _f=f, **kw: data.figures_dir() / f"{_f}.png")
-    assert [p.name for p in plots.all_figures(GPU)] == ["headline.png", "fraction_of_ceiling.png",
+    assert [p.name for p in report.figures(GPU)] == ["headline.png", "fraction_of_ceiling.png",
                                                         "stage_breakdown.png", "accuracy.png"]
     data.merge_write(results / "e2e_speed.csv", _e2e_rows(ctx=64))
     data.merge_write(results / "e2e_errors.csv", _error_rows(8, ["expert", "warp"]))
-    assert [p.name for p in plots.all_figures(GPU)][-2:] == ["e2e_speed.png", "e2e_errors.png"]
+    assert [p.name for p in report.figures(GPU)][-2:] == ["e2e_speed.png", "e2e_errors.png"]
     assert (data.figures_dir() / "e2e_speed.png").read_bytes()[:8] == PNG
     out = results.parent / "elsewhere"  # out= draws into another folder, the checkout's figures/ untouched
-    assert {p.parent for p in plots.all_figures(GPU, out=out) if p.name.startswith("e2e")} == {out}
+    assert {p.parent for p in report.figures(GPU, out=out) if p.name.startswith("e2e")} == {out}
 
 
 def _layer(preset, T, method, us, frac):
@@ -271,7 +271,7 @@ def test_one_launch_attempts_set_each_design_against_the_pair_of_its_own_runs(re
     assert got[("olmoe-1b-7b", "v16")]["best_us"] / got[("olmoe-1b-7b", "v16")]["pair_us"] == pytest.approx(0.7)
     v4 = got[("qwen3-30b-a3b", "v4")]
     assert (v4["best_us"], v4["pair_us"], v4["bar_us"]) == (6.0, 5.0, pytest.approx(1.0 / 0.85))  # speed.csv floor
-    plots.one_launch_attempts(GPU)
+    plots.one_launch_attempts(GPU, report.one_launch_attempts(GPU))
     (fig, name), = drawn
     assert name == "one_launch_attempts.png"
     widths = sorted(round(p.get_width(), 6) for ax in fig.axes for p in ax.patches)

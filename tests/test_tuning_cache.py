@@ -534,7 +534,7 @@ def test_tune_presets_still_writes_the_shipped_table(fake_gpu, tables):
 
 
 def test_crossover_of_stops_at_the_first_t_warp_decode_loses():
-    from warpdecode.bench.report import crossover_of
+    from warpdecode.configs import crossover_of
 
     def ev(*pairs):
         return {str(T): {"warp_us": w, "expert_us": e} for T, (w, e) in zip([1, 2, 4, 8], pairs, strict=False)}
@@ -549,14 +549,14 @@ def test_crossover_of_stops_at_the_first_t_warp_decode_loses():
 @pytest.mark.gpu
 def test_time_crossover_times_both_paths_with_the_cached_configs(tmp_path, monkeypatch):
     """On the GPU, the real timing: both paths at each T, per layer call, and the crossover from them."""
-    from warpdecode.bench import report, tune
+    from warpdecode.bench import tune
 
     monkeypatch.setenv("WARPDECODE_CACHE_DIR", str(tmp_path))
     shape = tune.shape_of(1024, 512, 16, 4)
     xo, evidence = tune.time_crossover(shape, [1, 8], configs.cache_file(), reps=5, log=lambda *a: None)
     assert set(evidence) == {"1", "8"}
     assert all(t["warp_us"] > 0 and t["expert_us"] > 0 for t in evidence.values())
-    assert xo == report.crossover_of(evidence) and xo in (0, 1, 8)
+    assert xo == configs.crossover_of(evidence) and xo in (0, 1, 8)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -171,6 +171,16 @@ def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedul
     return Plan("warp", picked, d.T, crossover_T, reason + f" The schedule is {source}.")
 
 
+def _tune_on_first_sight(*args, **kwargs):
+    """configs.tuner: the tuner, imported with the first shape autotune meets."""
+    from .bench import tune
+
+    return tune.autotune_shape(*args, **kwargs)
+
+
+configs.tuner = _tune_on_first_sight
+
+
 def weight_format(w) -> str | None:
     """None for a plain weight tensor, else the FP8 format of ``warpdecode.quant`` weights."""
     return w.FORMAT if is_fp8(w) else None

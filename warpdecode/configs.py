@@ -557,12 +557,19 @@ def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # n
                for f in ("warp", "expert"))
 
 
+#: What tunes a layer shape on first sight: ``tuner(H, I, E, K, bucket, dtype=...)`` measures it at
+#: that token bucket and writes it to the user's cache. This module imports no tuner: ``warpdecode.api``
+#: sets it (``warpdecode.bench.tune.autotune_shape``, imported with the first shape it tunes).
+tuner = None
+
+
 def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> bool:  # noqa: E741
     """With :func:`autotune` on: tune warp decode and the expert path for this shape at T's
-    bucket where :func:`needs_tuning`, and write the result to the user's cache. Inside CUDA-graph
-    capture it tunes nothing (the defaults run) and warns once per shape; in the CPU interpreter,
-    or off a CUDA device, it does nothing. Returns whether it tuned."""
-    if not _autotune or _runtime.INTERPRET or getattr(device, "type", device) != "cuda":
+    bucket where :func:`needs_tuning`, through :data:`tuner`, which writes the result to the user's
+    cache. Inside CUDA-graph capture it tunes nothing (the defaults run) and warns once per shape;
+    in the CPU interpreter, off a CUDA device or without a tuner it does nothing. Returns whether
+    it tuned."""
+    if not _autotune or tuner is None or _runtime.INTERPRET or getattr(device, "type", device) != "cuda":
         return False
     import torch
 
@@ -581,10 +588,22 @@ def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> boo
                           stacklevel=3)
         return False
     _autotune_seen.add((gpu, key, tb))
-    from .bench import tune
-
-    tune.autotune_shape(H, I, E, K, tb, dtype=dtype)
+    tuner(H, I, E, K, tb, dtype=dtype)
     return True
+
+
+def crossover_of(evidence: dict) -> int:
+    """The largest T up to which warp decode is no slower than the expert path at every measured
+    T; ``evidence`` is ``{"T": {"warp_us": …, "expert_us": …}}`` (a time of None: that path failed
+    there, counted as slower). 0 where the expert path wins from T = 1. The rule of every measured
+    crossover: the tuner's and the benchmarks' (``python -m warpdecode report``)."""
+    best = 0
+    for T in sorted(evidence, key=int):
+        warp, expert = evidence[T]["warp_us"], evidence[T]["expert_us"]
+        if warp is None or (expert is not None and warp > expert):
+            break
+        best = int(T)
+    return best
 
 
 def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None = None) -> dict:  # noqa: E741

@@ -138,13 +138,12 @@ def accuracy(gpu: str, *, root=None, out=None):
     return _save(fig, "accuracy.png", root, out)
 
 
-def one_launch_attempts(gpu: str, presets=("qwen3-30b-a3b", "olmoe-1b-7b"), T: int = 1, *, root=None, out=None):
+def one_launch_attempts(gpu: str, rows: list[dict], presets=("qwen3-30b-a3b", "olmoe-1b-7b"), T: int = 1, *,
+                        root=None, out=None):
     """Each design that put warp decode's phases into one launch or overlapped them more, its best
-    time over the shipped pair's in the same runs (``report.one_launch_attempts``), with the time
-    the 85 % bar asks for on the same scale. None (nothing drawn) where a preset has no such rows."""
-    from .report import one_launch_attempts as rows_of
-
-    rows = rows_of(gpu, T, root)
+    time over the shipped pair's in the same runs (``rows``: ``report.one_launch_attempts`` at T),
+    with the time the 85 % bar asks for on the same scale. None (nothing drawn) where a preset has
+    no such rows."""
     if not all(any(r["preset"] == p for r in rows) for p in presets):
         return None
     versions = list(dict.fromkeys(r["version"] for r in rows if r["preset"] in presets))[::-1]
@@ -184,14 +183,13 @@ def _run_caption(row):
 CTX_LINES = ["-", "--", ":", "-."]
 
 
-def e2e_speed(gpu: str, model: str | None = None, *, root=None, out=None):
+def e2e_speed(gpu: str, steps: list[dict], model: str | None = None, *, root=None, out=None):
     """Whole decode steps (e2e_speed.csv) of the model measured last (of ``model``, if given, with
     the number of layers it was last measured with): tokens/s and fraction of the
     step's byte floor against T, per method and context length; then warp decode's speed-up over
     the expert-centric path for one MoE layer (speed.csv), for the whole step, and as Amdahl
-    predicts it from the MoE layers' share of the step (``report.e2e_table``)."""
+    predicts it from the MoE layers' share of the step (``steps``: ``report.e2e_table``)."""
     from ..model import MODELS
-    from .report import e2e_table
 
     table = data.e2e_speed_table(gpu, root=root)
     last = [r for r in data.read(data.gpu_dir(gpu, root) / "e2e_speed.csv") if model in (None, r["model"])][-1]
@@ -207,7 +205,7 @@ def e2e_speed(gpu: str, model: str | None = None, *, root=None, out=None):
                   "label": f"{STYLE[m]['label']}, ctx {ctx}"}
             ax_tps.plot([t for t, _ in pts], [r["tokens_per_s"] for _, r in pts], **st)
             ax_floor.plot([t for t, _ in pts], [100 * r["frac_floor"] for _, r in pts], **st)
-    rows = [r for r in e2e_table(gpu, root=root) if (r["model"], r["layers"]) == (model, layers)]
+    rows = [r for r in steps if (r["model"], r["layers"]) == (model, layers)]
     preset = MODELS[model].moe.name if model in MODELS else model
     layer = data.speed_table(gpu, root).get(preset, {})
     Tmax = max(T for ctx in ctxs for pts in table[(model, layers, ctx)].values() for T in pts)
@@ -283,17 +281,3 @@ def _save(fig, name, root=None, out=None):
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def all_figures(gpu: str, *, root=None, out=None):
-    """Every figure whose CSV is there (the end-to-end ones only once ``python -m warpdecode e2e`` ran)."""
-    root = data.checkout(root)
-    kw = dict(root=root, out=out)
-    figs = [headline(gpu, **kw), fraction_of_ceiling(gpu, **kw), stage_breakdown(gpu, **kw), accuracy(gpu, **kw)]
-    if (attempts := one_launch_attempts(gpu, **kw)) is not None:
-        figs.append(attempts)
-    if data.e2e_speed_table(gpu, root=root):
-        figs.append(e2e_speed(gpu, **kw))
-    if data.e2e_errors_run(gpu, root=root):
-        figs.append(e2e_errors(gpu, **kw))
-    return figs

@@ -17,7 +17,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from ..configs import shape_key, tuned_file
+from ..configs import crossover_of, shape_key, tuned_file
 from ..presets import MODEL_PRESETS, get_preset
 from ..warp import SCHEDULES, schedule_of
 from . import data
@@ -48,19 +48,6 @@ def crossover_table(gpu: str, root: Root = None) -> dict:
         evidence[key] = {str(T): {"warp_us": warp[T]["median_us"], "expert_us": expert[T]["median_us"]} for T in Ts}
         table[key] = crossover_of(evidence[key])
     return {"crossover": table, "crossover_evidence": evidence}
-
-
-def crossover_of(evidence: dict) -> int:
-    """The largest T up to which warp decode is no slower than the expert path at every measured
-    T; ``evidence`` is ``{"T": {"warp_us": …, "expert_us": …}}`` (a time of None: that path failed
-    there, counted as slower). 0 where the expert path wins from T = 1."""
-    best = 0
-    for T in sorted(evidence, key=int):
-        warp, expert = evidence[T]["warp_us"], evidence[T]["expert_us"]
-        if warp is None or (expert is not None and warp > expert):
-            break
-        best = int(T)
-    return best
 
 
 def _with_crossover(gpu: str, root: Root = None) -> tuple[Path, dict, str]:
@@ -589,6 +576,24 @@ def require_data(gpu: str, root: Root = None, needed=REQUIRED) -> None:
                      "with --gpu), or run `python -m warpdecode bench` on that GPU first.")
 
 
+def figures(gpu: str, *, root: Root = None, out=None) -> list[Path]:
+    """Draw every figure whose CSV is there (``warpdecode.bench.plots``, from the tables here; the
+    end-to-end ones only once ``python -m warpdecode e2e`` ran) into ``figures/``, or ``out``."""
+    from . import plots  # matplotlib: the `notebooks` extra
+
+    root = data.checkout(root)
+    kw = dict(root=root, out=out)
+    drawn = [plots.headline(gpu, **kw), plots.fraction_of_ceiling(gpu, **kw), plots.stage_breakdown(gpu, **kw),
+             plots.accuracy(gpu, **kw)]
+    if (attempts := plots.one_launch_attempts(gpu, one_launch_attempts(gpu, root=root), **kw)) is not None:
+        drawn.append(attempts)
+    if data.e2e_speed_table(gpu, root=root):
+        drawn.append(plots.e2e_speed(gpu, e2e_table(gpu, root=root), **kw))
+    if data.e2e_errors_run(gpu, root=root):
+        drawn.append(plots.e2e_errors(gpu, **kw))
+    return drawn
+
+
 def readme_blocks(gpu: str, root: Root = None) -> dict[str, tuple[str, str] | None]:
     """The generated blocks of README.md and docs/results.md, as {name: (markdown, what it is
     generated from)}; None for a block there is nothing to fill with (no tuned table for the
@@ -645,13 +650,13 @@ def main(gpu: str = "NVIDIA H200", root: Root = None, *, dry_run: bool = False, 
 
     with tempfile.TemporaryDirectory() as scratch:
         try:
-            from . import plots
+            from . import plots  # noqa: F401  (figures draws with it)
         except ImportError as e:  # matplotlib is an extra
             log(f"figures skipped: {e}")
         else:
-            figures = data.figures_dir(root)
-            for drawn in plots.all_figures(gpu, root=root, out=Path(scratch)):
-                writes.append((figures / Path(drawn).name, Path(drawn).read_bytes(), "a figure"))
+            folder = data.figures_dir(root)
+            for drawn in figures(gpu, root=root, out=Path(scratch)):
+                writes.append((folder / Path(drawn).name, Path(drawn).read_bytes(), "a figure"))
 
         log(targets_table(gpu, root))
         written = []

@@ -28,7 +28,7 @@ import triton
 from .. import _runtime, configs
 from .. import expert as ex
 from .. import warp as wp
-from ..configs import cache_file, default_grouped_down, shape_key, tuned_file
+from ..configs import cache_file, crossover_of, default_grouped_down, shape_key, tuned_file
 from ..kernels import expert as kx
 from ..kernels import warp_grouped as kg
 from ..kernels import warp_pair as kp
@@ -584,8 +584,7 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
 def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
     """(crossover, evidence): warp decode and the expert path, each as ``moe`` runs them with the
     configs in ``path`` (the table just written; the shipped one is not read unless ``path`` is it),
-    at each T in ``Ts``; the crossover by :func:`warpdecode.bench.report.crossover_of`."""
-    from .report import crossover_of
+    at each T in ``Ts``; the crossover by :func:`warpdecode.configs.crossover_of`."""
 
     shipped = path == tuned_file()
     L, w13s, w2s = _layer_copies(shape)
