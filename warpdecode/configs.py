@@ -366,15 +366,9 @@ def merge_tables(*tables_in_order: dict) -> dict:
     return out
 
 
-#: Families whose entries hold only on the Triton release they were tuned on: warp decode's
-#: kernels compile to a different form on another release (``kernels/warp_pair.down_form``, the
-#: gate/up slices), and ``auto``'s crossover weighs those kernels' times. Measured on the H200 with
-#: Triton 3.8 (``experiments/results/NVIDIA_H200/defaults_triton38.csv``): the 3.6-tuned warp entries
-#: ran 0.94–1.39× the time of the defaults (Mixtral T = 2: 400 against 287 µs), the 3.6-tuned expert
-#: tiles 0.92–1.03× it; the 3.6-measured crossover kept warp decode at T = 8 where it took 1.06× the
-#: expert path's time (Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B), where the cost model (what runs in its
-#: place) ran within 4 % of the faster path on every row. A table says its release in
-#: ``"triton"``; on another release these families are left out: the defaults and the model run.
+#: Families whose entries hold only on the Triton release they were tuned on (a table names it in
+#: ``"triton"``; elsewhere the defaults and the cost model run): warp decode compiles to another form
+#: on another release. Data: ``defaults_triton38.csv`` (docs/design.md, "Launch configuration rules").
 RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8", "crossover", "crossover_evidence",
                  "crossover_block128", "crossover_mxfp8")
 
@@ -630,46 +624,31 @@ def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None =
 
 
 def gate_up_columns(H: int) -> int:
-    """Columns per step of the default gate/up tile: one warp, one neuron, each step's products
-    summed across the warp at once (the H200 tuner's tile in every bucket).
+    """Columns per step of the default gate/up tile (one warp, one neuron).
 
-    Where the compiler chains a lane's products into FMAs (Triton 3.6), 1024 or 2048 columns (four
-    or eight 16-byte loads per lane per row), whichever leaves fewer masked columns in the last
-    step, the larger on a tie: the tuner's pick at T = 1 on all six presets. Where it sums them as a
-    tree (Triton ≥ 3.8, ``warp_pair.TREE_SUMS``) a 2048-column step is loaded in slices, each
-    slice's loads between the products of the last (69 registers, 28 programs per SM), so 512: 16
-    columns per lane, every load of the step issued before its products, 32 programs per SM.
-    Measured on the H200 with 3.8 (``experiments/defaults.py --version gate_up``, ten layer shapes,
-    T = 1, 4, 8): 1 × 512 within 1.078× of the best of six tiles, 1 × 2048 up to 1.139×."""
+    Rule: 1024 or 2048, whichever leaves fewer masked columns in the last step; 512 where the
+    compiler sums a lane's products as a tree (``warp_pair.TREE_SUMS``, Triton ≥ 3.8), so that every
+    load of a step is issued before its products. Data: the H200 tuner's T = 1 picks (3.6),
+    ``gate_up_defaults_triton38.csv`` (3.8); docs/design.md, "Launch configuration rules"."""
     if warp_pair.TREE_SUMS:
         return 512
     return min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
 
 
-#: The bytes of weight rows the down kernel's whole grid must have in flight to hold the read ceiling
-#: (Little's law: an H200's read ceiling times a loaded HBM latency near 1.5 µs). Its first step
-#: loads H·K rows × BLOCK_I columns; at 256 columns of bf16, deepseek-v2-lite's 6.3 MB fell short
-#: (1.10-1.12× the best tile at T = 1-4) and Qwen3-30B-A3B's and OLMoE's 8.4 MB did not
-#: (``experiments/results/NVIDIA_H200/down_defaults.csv``, ``experiments/defaults.py --version down``).
+#: The bytes of weight rows the down kernel's grid must have in flight to hold the read ceiling
+#: (Little's law: the read ceiling times a loaded HBM latency near 1.5 µs). Data: ``down_defaults.csv``.
 DOWN_IN_FLIGHT = 7e6
 
 
 def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The down kernel's tile where no tuned one exists: one hidden output per warp, all K experts'
-    rows in flight, four warps over 256 columns; with few experts per token (K ≤ 4) and long rows
-    two warps over 512, so that each thread still has as many bytes in flight (the tuner's picks
-    for Mixtral, gpt-oss-20b and dbrx); where the grid's first step would hold less than
-    :data:`DOWN_IN_FLIGHT` (few rows: small H·K), 512 columns on four warps, twice the bytes per
-    step. Over the ten shapes of ``down_defaults.csv`` at T = 1, 2, 4 this rule is within 5.3 % of
-    the best of seven tiles everywhere (the single tile 4×256 on four warps: 22 %).
+    """The down kernel's tile where no tuned one exists (one hidden output per warp).
 
-    Where the release runs the k-first tile (``warp_pair.K_FIRST``, Triton ≥ 3.8), the 512-column
-    tiles are 8 rows on 8 warps, one row per warp: 8 × 512 on 4 warps holds 512 B of a step per
-    thread at K = 6 or 8, past ``K_FIRST_MAX_BYTES_PER_THREAD``, and runs per slot. Measured on the
-    H200 with 3.8 (``down_defaults_triton38.csv``, T = 1, 2, 4): over the rows where these tiles run
-    the pair, 8 × 512 on 8 warps within 1.055× of the best of seven tiles; where the 3.6 rule takes
-    them, 4 × 512 on 2 warps up to 1.068× (Qwen1.5-MoE T = 1) and 8 × 512 on 4 warps 1.085-1.094×
-    (deepseek-v2-lite)."""
+    Rule: 4 rows × 256 columns on four warps; 512 columns where each thread would otherwise hold too
+    few bytes in flight: few experts per token with long rows (K ≤ 4, I ≥ 1024: two warps), or a
+    first step under :data:`DOWN_IN_FLIGHT` (four warps). Where the release runs the k-first tile
+    (``warp_pair.K_FIRST``) the 512-column tiles are 8 rows on 8 warps, within the k-first tile's
+    bytes per thread. Data: ``down_defaults.csv``, ``down_defaults_triton38.csv``; docs/design.md,
+    "Launch configuration rules"."""
     wide = ({"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 8, "num_stages": 1} if warp_pair.K_FIRST else None)
     if K <= 4 and I >= 1024:
         return wide or {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1}
@@ -680,16 +659,7 @@ def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
 
 def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dict:  # noqa: E741
     """Launch configuration of warp decode's FP8-weight pair (``kernels/warp_fp8.py``): the tuned
-    table's ``warp_<format>`` entry, else the rule below. One 16-byte load is 16 e4m3, so a warp
-    spans 512 columns. The FP8 pair issues about as many instructions per weight byte as the SMs
-    can issue at full read speed with one row per program (``experiments/fp8_warp.py --version
-    count``), and rows per program share the activation's and the addresses' instructions: the
-    gate/up tile is 4 rows of up to 1024 columns on one warp (4 KB of weights a step, the bf16
-    tile's bytes); the down tile 8 rows of 512 columns on 4 warps, or, where few experts share
-    long rows (K ≤ 4, I ≥ 2048), 4 rows of 1024 on 2. Measured on the H200 (``fp8_tiles.csv``,
-    block128, T = 1, 2, 4, 8 on Qwen3-30B-A3B, OLMoE, Mixtral): that gate/up tile takes
-    0.82–0.96× the one-row tile's time (Mixtral T = 8: 1.06×), that down tile 0.92–1.0× the
-    4-row one's at K = 8. Every step is whole scale groups (128 or 32 columns)."""
+    table's ``warp_<format>`` entry, else :func:`default_warp_fp8`."""
     tuned = _lookup(f"warp_{weights}", H, I, E, K, T)
     if tuned:
         return tuned
@@ -700,7 +670,13 @@ def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dic
 
 
 def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The FP8 pair's tiles on a GPU where no tuned one exists (:func:`warp_fp8_config`'s rule)."""
+    """The FP8 pair's tiles on a GPU where no tuned one exists.
+
+    Rule: several rows per program, which share the activation's and the addresses' instructions
+    (the pair is bound by instructions per weight byte): gate/up 4 rows of up to 1024 columns on one
+    warp, down 8 rows of 512 on four warps, or 4 of 1024 on two where few experts share long rows
+    (K ≤ 4, I ≥ 2048); every step whole scale groups. Data: ``fp8_tiles.csv``; docs/design.md,
+    "Launch configuration rules"."""
     return {
         "gate_up": {"BLOCK_I": 4, "BLOCK_H": max(128, min(1024, triton.next_power_of_2(H))), "num_warps": 1,
                     "num_stages": 1},
@@ -709,14 +685,9 @@ def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
     }
 
 
-#: The sharing past which the grouped schedule reads fewer bytes than the pair by enough to win:
-#: between the largest (T·K) / distinct-experts ratio where the pair won (1.21: gpt-oss-20b and
-#: OLMoE at T = 4) and the smallest where the grouped schedule won (1.24: Qwen3-235B at T = 8), in
-#: the H200 tuner's schedule choices over the six presets (tuned/NVIDIA_H200.json). Where the
-#: release runs the k-first down tile (Triton ≥ 3.8) the pair is faster, and the 3.8 tuner kept it
-#: at 1.24 on both Qwen3 layers (the grouped schedule 1.073× the pair at Qwen3-30B-A3B T = 8); its
-#: smallest ratio where the grouped schedule won is 1.255 (DeepSeek-V3 T = 16), over the ten layer
-#: shapes (``experiments/results/NVIDIA_H200/tuned_shapes_cache_triton38.json``): 1.25 there.
+#: The sharing, (T·K) over the distinct experts named, past which the grouped schedule wins: between
+#: the tuner's last pair win and first grouped win, per down-tile form (the k-first pair is faster).
+#: Data: ``tuned/NVIDIA_H200.json``, ``tuned_shapes_cache_triton38.json``; docs/design.md.
 GROUPED_SHARING_3D, GROUPED_SHARING_K_FIRST = 1.23, 1.25
 GROUPED_SHARING = GROUPED_SHARING_K_FIRST if warp_pair.K_FIRST else GROUPED_SHARING_3D
 
