@@ -36,13 +36,10 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from .api import run_auto
-from .expert import moe_expert
-from .loop import moe_loop
+from . import api
 from .presets import PRESETS, MoEShape
 from .reference import reference_moe
 from .routing import route
-from .warp import moe_warp
 
 
 @dataclass(frozen=True)
@@ -72,9 +69,11 @@ MODELS = {
     ]
 }
 
-MOE_METHODS = {"loop": moe_loop, "expert": moe_expert, "warp": moe_warp, "auto": run_auto,
-               # the expert path with FP8 activations: with FP8 weights (warpdecode.quant), the w8a8 form
-               "expert_fp8": partial(moe_expert, act_format="fp8")}
+#: Each MoE method as the model calls it: ``warpdecode.moe``, the call users make (its checks and
+#: dispatch included in every timing of a step or of its MoE layers).
+MOE_METHODS = {m: partial(api.moe, method=m) for m in api.METHODS} | {
+    # the expert path with FP8 activations: with FP8 weights (warpdecode.quant), the w8a8 form
+    "expert_fp8": partial(api.moe, method="expert", act_format="fp8")}
 
 
 def _rms(x, w, eps):

@@ -136,6 +136,14 @@ def _moe(method, **options):
     return lambda x, w13, w2, tw, ids: api.moe(x, w13, w2, tw, ids, method=method, **options)
 
 
+def _moe_on_defaults(method, **options):
+    """:func:`_moe` with every table switched off: the launch configurations the rules give."""
+    def call(x, w13, w2, tw, ids):
+        with configs.tables(shipped=False, cache=False):
+            return api.moe(x, w13, w2, tw, ids, method=method, **options)
+    return call
+
+
 #: The auto phase's public methods and their bare kernels.
 PUBLIC = {"warp": moe_warp, "expert": moe_expert, "auto": run_auto}
 
@@ -267,11 +275,11 @@ def _speed_preset(shape, phase, reps, ceiling, info):
             inputs = make_inputs(shape, T, n8, seed=1000 + T)
             i0 = inputs[0]
             ref = reference_moe(i0.x, *bf16[0], i0.topk_weights, i0.topk_ids)
-            row(T, "warp", "bf16", "tuned", moe_warp, bf16, inputs[:n16], bf16_bytes(shape, i0), ref)
+            row(T, "warp", "bf16", "tuned", _moe("warp"), bf16, inputs[:n16], bf16_bytes(shape, i0), ref)
             for f in formats:
-                with configs.tables(shipped=False, cache=False):  # the rule's tiles, whatever a table holds
-                    default = configs.warp_config(shape.H, shape.I, shape.E, shape.K, T, weights=f)
-                runs = [("warp", "default", partial(moe_warp, config=default))]
+                # the public call on the rules' tiles, whatever a table holds; the searched tiles are a tile
+                # search's row, so the bare launcher with that configuration
+                runs = [("warp", "default", _moe_on_defaults("warp"))]
                 if searched is not None:
                     runs.append(("warp", "searched", partial(moe_warp, config=searched)))
                 timed(T, f, runs, inputs)
@@ -291,7 +299,7 @@ def accuracy(presets, *, Ts=(1, 8, 64), csv_path: Path, formats=quant.FORMATS, d
     """Error over floor of each path on FP8 weights (module doc), one row per (preset, T, format, method)."""
     info = meta()
     rows = []
-    methods = {"warp": moe_warp, "expert": moe_expert, "expert_w8a8": partial(moe_expert, act_format="fp8")}
+    methods = {"warp": _moe("warp"), "expert": _moe("expert"), "expert_w8a8": _moe("expert", act_format="fp8")}
     for name in presets:
         if time.monotonic() > deadline:
             print(f"SKIP {name}: out of time")
@@ -307,7 +315,7 @@ def accuracy(presets, *, Ts=(1, 8, 64), csv_path: Path, formats=quant.FORMATS, d
                 ti32 = ti.to(torch.int32)
                 ref16 = reference_moe(x, w13, w2, tw, ti)
                 floor16 = rounding_floor(ref16, torch.bfloat16)
-                err = rel_error(moe_warp(x, w13, w2, tw, ti32), ref16)
+                err = rel_error(api.moe(x, w13, w2, tw, ti32, method="warp"), ref16)
                 part.append(_acc_row(shape, T, "bf16", "warp", err, floor16, math.nan, info, vs_bf16=err))
                 for f in formats:
                     q13, q2 = quant.quantize_experts(w13, w2, f)
