@@ -280,7 +280,7 @@ print(f"- designs faster than the pair in their own runs by more than 1 %: {len(
 # %% [markdown]
 # The pair stays: no design that put both phases in one launch, or moved more of the down phase
 # into the gate/up phase's time, measured faster than it beyond noise, and the bounds say how little
-# room any such design has on this GPU. The README's caveats state the target this leaves unmet.
+# room any such design has on this GPU. `docs/results.md` states the target this leaves unmet.
 #
 # Back to the ladder: [04_warp_decode](04_warp_decode.ipynb) teaches the pair and the grouped schedule
 # this rung measures against.

@@ -354,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--reps", type=int, default=100, help="CUDA-graph replays per timing (default 100; GPU only)")
     c.set_defaults(fn=cmd_compare)
 
-    b = sub.add_parser("bench", help="the README's sweeps (speed, stages, accuracy) to results/<GPU>/*.csv",
+    b = sub.add_parser("bench", help="the published sweeps (speed, stages, accuracy) to results/<GPU>/*.csv",
                        description="Benchmark sweeps to tidy CSV in <checkout>/results/<GPU>/ (or --out). On a GPU "
                                    "each preset runs in a process of its own. Without a GPU: the accuracy sweep on "
                                    f"the {CPU_PRESET!r} preset only, written only with --out; the options that only "
@@ -463,10 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--root", help=root_help)
     e.set_defaults(fn=cmd_e2e)
 
-    r = sub.add_parser("report", help="regenerate the crossover, the README's tables and figures from the CSV",
+    r = sub.add_parser("report", help="regenerate the crossover, the published tables and the figures from the CSV",
                        description="From <checkout>/results/<GPU>/*.csv: the auto crossover into "
-                                   "warpdecode/tuned/<GPU>.json, the README's generated blocks (results, accuracy, "
-                                   "targets, schedules, generate) and figures/*.png. Computes everything first and "
+                                   "warpdecode/tuned/<GPU>.json, the generated blocks of README.md and "
+                                   "docs/results.md (headline, results, accuracy, targets, schedules, generate, "
+                                   "defaults) and figures/*.png. Computes everything first and "
                                    "names each file it writes; with no data for the GPU it writes nothing and exits "
                                    "non-zero.")
     r.add_argument("--gpu", default=None, help="results of which GPU (default: this one, else NVIDIA H200)")

@@ -1,6 +1,6 @@
 """Everything derived from a checkout's CSV under ``results/<GPU>/``: the ``auto`` crossover table
-(into ``warpdecode/tuned/<GPU>.json``), the README's generated blocks and the figures. Nothing here
-measures; rerun it after any benchmark:
+(into ``warpdecode/tuned/<GPU>.json``), the generated blocks of README.md and docs/results.md, and
+the figures. Nothing here measures; rerun it after any benchmark:
 
     python -m warpdecode report [--root CHECKOUT] [--gpu NAME]     # all three
 
@@ -455,7 +455,7 @@ def generate_table(gpu: str, root: Root = None) -> str | None:
     return "\n".join(lines)
 
 
-#: The defaults reports (``experiments/defaults.py``) the README's defaults block summarizes, one per
+#: The defaults reports (``experiments/defaults.py``) the defaults block of docs/results.md summarizes, one per
 #: Triton release: each a list of ``experiments/results/<GPU>/`` files, a later file's rows replacing
 #: an earlier one's of the same shape, T, method and tables (a rerun of some rows).
 DEFAULTS_REPORTS = (("defaults.csv", "defaults_t256.csv"), ("defaults_triton38_tuned.csv",))
