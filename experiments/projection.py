@@ -3,7 +3,7 @@
     python experiments/projection.py [--bandwidth-TBps 8.0] [--T 1 2 4 8 16 32 64 128 256]
 
 A projection, stated as one. Each measured row of ``results/NVIDIA_H200/speed.csv`` (warp decode,
-the expert path, ``auto``) is split into a fixed part, the launches' cost at ``api.LAUNCH_US`` each
+the expert path, ``auto``) is split into a fixed part, the launches' cost at ``costmodel.LAUNCH_US`` each
 (the intercept of time against bytes in ``small_reads.csv``), and a part that moves bytes. The
 fixed part stays; the byte part scales by the ratio of the two GPUs' read ceilings: the H200's as
 that run measured it (``ceiling_TBps``), the B200's as its HBM3e peak (8 TB/s) times the fraction of
@@ -28,13 +28,13 @@ import argparse
 import csv
 from pathlib import Path
 
-from warpdecode import api
+from warpdecode import costmodel
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 H200_PEAK_TBPS = 4.8  # the H200's HBM3e peak (NVIDIA's data sheet)
 B200_PEAK_TBPS = 8.0  # the B200's HBM3e peak (NVIDIA's data sheet)
-LAUNCHES = {"warp": api.WARP_LAUNCHES, "expert": api.EXPERT_LAUNCHES}
+LAUNCHES = {"warp": costmodel.WARP_LAUNCHES, "expert": costmodel.EXPERT_LAUNCHES}
 
 
 def project(rows: list[dict], b200_peak: float) -> list[dict]:
@@ -45,7 +45,7 @@ def project(rows: list[dict], b200_peak: float) -> list[dict]:
             continue
         us, ceiling = float(r["median_us"]), float(r["ceiling_TBps"])
         launches = LAUNCHES.get(method, min(LAUNCHES.values()))
-        fixed = min(us, launches * api.LAUNCH_US)
+        fixed = min(us, launches * costmodel.LAUNCH_US)
         b200_ceiling = b200_peak * ceiling / H200_PEAK_TBPS
         projected = fixed + (us - fixed) * ceiling / b200_ceiling
         floor = int(r["bytes"]) / (b200_ceiling * 1e6)

@@ -109,7 +109,7 @@ assert derived == stored  # the tuned table holds what the CSV says
 
 # %% [markdown]
 # On the H200, `warpdecode.crossover(H, I, E, K)` returns these values. Anywhere else, with no table
-# for that GPU or shape, it returns what a cost model predicts (`api.model_crossover`: distinct experts
+# for that GPU or shape, it returns what a cost model predicts (`warpdecode.costmodel`: distinct experts
 # read, bytes each path moves, launches), a prediction rather than a measurement.
 #
 # `auto` runs the same kernels as the path it picks, so its time should match that path's. A row

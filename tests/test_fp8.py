@@ -16,7 +16,7 @@ import triton.language as tl
 from moecases import Case, make_inputs, run_poisoned
 
 import warpdecode as wd
-from warpdecode import api, quant, warp
+from warpdecode import api, costmodel, quant, warp
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_fp8 as k8
 
@@ -281,10 +281,10 @@ def test_auto_counts_one_byte_weights():
     with the bytes, so the modelled crossover does not move below the bf16 one."""
     for shape in wd.PRESETS.values():
         s = (shape.H, shape.I, shape.E, shape.K)
-        warp_bf16, expert_bf16 = api.model_us(*s, 1)
-        warp_fp8, expert_fp8 = api.model_us(*s, 1, w_elem=1)
+        warp_bf16, expert_bf16 = costmodel.model_us(*s, 1)
+        warp_fp8, expert_fp8 = costmodel.model_us(*s, 1, w_elem=1)
         assert warp_fp8 < warp_bf16 and expert_fp8 < expert_bf16
-        assert api.model_crossover(*s, 2, 1) >= api.model_crossover(*s, 2)
+        assert costmodel.model_crossover(*s, 2, 1) >= costmodel.model_crossover(*s, 2)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

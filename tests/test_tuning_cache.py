@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import warpdecode
-from warpdecode import _runtime, api, configs
+from warpdecode import _runtime, api, configs, costmodel
 from warpdecode.configs import shape_key
 
 GPU = warpdecode.DEFAULT_DEVICE.type == "cuda"
@@ -151,13 +151,13 @@ def test_the_shipped_table_first_then_the_cache(tables, monkeypatch):
     assert configs.warp_config(*B, T=1)["from"] == "cache"  # a shape the shipped table lacks
     assert "from" not in configs.warp_config(*C, T=1)  # in neither: the defaults
     assert api.crossover(*A) == 16 and api.crossover(*B) == 64
-    assert api.crossover(*C) == api.model_crossover(*C)
+    assert api.crossover(*C) == costmodel.model_crossover(*C)
     setenv(monkeypatch, "WARPDECODE_TUNED", "cache")
     assert configs.warp_config(*A, T=1)["from"] == "cache"
     assert api.crossover(*A) == 32
     setenv(monkeypatch, "WARPDECODE_TUNED", "0")
     assert "from" not in configs.warp_config(*A, T=1) and "from" not in configs.warp_config(*B, T=1)
-    assert api.crossover(*A) == api.model_crossover(*A) != 16  # the model, where no table is read
+    assert api.crossover(*A) == costmodel.model_crossover(*A) != 16  # the model, where no table is read
 
 
 def test_tables_off_in_a_block_and_load_tuned_cached_per_setting(tables):
@@ -241,7 +241,7 @@ def test_a_cache_entry_the_kernels_cannot_run_is_named_once_and_the_file_skipped
         assert "from" not in configs.warp_config(*B, T=1)  # the defaults, not the cache's entry for B
         assert configs.warp_config(*A, T=1)["from"] == "shipped"
         assert configs.expert_config(*B, T=1) == configs.default_expert(*B, 1)
-        assert api.crossover(*B) == api.model_crossover(*B)
+        assert api.crossover(*B) == costmodel.model_crossover(*B)
         configs.needs_tuning(*B, 1, "Test GPU")
     _one_warning(caught, str(path), f"{family} {shape_key(*B)}", *names)
 
@@ -361,7 +361,7 @@ def test_warp_entries_tuned_on_another_triton_release_are_left_out(tables, tmp_p
     assert "from" not in configs.warp_config(*A, T=1)  # another release: the defaults
     table = configs.load_tuned()
     assert table["expert"] and "crossover" not in table  # the expert tiles kept
-    assert api.crossover(*A) == api.model_crossover(*A) != 16  # the model in the crossover's place
+    assert api.crossover(*A) == costmodel.model_crossover(*A) != 16  # the model in the crossover's place
     assert "Triton " in configs.tuning_note([SimpleNamespace(H=A[0], I=A[1], E=A[2], K=A[3])])
     _retag(shipped, "9.9.3")  # the same minor release
     assert configs.warp_config(*A, T=1)["from"] == "shipped"
@@ -439,7 +439,7 @@ def test_tune_shape_writes_the_cache_with_its_crossover(fake_gpu, tables):
     assert shape_key(*B) in cached["warp"]  # the cache's other shapes kept
     assert json.loads((tables / "tuned" / "Test_GPU.json").read_text())["warp"].keys() == {shape_key(*A)}
     # and moe reads it: the measured crossover, not the model's
-    assert api.crossover(*C) == 4 != api.model_crossover(*C)
+    assert api.crossover(*C) == 4 != costmodel.model_crossover(*C)
     assert configs.warp_config(*C, T=2)["tuned_by"] == "warp"
 
 
@@ -654,7 +654,7 @@ def test_autotune_shape_merges_one_bucket_into_the_cache(fake_gpu, tables):
 def test_the_cost_model_against_the_measured_crossovers():
     """The H200's measured crossovers (the shipped table's six presets, from speed.csv via report; the
     four other shapes' from ``tune --shape``, kept in experiments/results/NVIDIA_H200/
-    tuned_shapes_cache.json) against :func:`api.model_crossover`. "Right": the same T, or one step
+    tuned_shapes_cache.json) against :func:`costmodel.model_crossover`. "Right": the same T, or one step
     away on the grid 1, 2, 4, …. The model gets seven of the ten exactly and the other three one step
     off: DeepSeek-V3 late; Qwen1.5-MoE and Qwen3-30B-A3B early, where the tuned pair wins at T = 8
     but the defaults, which the model stands for, run the grouped schedule, which the model leaves
@@ -668,7 +668,7 @@ def test_the_cost_model_against_the_measured_crossovers():
     for table in tables:
         for key, measured in table["crossover"].items():
             H, I, E, K = (int(kv.split("=")[1]) for kv in key.split(","))  # noqa: E741
-            model = api.model_crossover(H, I, E, K)
+            model = costmodel.model_crossover(H, I, E, K)
             exact += model == measured
             within_one += abs(T_GRID.index(model) - T_GRID.index(measured)) <= 1 if model else False
             lines.append(f"{key:26s} measured {measured:3d}  model {model:3d}")
@@ -688,7 +688,7 @@ def test_the_cost_model_against_the_measured_crossovers():
                     worst = max(worst, picked / min(t["warp_us"], t["expert_us"]) - 1)
         return worst
 
-    model, constant = worst_loss(api.model_crossover), worst_loss(lambda *shape: 8)
+    model, constant = worst_loss(costmodel.model_crossover), worst_loss(lambda *shape: 8)
     print(f"worst loss against the faster path: model {model:.1%}, T <= 8 {constant:.1%}")
     assert model < 0.05 and model < constant
 
@@ -721,14 +721,14 @@ def test_the_fp8_cost_model_against_the_measured_fp8_crossovers(monkeypatch):
 
     for p in warpdecode.MODEL_PRESETS:
         s = warpdecode.get_preset(p)
-        model, measured = api.model_crossover(s.H, s.I, s.E, s.K, 2, 1), shipped[shape_key(s.H, s.I, s.E, s.K)]
+        model, measured = costmodel.model_crossover(s.H, s.I, s.E, s.K, 2, 1), shipped[shape_key(s.H, s.I, s.E, s.K)]
         assert 0 <= T_GRID.index(model) - T_GRID.index(measured) <= 1, (p, model, measured)
-    assert worst_loss(lambda s: api.model_crossover(s.H, s.I, s.E, s.K, 2, 1)) < 0.10
+    assert worst_loss(lambda s: costmodel.model_crossover(s.H, s.I, s.E, s.K, 2, 1)) < 0.10
     assert worst_loss(lambda s: shipped[shape_key(s.H, s.I, s.E, s.K)]) == 0  # the measured crossover: by construction
     # the model as if FP8 weights streamed as 16-bit ones do (model_crossover's cache bypassed)
-    monkeypatch.setattr(api, "FP8_PAIR_READ_FRACTION", 1.0)
-    monkeypatch.setattr(api, "FP8_EXPERT_READ_FRACTION", api.EXPERT_READ_FRACTION)
-    assert worst_loss(lambda s: api.model_crossover.__wrapped__(s.H, s.I, s.E, s.K, 2, 1)) > 0.5
+    monkeypatch.setattr(costmodel, "FP8_PAIR_READ_FRACTION", 1.0)
+    monkeypatch.setattr(costmodel, "FP8_EXPERT_READ_FRACTION", costmodel.EXPERT_READ_FRACTION)
+    assert worst_loss(lambda s: costmodel.model_crossover.__wrapped__(s.H, s.I, s.E, s.K, 2, 1)) > 0.5
 
 
 def test_the_model_leaves_the_grouped_schedule_to_the_expert_path():
@@ -737,26 +737,27 @@ def test_the_model_leaves_the_grouped_schedule_to_the_expert_path():
     run the pair at every T: their crossover follows the modelled times alone (Qwen3-30B-A3B's
     FP8 pair is modelled to win where the grouped schedule would start)."""
     for shape in (warpdecode.get_preset(n) for n in warpdecode.MODEL_PRESETS):
-        xo = api.model_crossover(shape.H, shape.I, shape.E, shape.K)
+        xo = costmodel.model_crossover(shape.H, shape.I, shape.E, shape.K)
         assert not any(configs.shares_experts(shape.E, shape.K, T) for T in T_GRID if T <= xo), shape.name
         beyond = [T for T in T_GRID if T > xo]
-        warp, expert = api.model_us(shape.H, shape.I, shape.E, shape.K, beyond[0])
+        warp, expert = costmodel.model_us(shape.H, shape.I, shape.E, shape.K, beyond[0])
         assert warp > expert or configs.shares_experts(shape.E, shape.K, beyond[0]), shape.name
     q = warpdecode.get_preset("qwen3-30b-a3b")
     grouped = next(T for T in T_GRID if configs.shares_experts(q.E, q.K, T))  # 8 on Triton 3.6, 16 from 3.8
-    assert api.model_crossover(q.H, q.I, q.E, q.K) < grouped <= api.model_crossover(q.H, q.I, q.E, q.K, 2, 1)
+    xo16, xo8 = costmodel.model_crossover(q.H, q.I, q.E, q.K), costmodel.model_crossover(q.H, q.I, q.E, q.K, 2, 1)
+    assert xo16 < grouped <= xo8
 
 
 def test_the_model_takes_warp_decode_at_one_token_and_the_expert_path_at_many():
     for shape in (warpdecode.get_preset(n) for n in warpdecode.MODEL_PRESETS):
-        warp1, expert1 = api.model_us(shape.H, shape.I, shape.E, shape.K, 1)
-        warp256, expert256 = api.model_us(shape.H, shape.I, shape.E, shape.K, 256)
+        warp1, expert1 = costmodel.model_us(shape.H, shape.I, shape.E, shape.K, 1)
+        warp256, expert256 = costmodel.model_us(shape.H, shape.I, shape.E, shape.K, 256)
         assert warp1 < expert1 and warp256 > 2 * expert256, shape.name
         # T = 1: both read the K experts once; warp decode's lead is its two fewer launches
         acts = shape.K * (3 * shape.H + 4 * shape.I) * 2  # x, both intermediates, the partial outputs
-        weights = shape.K * 3 * shape.H * shape.I * 2 / (api.READ_TBPS * 1e6)
-        assert expert1 - warp1 == pytest.approx(2 * api.LAUNCH_US + acts / (api.READ_TBPS * 1e6)
-                                                + weights * (1 / api.EXPERT_READ_FRACTION - 1))
+        weights = shape.K * 3 * shape.H * shape.I * 2 / (costmodel.READ_TBPS * 1e6)
+        assert expert1 - warp1 == pytest.approx(2 * costmodel.LAUNCH_US + acts / (costmodel.READ_TBPS * 1e6)
+                                                + weights * (1 / costmodel.EXPERT_READ_FRACTION - 1))
 
 
 def test_tuning_note_names_the_table_or_the_defaults_and_the_command(tables):
