@@ -61,20 +61,27 @@ def knobs(kernel, cfg: dict, K: int = 1, persistent: bool = False) -> dict:
     return {k: v for k, v in old.items() if k in kernel.arg_names}
 
 
-def pair_jobs(key, H, I, K, T, cfg):  # noqa: E741
+def taken(kernel, **args) -> dict:
+    """Those of ``args`` that ``kernel`` takes (the id guard's E and routing weights, in a checkout
+    whose kernels have them)."""
+    return {k: v for k, v in args.items() if k in kernel.arg_names}
+
+
+def pair_jobs(key, H, I, E, K, T, cfg):  # noqa: E741
     bf, i32, f32 = torch.bfloat16, torch.int32, torch.float32
     g, d = cfg["gate_up"], cfg["down"]
     return [
         (f"{key} T<={T} gate/up", compiled.job(
             kp.warp_gate_up_kernel,
-            dict(x_ptr=bf, w13_ptr=bf, topk_ids_ptr=i32, act_ptr=f32, H=H, I=I, NUM_PAIRS=T * K, K=K, stride_xt=H,
+            dict(x_ptr=bf, w13_ptr=bf, topk_ids_ptr=i32, **taken(kp.warp_gate_up_kernel, topk_weights_ptr=f32),
+                 act_ptr=f32, H=H, I=I, **taken(kp.warp_gate_up_kernel, E=E), NUM_PAIRS=T * K, K=K, stride_xt=H,
                  stride_we=2 * I * H, stride_wr=H, stride_at=I),
             dict(BLOCK_I=g["BLOCK_I"], BLOCK_H=g["BLOCK_H"], USE_PDL=True, **knobs(kp.warp_gate_up_kernel, g)),
             num_warps=g["num_warps"], num_stages=g["num_stages"])),
         (f"{key} T<={T} down", compiled.job(
             kp.warp_down_kernel,
-            dict(act_ptr=f32, w2_ptr=bf, topk_ids_ptr=i32, topk_weights_ptr=f32, y_ptr=bf, H=H, I=I, T=T,
-                 stride_at=I, stride_we=H * I, stride_wr=I, stride_yt=H),
+            dict(act_ptr=f32, w2_ptr=bf, topk_ids_ptr=i32, topk_weights_ptr=f32, y_ptr=bf, H=H, I=I,
+                 **taken(kp.warp_down_kernel, E=E), T=T, stride_at=I, stride_we=H * I, stride_wr=I, stride_yt=H),
             dict(K=K, K_PAD=1 << (K - 1).bit_length(), BLOCK_H=d["BLOCK_H"], BLOCK_I=d["BLOCK_I"], USE_PDL=True,
                  **knobs(kp.warp_down_kernel, d, K)), num_warps=d["num_warps"], num_stages=d["num_stages"])),
     ]
@@ -96,22 +103,23 @@ def grouped_jobs(label, H, I, E, K, T, gu, dn, wide=False):  # noqa: E741
             num_warps=gu["num_warps"], num_stages=gu["num_stages"])),
         (f"{label} grouped down", compiled.job(
             kg.warp_down_grouped_kernel,
-            dict(act_ptr=act, w2_ptr=w, topk_ids_ptr=i32, y_ptr=w, sums_ptr=f32, arrived_ptr=i32, H=H, I=I, T=T,
-                 E=E, stride_at=I, stride_term=T * K * I, stride_we=H * I, stride_wr=I, stride_yt=H),
+            dict(act_ptr=act, w2_ptr=w, topk_ids_ptr=i32, **taken(kg.warp_down_grouped_kernel, topk_weights_ptr=f32),
+                 y_ptr=w, sums_ptr=f32, arrived_ptr=i32, H=H, I=I, T=T, E=E, stride_at=I, stride_term=T * K * I,
+                 stride_we=H * I, stride_wr=I, stride_yt=H),
             dict(K=K, K_PAD=k_pad, T_PAD=t_pad, TERMS=terms, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"],
                  WIDEN=False, **knobs(kg.warp_down_grouped_kernel, dn)),
             num_warps=dn["num_warps"], num_stages=dn["num_stages"])),
     ]
 
 
-def fused_job(label, H, I, K, T, cfg):  # noqa: E741
+def fused_job(label, H, I, E, K, T, cfg):  # noqa: E741
     bf, i32, f32 = torch.bfloat16, torch.int32, torch.float32
     gu, dn = cfg["gate_up"], cfg["down"]
     return [(f"{label} fused", compiled.job(
         kf.warp_fused_kernel,
         dict(x_ptr=bf, w13_ptr=bf, w2_ptr=bf, topk_ids_ptr=i32, topk_weights_ptr=f32, act_ptr=f32, y_ptr=bf,
-             barrier_ptr=i32, H=H, I=I, T=T, stride_xt=H, stride_w13e=2 * I * H, stride_w13r=H, stride_w2e=H * I,
-             stride_w2r=I, stride_at=I, stride_yt=H),
+             barrier_ptr=i32, H=H, I=I, **taken(kf.warp_fused_kernel, E=E), T=T, stride_xt=H, stride_w13e=2 * I * H,
+             stride_w13r=H, stride_w2e=H * I, stride_w2r=I, stride_at=I, stride_yt=H),
         dict(K=K, K_PAD=1 << (K - 1).bit_length(), GU_BLOCK_I=gu["BLOCK_I"], GU_BLOCK_H=gu["BLOCK_H"],
              DN_BLOCK_H=dn["BLOCK_H"], DN_BLOCK_I=dn["BLOCK_I"], PHASE=0, MAX_SPINS=1 << 20,
              **knobs(kf.warp_fused_kernel, {**dn, "num_warps": cfg["num_warps"]}, K, persistent=True)),
@@ -132,17 +140,17 @@ def main():
         s = {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}
         H, I, E, K = s["H"], s["I"], s["E"], s["K"]  # noqa: E741
         for T, cfg in buckets:
-            jobs += pair_jobs(key, H, I, K, T, cfg)
+            jobs += pair_jobs(key, H, I, E, K, T, cfg)
             if "grouped" in cfg:
                 jobs += grouped_jobs(f"{key} T<={T}", H, I, E, K, T, cfg["grouped"]["gate_up"],
                                      cfg["grouped"]["down"])
             if "fused" in cfg:
-                jobs += fused_job(f"{key} T<={T} tuned", H, I, K, T, cfg["fused"])
+                jobs += fused_job(f"{key} T<={T} tuned", H, I, E, K, T, cfg["fused"])
         jobs += grouped_jobs(f"{key} default", H, I, E, K, 16, configs.default_grouped(),
                              configs.default_grouped_down())
         jobs += grouped_jobs(f"{key} default wide", H, I, E, K, 16, configs.default_grouped(True),
                              configs.default_grouped_down(True), wide=True)
-        jobs += fused_job(f"{key} default", H, I, K, 16, configs.default_fused(H, I, K))
+        jobs += fused_job(f"{key} default", H, I, E, K, 16, configs.default_fused(H, I, K))
         jobs += fp8_jobs(key, H, I, E, K)
     names = [n for n, _ in jobs]
     for name, c in zip(names, compiled.compile_many([j for _, j in jobs]), strict=True):
