@@ -110,7 +110,10 @@ print(ladder.table(rows))
 # ## Kernel 1, gate/up, line by line
 #
 # Both kernels live in `warpdecode/kernels/warp_pair.py`, made of two tiles, `_gate_up_tile` and
-# `_down_tile` (with `_down_chunk`, one chunk of w2 rows).
+# `_down_tile` (with `_down_chunk`, one chunk of w2 rows). The down tile has one form per Triton
+# release: `[rows, K, columns]` on 3.6 (`_down_tile_3d`), the experts first from 3.8
+# (`_down_tile_k_first`, or slot by slot, `_down_tile_per_slot`, where a thread would hold too many
+# weights); the cells below print the form the installed Triton runs.
 #
 # **Which output this program owns.** Program ids are laid out with the pair index fastest, so the
 # programs resident side by side work on the *same* neuron rows for different pairs: when two
@@ -158,12 +161,16 @@ print(ladder.source(kp._gate_up_tile, "tl.sigmoid", "tl.store(act_ptr"))
 print(ladder.source(kp.warp_down_kernel, "pid = tl.program_id(0)", "pid_h = pid // T"))
 
 # %% [markdown]
-# **The `[BLOCK_H, K, BLOCK_I]` tile** (`_down_chunk`). For each output row h, the same columns of all K routed
-# experts' `w2[e, h, :]` rows. The K axis is the top-K combine: instead of a separate kernel that adds
-# K bf16 rows, the sum over the K experts is a sum over axis 1 of this tile.
+# **The `[BLOCK_H, K, BLOCK_I]` tile** (`_down_chunk_3d`; `[K, BLOCK_H, BLOCK_I]` from Triton 3.8,
+# `_down_chunk_k_first`). For each output row h, the same columns of all K routed experts'
+# `w2[e, h, :]` rows. The K axis is the top-K combine: instead of a separate kernel that adds K
+# bf16 rows, the sum over the K experts is a sum over that axis of this tile.
 
 # %%
-print(ladder.source(kp._down_chunk, "offs_h = pid_h", "return tl.load"))
+# the down tile's form this Triton release runs (warp_pair.K_FIRST: the experts first, from 3.8)
+down_chunk, down_step, down_tile = ((kp._down_chunk_k_first, kp._down_step_k_first, kp._down_tile_k_first)
+                                    if kp.K_FIRST else (kp._down_chunk_3d, kp._down_tile_3d, kp._down_tile_3d))
+print(ladder.source(down_chunk, "offs_h = pid_h", "return tl.load"))
 
 # %% [markdown]
 # **Overlap with kernel 1.** The first `BLOCK_I` columns of `w2` do not depend on kernel 1, so they
@@ -172,7 +179,7 @@ print(ladder.source(kp._down_chunk, "offs_h = pid_h", "return tl.load"))
 
 # %%
 print(ladder.source(kp.warp_down_kernel, "# the first BLOCK_I columns", "stride_yt, t, pid_h"))
-print(ladder.source(kp._down_tile, "rw = tl.load", "a_ptrs ="))
+print(ladder.source(down_step, "rw = tl.load", "rw = tl.load"))
 
 # %% [markdown]
 # **The stream, the combine, the dot product, one rounding.** Summing over axis 1 adds the K experts'
@@ -180,7 +187,8 @@ print(ladder.source(kp._down_tile, "rw = tl.load", "a_ptrs ="))
 # lanes; `y` is rounded to bf16 once, in the store.
 
 # %%
-print(ladder.source(kp._down_tile, "acc = tl.zeros", "tl.store(y_ptr"))
+print(ladder.source(down_tile, "acc = ", "return acc"))
+print(ladder.source(kp._down_tile, "y = tl.sum", "tl.store(y_ptr"))
 
 # %% [markdown]
 # ## The pair against the reference

@@ -17,6 +17,7 @@ all live in ``kernels/warp.py`` is read too, and where its kernels take ``EVICT`
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -37,12 +38,14 @@ TABLE = Path(warpdecode.__file__).parent / "tuned" / "NVIDIA_H200.json"
 
 
 def code_of(ptx: str) -> str:
-    """The PTX without its debug sections and .loc/.file lines (source line numbers and file names move)."""
+    """The PTX without its debug sections, .loc/.file lines and the labels only the debug sections
+    name (``$L__tmpN:``, one per inlined call's scope): source line numbers, file names and how the
+    source is split into functions move."""
     out, debug = [], False
     for line in ptx.splitlines():
         s = line.strip()
         debug = debug or s.startswith(".section")
-        if not (debug or s.startswith((".loc", ".file"))):
+        if not (debug or s.startswith((".loc", ".file")) or re.fullmatch(r"\$L__tmp\d+:", s)):
             out.append(line)
     return "\n".join(out)
 

@@ -60,6 +60,11 @@ Compiled for sm_90a it has 3.6's barriers per step and load widths; ``experiment
 times it against the per-slot form: 0.83–1.00× its time on 3.8, so ``LATE_DOWN_FORM`` is k-first,
 except for tiles whose threads would hold too many weights per step (``down_form``).
 
+The file reads one release at a time: the down tile Triton 3.6 runs is ``_down_chunk_3d`` and
+``_down_tile_3d``; 3.8 and later run ``_down_chunk_k_first``, ``_down_step_k_first`` and
+``_down_tile_k_first``, or the ``_per_slot`` functions; ``_down_chunk`` and ``_down_tile`` only pick
+the form.
+
 Every weight load is ``evict_first``: each weight byte is read once per call, so it streams past
 L2 and leaves L2 to the intermediate and to rows that tokens share.
 
@@ -236,6 +241,112 @@ def _gate_up_tile(
 
 
 @triton.jit
+def _down_chunk(
+    w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr,
+    t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+    PER_SLOT: tl.constexpr,  # the tile's form: see PER_SLOT below
+    K_FIRST: tl.constexpr = False,  # the tile's form: see K_FIRST below
+):
+    """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs, in the tile's form: one
+    [BLOCK_H, K_PAD, BLOCK_I] tile (:func:`_down_chunk_3d`), with ``PER_SLOT`` a tuple of K
+    [BLOCK_H, BLOCK_I] tiles (:func:`_down_chunk_per_slot`), with ``K_FIRST`` one
+    [K_PAD, BLOCK_H, BLOCK_I] tile (:func:`_down_chunk_k_first`). Rows past H, slots past K,
+    columns past I and slots whose id lies outside [0, E) load zeros, so a program with no rows
+    left loads nothing."""
+    if PER_SLOT:
+        wv = _down_chunk_per_slot(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H,
+                                  BLOCK_I)
+    elif K_FIRST:
+        wv = _down_chunk_k_first(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD,
+                                 BLOCK_H, BLOCK_I)
+    else:
+        wv = _down_chunk_3d(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
+                            BLOCK_I)
+    return wv
+
+
+@triton.jit
+def _down_tile(
+    act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr,
+    H, I, E, stride_at, stride_we, stride_wr, stride_yt,
+    t, pid_h,
+    wv,  # the first chunk, _down_chunk(..., i0=0), loaded by the caller (early, if it can)
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+    ACT_CACHE: tl.constexpr,  # "" or ".cg": read the intermediate from L2, past this SM's L1
+    PER_SLOT: tl.constexpr,
+    K_FIRST: tl.constexpr = False,
+):
+    """y[t, rows] = Σ_j topk_weights[t, j] · w2[e_j, rows, :] · act[t·K + j, :], in the tile's form
+    (:func:`_down_tile_3d`, :func:`_down_tile_per_slot`, :func:`_down_tile_k_first`). Rows go to
+    warps, the K experts stay inside each thread, columns go across a warp's lanes: the combine over
+    K is in registers, and summing the accumulator over its columns is the dot product, across the
+    warp. A slot whose id lies outside [0, E) loads zeros; where its weight is not 0 its
+    intermediate row is NaN (``_gate_up_tile``), so its token's outputs are NaN (``kernels/ids.py``)."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    if PER_SLOT:
+        acc = _down_tile_per_slot(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_we,
+                                  stride_wr, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, ACT_CACHE)
+    elif K_FIRST:
+        acc = _down_tile_k_first(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_we,
+                                 stride_wr, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, ACT_CACHE)
+    else:
+        acc = _down_tile_3d(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_we,
+                            stride_wr, t, pid_h, wv, K, K_PAD, BLOCK_H, BLOCK_I, ACT_CACHE)
+    y = tl.sum(acc, axis=1)  # the dot product, across the warp
+    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
+
+
+# ---------------------------------------------------------------------------------------------
+# The down tile on Triton 3.6: one [rows, K, columns] tile
+
+
+@triton.jit
+def _down_chunk_3d(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
+                   K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
+    """Columns [i0, i0 + BLOCK_I) of the token's K routed experts' rows: one [BLOCK_H, K_PAD, BLOCK_I] tile."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0), E)
+    mask_k = mask_k & ok
+    w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
+              + offs_i[None, None, :])
+    mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
+    return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _down_tile_3d(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_we, stride_wr,
+                  t, pid_h, wv, K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
+                  ACT_CACHE: tl.constexpr):
+    """The [BLOCK_H, BLOCK_I] FP32 accumulator of the token's rows: each step's [rows, K, columns]
+    products summed over K in registers (the combine), the routing weights folded into the
+    intermediate."""
+    offs_k = tl.arange(0, K_PAD)
+    mask_k = offs_k < K
+    pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
+    offs_i = tl.arange(0, BLOCK_I)
+    rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
+    a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
+    acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
+    for i0 in range(0, I, BLOCK_I):
+        if i0 > 0:
+            wv = _down_chunk_3d(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
+                                BLOCK_I)
+        mask_i = (i0 + offs_i) < I
+        a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0,
+                    cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
+        acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
+    return acc
+
+
+# ---------------------------------------------------------------------------------------------
+# The down tile on Triton 3.8 and later: one [K, rows, columns] tile (K_FIRST) ...
+
+
+@triton.jit
 def _slots(x, N: tl.constexpr):
     """The N tensors x[..., j], j = 0 … N-1 in order, of x[..., N] (N a power of two), by halving
     the last axis: where that axis lies inside each thread, in registers."""
@@ -258,70 +369,27 @@ def _slots(x, N: tl.constexpr):
 
 
 @triton.jit
-def _down_chunk(
-    w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr,
-    t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
-    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
-    PER_SLOT: tl.constexpr,  # the tile's form: see PER_SLOT below
-    K_FIRST: tl.constexpr = False,  # the tile's form: see K_FIRST below
-):
-    """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs (rows of hidden outputs × the token's
-    K routed experts × columns): one [BLOCK_H, K_PAD, BLOCK_I] tile, with ``PER_SLOT`` a tuple of
-    K [BLOCK_H, BLOCK_I] tiles, with ``K_FIRST`` one [K_PAD, BLOCK_H, BLOCK_I] tile. Rows past H, slots
-    past K, columns past I and slots whose id lies outside [0, E) load zeros, so a program with no
-    rows left loads nothing."""
+def _down_chunk_k_first(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
+                        K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
+    """Columns [i0, i0 + BLOCK_I) of the token's K routed experts' rows: one [K_PAD, BLOCK_H, BLOCK_I] tile."""
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_i = i0 + tl.arange(0, BLOCK_I)
-    if PER_SLOT:
-        mask = (offs_h < H)[:, None] & (offs_i < I)[None, :]
-        offs = offs_h[:, None] * stride_wr + offs_i[None, :]  # within one expert's block: < H·I < 2**31
-        tiles = ()
-        for j in tl.static_range(K):
-            e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + j), E)
-            tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask & ok, other=0.0,
-                                     eviction_policy="evict_first"),)
-        return tiles
-    elif not K_FIRST:
-        offs_k = tl.arange(0, K_PAD)
-        mask_k = offs_k < K
-        e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=mask_k, other=0), E)
-        mask_k = mask_k & ok
-        w_ptrs = (w2_ptr + offs_h[:, None, None].to(tl.int64) * stride_wr + e[None, :, None] * stride_we
-                  + offs_i[None, None, :])
-        mask = (offs_h < H)[:, None, None] & mask_k[None, :, None] & (offs_i < I)[None, None, :]
-        return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-    else:  # K_FIRST
-        offs_k = tl.arange(0, K_PAD)
-        # slots past K read as -1: outside [0, E), so ok alone masks them
-        e, mask_k = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=-1), E)
-        w_ptrs = (w2_ptr + e[:, None, None] * stride_we + offs_h[None, :, None].to(tl.int64) * stride_wr
-                  + offs_i[None, None, :])
-        mask = mask_k[:, None, None] & (offs_h < H)[None, :, None] & (offs_i < I)[None, None, :]
-        return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-
-
-@triton.jit
-def _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
-               K: tl.constexpr, BLOCK_I: tl.constexpr, ACT_CACHE: tl.constexpr):
-    """``PER_SLOT``: acc += Σ_j w[t, j] · wv[j] · act[tK+j, i0:i0+BLOCK_I], slot by slot, one FMA per
-    weight into the [BLOCK_H, BLOCK_I] FP32 accumulator: the top-K combine is the accumulation."""
-    offs_i = i0 + tl.arange(0, BLOCK_I)
-    for j in tl.static_range(K):
-        pair = t.to(tl.int64) * K + j
-        rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
-        a = tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0.0,
-                    cache_modifier=ACT_CACHE).to(tl.float32) * rw
-        acc += wv[j].to(tl.float32) * a[None, :]
-    return acc
+    offs_k = tl.arange(0, K_PAD)
+    # slots past K read as -1: outside [0, E), so ok alone masks them
+    e, mask_k = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + offs_k, mask=offs_k < K, other=-1), E)
+    w_ptrs = (w2_ptr + e[:, None, None] * stride_we + offs_h[None, :, None].to(tl.int64) * stride_wr
+              + offs_i[None, None, :])
+    mask = mask_k[:, None, None] & (offs_h < H)[None, :, None] & (offs_i < I)[None, None, :]
+    return tl.load(w_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
 
 
 @triton.jit
 def _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
                        K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_I: tl.constexpr, ACT_CACHE: tl.constexpr):
-    """``K_FIRST``: acc += Σ_j w[t, j] · wv[j] · act[tK+j, i0:i0+BLOCK_I]. The intermediate of all K
-    slots is one [K_PAD, BLOCK_I] load, broadcast over the tile's rows in one layout conversion; the
-    slots' products are taken from the [K_PAD, BLOCK_H, BLOCK_I] product in registers and added to
-    the accumulator one after another, which the compiler contracts into one FMA per weight."""
+    """acc += Σ_j w[t, j] · wv[j] · act[tK+j, i0:i0+BLOCK_I]. The intermediate of all K slots is one
+    [K_PAD, BLOCK_I] load, broadcast over the tile's rows in one layout conversion; the slots'
+    products are taken from the [K_PAD, BLOCK_H, BLOCK_I] product in registers and added to the
+    accumulator one after another, which the compiler contracts into one FMA per weight."""
     offs_k = tl.arange(0, K_PAD)
     mask_k = offs_k < K
     pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
@@ -336,58 +404,71 @@ def _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
 
 
 @triton.jit
-def _down_tile(
-    act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, y_ptr,
-    H, I, E, stride_at, stride_we, stride_wr, stride_yt,
-    t, pid_h,
-    wv,  # the first chunk, _down_chunk(..., i0=0), loaded by the caller (early, if it can)
-    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
-    ACT_CACHE: tl.constexpr,  # "" or ".cg": read the intermediate from L2, past this SM's L1
-    PER_SLOT: tl.constexpr,
-    K_FIRST: tl.constexpr = False,
-):
-    """y[t, rows] = Σ_j topk_weights[t, j] · w2[e_j, rows, :] · act[t·K + j, :]. Rows go to warps,
-    the K experts stay inside each thread, columns go across a warp's lanes: the combine over K is
-    in registers, and summing the accumulator over its columns is the dot product, across the warp.
-    With ``PER_SLOT`` or ``K_FIRST`` the first step is taken before the loop, so the loop carries one
-    accumulator, never the weight tile (which the compiler carries unpacked, two bf16 in two registers).
-    A slot whose id lies outside [0, E) loads zeros; where its weight is not 0 its intermediate row is
-    NaN (``_gate_up_tile``), so its token's outputs are NaN (``kernels/ids.py``)."""
-    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    if PER_SLOT:
-        acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
-                         tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, BLOCK_I, ACT_CACHE)
-        for i0 in range(BLOCK_I, I, BLOCK_I):
-            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
-                             BLOCK_I, PER_SLOT)
-            acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, BLOCK_I, ACT_CACHE)
-    elif K_FIRST:
-        acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
-                                 tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, K_PAD, BLOCK_I, ACT_CACHE)
-        for i0 in range(BLOCK_I, I, BLOCK_I):
-            wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
-                             BLOCK_I, PER_SLOT, K_FIRST)
-            acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, K_PAD, BLOCK_I,
-                                     ACT_CACHE)
-    else:
-        offs_k = tl.arange(0, K_PAD)
-        mask_k = offs_k < K
-        pairs = t.to(tl.int64) * K + offs_k  # the token's (token, slot) pairs
-        offs_i = tl.arange(0, BLOCK_I)
-        rw = tl.load(topk_weights_ptr + pairs, mask=mask_k, other=0.0)  # routing weights, folded into a
-        a_ptrs = act_ptr + pairs[:, None] * stride_at + offs_i[None, :]
-        acc = tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32)
-        for i0 in range(0, I, BLOCK_I):
-            if i0 > 0:
-                wv = _down_chunk(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
-                                 K, K_PAD, BLOCK_H, BLOCK_I, PER_SLOT)
-            mask_i = (i0 + offs_i) < I
-            a = tl.load(a_ptrs + i0, mask=mask_k[:, None] & mask_i[None, :], other=0.0,
-                        cache_modifier=ACT_CACHE).to(tl.float32) * rw[:, None]
-            acc += tl.sum(wv.to(tl.float32) * a[None, :, :], axis=1)  # the combine over K, in registers
+def _down_tile_k_first(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_we, stride_wr,
+                       t, pid_h, wv, K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
+                       BLOCK_I: tl.constexpr, ACT_CACHE: tl.constexpr):
+    """The [BLOCK_H, BLOCK_I] FP32 accumulator of the token's rows, step by step. The first step is
+    taken before the loop, so the loop carries one accumulator, never the weight tile (which the
+    compiler carries unpacked, two bf16 in two registers)."""
+    acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
+                             tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, K_PAD, BLOCK_I, ACT_CACHE)
+    for i0 in range(BLOCK_I, I, BLOCK_I):
+        wv = _down_chunk_k_first(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, K_PAD, BLOCK_H,
+                                 BLOCK_I)
+        acc = _down_step_k_first(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, K_PAD, BLOCK_I,
+                                 ACT_CACHE)
+    return acc
 
-    y = tl.sum(acc, axis=1)  # the dot product, across the warp
-    tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
+
+# ---------------------------------------------------------------------------------------------
+# ... or K [rows, columns] tiles, slot by slot (PER_SLOT: tiles whose threads would hold too many
+# weights per step in the k-first form, and the persistent kernel)
+
+
+@triton.jit
+def _down_chunk_per_slot(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
+                         K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
+    """Columns [i0, i0 + BLOCK_I) of the token's K routed experts' rows: K [BLOCK_H, BLOCK_I] tiles."""
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    mask = (offs_h < H)[:, None] & (offs_i < I)[None, :]
+    offs = offs_h[:, None] * stride_wr + offs_i[None, :]  # within one expert's block: < H·I < 2**31
+    tiles = ()
+    for j in tl.static_range(K):
+        e, ok = guarded(tl.load(topk_ids_ptr + t.to(tl.int64) * K + j), E)
+        tiles = tiles + (tl.load(w2_ptr + e * stride_we + offs, mask=mask & ok, other=0.0,
+                                 eviction_policy="evict_first"),)
+    return tiles
+
+
+@triton.jit
+def _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc,
+               K: tl.constexpr, BLOCK_I: tl.constexpr, ACT_CACHE: tl.constexpr):
+    """acc += Σ_j w[t, j] · wv[j] · act[tK+j, i0:i0+BLOCK_I], slot by slot, one FMA per weight into
+    the [BLOCK_H, BLOCK_I] FP32 accumulator: the top-K combine is the accumulation."""
+    offs_i = i0 + tl.arange(0, BLOCK_I)
+    for j in tl.static_range(K):
+        pair = t.to(tl.int64) * K + j
+        rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
+        a = tl.load(act_ptr + pair * stride_at + offs_i, mask=offs_i < I, other=0.0,
+                    cache_modifier=ACT_CACHE).to(tl.float32) * rw
+        acc += wv[j].to(tl.float32) * a[None, :]
+    return acc
+
+
+@triton.jit
+def _down_tile_per_slot(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stride_at, stride_we, stride_wr,
+                        t, pid_h, wv, K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
+                        BLOCK_I: tl.constexpr, ACT_CACHE: tl.constexpr):
+    """The [BLOCK_H, BLOCK_I] FP32 accumulator of the token's rows, step by step, the first step
+    before the loop (as :func:`_down_tile_k_first`)."""
+    acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, 0, wv,
+                     tl.zeros([BLOCK_H, BLOCK_I], dtype=tl.float32), K, BLOCK_I, ACT_CACHE)
+    for i0 in range(BLOCK_I, I, BLOCK_I):
+        wv = _down_chunk_per_slot(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0, K, BLOCK_H,
+                                  BLOCK_I)
+        acc = _down_step(act_ptr, topk_weights_ptr, stride_at, I, t, i0, wv, acc, K, BLOCK_I, ACT_CACHE)
+    return acc
 
 
 # ---------------------------------------------------------------------------------------------
