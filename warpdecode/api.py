@@ -10,8 +10,7 @@ import torch
 
 from . import _runtime, configs
 from .checks import Dims, check_kernel_device, check_moe_inputs, check_views, weight_tensors
-from .configs import load_tuned, shape_key
-from .costmodel import crossover, pick_method
+from .costmodel import crossover, measured_crossover, pick_method
 from .expert import moe_expert
 from .loop import moe_loop
 from .quant import CLASSES, is_fp8
@@ -49,8 +48,7 @@ def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedul
     crossover_T, reason = None, ""
     if method == "auto" and not batch_invariant:
         crossover_T = crossover(d.H, d.I, d.E, d.K, elem, fmt)
-        family = "crossover" if fmt is None else f"crossover_{fmt}"
-        measured = shape_key(d.H, d.I, d.E, d.K) in load_tuned().get(family, {})
+        measured = measured_crossover(d.H, d.I, d.E, d.K, fmt) is not None
         where = (f"measured on this GPU ({_runtime.gpu_name()}'s tuned table)" if measured else
                  "the cost model's (warpdecode.costmodel), whose constants are the NVIDIA H200's"
                  + (" (no GPU here: the kernels run in Triton's interpreter)" if _runtime.INTERPRET else ""))

@@ -96,11 +96,18 @@ def crossover(H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None
     ``weights``: None for weights in the activations' dtype, or an FP8 format ("block128",
     "mxfp8"), whose crossover is the table's ``crossover_<format>`` entry, else the model's with
     1-byte weights."""
+    measured = measured_crossover(H, I, E, K, weights)
+    if measured is not None:
+        return measured
+    return model_crossover(H, I, E, K, elem, None if weights is None else 1)
+
+
+def measured_crossover(H: int, I: int, E: int, K: int, weights: str | None = None) -> int | None:  # noqa: E741
+    """The crossover a tuned table on this GPU holds for the shape (``weights``: as :func:`crossover`),
+    or None where none does."""
     family = "crossover" if weights is None else f"crossover_{weights}"
     measured = load_tuned().get(family, {}).get(shape_key(H, I, E, K))
-    if measured is not None:
-        return int(measured)
-    return model_crossover(H, I, E, K, elem, None if weights is None else 1)
+    return None if measured is None else int(measured)
 
 
 def pick_method(T: int, H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None = None) -> str:  # noqa: E741
