@@ -46,6 +46,8 @@ SCENARIOS = [
     ("qwen3-30b-T=8-warp", "warp", QWEN, 8, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=8-warp-act=bf16", "warp", QWEN, 8, BF16, dict(act_dtype=BF16), DEFAULTS),
     ("odd-T=1-warp", "warp", ODD, 1, BF16, {}, DEFAULTS),
+    # K = 1: the down tile holds one slot (warp_pair._slots of one; tests/test_gpu.py's T=8-K=1)
+    ("k1-T=8-warp", "warp", dict(ODD, K=1), 8, BF16, {}, DEFAULTS),
     ("qwen3-30b-T=1-warp-fused", "warp", QWEN, 1, BF16, dict(schedule="fused"), DEFAULTS),
     ("odd-T=3-warp-fused", "warp", ODD, 3, BF16, dict(schedule="fused"), DEFAULTS),
     # one warp, one neuron, 1024 columns per step: the gate/up tile's registers

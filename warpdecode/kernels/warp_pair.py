@@ -350,21 +350,22 @@ def _down_tile_3d(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stri
 def _slots(x, N: tl.constexpr):
     """The N tensors x[..., j], j = 0 … N-1 in order, of x[..., N] (N a power of two), by halving
     the last axis: where that axis lies inside each thread, in registers."""
-    if N == 1:
-        return (tl.reshape(x, x.shape[:-1]),)
-    parts = (x,)
-    for _ in tl.static_range(N.bit_length() - 1):
-        # each split takes the even and the odd entries; evens of all parts first keeps j in order
-        evens = ()
-        odds = ()
-        for p in tl.static_range(len(parts)):
-            q = parts[p]
-            if q.shape[-1] > 2:
-                q = tl.reshape(q, q.shape[:-1] + [q.shape[-1] // 2, 2])
-            lo, hi = tl.split(q)
-            evens = evens + (lo,)
-            odds = odds + (hi,)
-        parts = evens + odds
+    if N == 1:  # one return, after both branches: Triton 3.9 types every return of a function alike
+        parts = (tl.reshape(x, x.shape[:-1]),)
+    else:
+        parts = (x,)
+        for _ in tl.static_range(N.bit_length() - 1):
+            # each split takes the even and the odd entries; evens of all parts first keeps j in order
+            evens = ()
+            odds = ()
+            for p in tl.static_range(len(parts)):
+                q = parts[p]
+                if q.shape[-1] > 2:
+                    q = tl.reshape(q, q.shape[:-1] + [q.shape[-1] // 2, 2])
+                lo, hi = tl.split(q)
+                evens = evens + (lo,)
+                odds = odds + (hi,)
+            parts = evens + odds
     return parts
 
 
