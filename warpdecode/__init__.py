@@ -18,7 +18,7 @@ def tune(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None,  # noqa: E741
     ``Ts``: the token buckets (default 1–16 for warp decode, 1–256 for the expert path).
     Needs a CUDA GPU (raises before writing anything without one); takes minutes. Returns the
     cached table. The same as ``python -m warpdecode tune --shape H I E K``."""
-    from .bench.tune import tune_shape
+    from .tuner import tune_shape
 
     return tune_shape(H, I, E, K, dtype=dtype, Ts=Ts, paths=paths)
 

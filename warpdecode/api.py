@@ -76,7 +76,7 @@ def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedul
 
 def _tune_on_first_sight(*args, **kwargs):
     """configs.tuner: the tuner, imported with the first shape autotune meets."""
-    from .bench import tune
+    from . import tuner as tune
 
     return tune.autotune_shape(*args, **kwargs)
 

@@ -14,8 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..presets import MODEL_PRESETS  # noqa: E402
-from . import data  # noqa: E402
+from bench import data  # noqa: E402
+from warpdecode.presets import MODEL_PRESETS  # noqa: E402
 
 STYLE = {
     "warp": dict(color="#d62728", marker="o", label="warp decode (2 kernels)"),
@@ -189,7 +189,7 @@ def e2e_speed(gpu: str, steps: list[dict], model: str | None = None, *, root=Non
     step's byte floor against T, per method and context length; then warp decode's speed-up over
     the expert-centric path for one MoE layer (speed.csv), for the whole step, and as Amdahl
     predicts it from the MoE layers' share of the step (``steps``: ``report.e2e_table``)."""
-    from ..model import MODELS
+    from bench.model import MODELS
 
     table = data.e2e_speed_table(gpu, root=root)
     last = [r for r in data.read(data.gpu_dir(gpu, root) / "e2e_speed.csv") if model in (None, r["model"])][-1]

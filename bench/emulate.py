@@ -133,7 +133,7 @@ def emulate(x, w13, w2, topk_weights, topk_ids, rounding: Rounding, dtype=None) 
 
 def attribution(x, w13, w2, topk_weights, topk_ids, steps=CUMULATIVE, ref=None) -> list[dict]:
     """Error of each emulated step against the float64 reference, in multiples of the rounding floor."""
-    from .reference import reference_moe, rel_error, rounding_floor
+    from warpdecode.reference import reference_moe, rel_error, rounding_floor
 
     ref = reference_moe(x, w13, w2, topk_weights, topk_ids) if ref is None else ref
     floor = rounding_floor(ref, x.dtype)

@@ -36,10 +36,10 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from . import api
-from .presets import PRESETS, MoEShape
-from .reference import reference_moe
-from .routing import route
+from warpdecode import api
+from warpdecode.presets import PRESETS, MoEShape
+from warpdecode.reference import reference_moe
+from warpdecode.routing import route
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from ..configs import crossover_of, shape_key, tuned_file
-from ..presets import MODEL_PRESETS, get_preset
-from ..warp import SCHEDULES, schedule_of
-from . import data
+from bench import data
+from warpdecode.configs import crossover_of, shape_key, tuned_file
+from warpdecode.presets import MODEL_PRESETS, get_preset
+from warpdecode.warp import SCHEDULES, schedule_of
 
 Root = str | Path | None
 
@@ -579,7 +579,7 @@ def require_data(gpu: str, root: Root = None, needed=REQUIRED) -> None:
 def figures(gpu: str, *, root: Root = None, out=None) -> list[Path]:
     """Draw every figure whose CSV is there (``warpdecode.bench.plots``, from the tables here; the
     end-to-end ones only once ``python -m warpdecode e2e`` ran) into ``figures/``, or ``out``."""
-    from . import plots  # matplotlib: the `notebooks` extra
+    from bench import plots  # matplotlib: the `notebooks` extra
 
     root = data.checkout(root)
     kw = dict(root=root, out=out)
@@ -650,7 +650,7 @@ def main(gpu: str = "NVIDIA H200", root: Root = None, *, dry_run: bool = False, 
 
     with tempfile.TemporaryDirectory() as scratch:
         try:
-            from . import plots  # noqa: F401  (figures draws with it)
+            from bench import plots  # noqa: F401  (figures draws with it)
         except ImportError as e:  # matplotlib is an extra
             log(f"figures skipped: {e}")
         else:

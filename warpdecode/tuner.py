@@ -25,15 +25,15 @@ from multiprocessing import get_context
 import torch
 import triton
 
-from .. import _runtime, configs
-from .. import expert as ex
-from .. import warp as wp
-from ..configs import cache_file, crossover_of, default_grouped_down, shape_key, tuned_file
-from ..kernels import expert as kx
-from ..kernels import warp_grouped as kg
-from ..kernels import warp_pair as kp
-from ..kernels import warp_persistent as kf
-from ..presets import MoEShape, get_preset
+from . import _runtime, configs
+from . import expert as ex
+from . import warp as wp
+from .configs import cache_file, crossover_of, default_grouped_down, shape_key, tuned_file
+from .kernels import expert as kx
+from .kernels import warp_grouped as kg
+from .kernels import warp_pair as kp
+from .kernels import warp_persistent as kf
+from .presets import MoEShape, get_preset
 from .timing import capture, time_replays
 from .workload import make_inputs, make_layers, num_copies
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from .sweep import meta
+from bench.sweep import meta
 
 #: transformers' config and model classes and the real model's config, per name.
 MODELS = {
@@ -125,7 +125,7 @@ def experts_us(model, batch: int, impl: str, *, reps: int = 50, seed: int = 0) -
     random hidden states and random top-k routing (a draw per layer; weights in the model's dtype
     and int64 ids, as the models pass them), called through ``impl``, captured in one CUDA graph and
     replayed (on the CPU: the median of ``reps`` eager calls)."""
-    from .timing import capture, time_replays
+    from warpdecode.timing import capture, time_replays
 
     cfg, dev = model.config, model.device
     E = getattr(cfg, "num_experts", None) or cfg.num_local_experts
@@ -228,7 +228,7 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
     import transformers
     from torch._dynamo.utils import counters
 
-    from ..integrations.transformers import register
+    from warpdecode.integrations.transformers import register
 
     if compile not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")

@@ -31,14 +31,14 @@ from unittest import mock
 import torch
 import triton.language as tl
 
-from . import _runtime, configs
-from . import expert as _ex
-from . import warp as _wp
-from .kernels import expert as _kx
-from .kernels import warp_fp8 as _k8
-from .kernels import warp_grouped as _kg
-from .kernels import warp_pair as _kp
-from .kernels import warp_persistent as _kf
+from warpdecode import _runtime, configs
+from warpdecode import expert as _ex
+from warpdecode import warp as _wp
+from warpdecode.kernels import expert as _kx
+from warpdecode.kernels import warp_fp8 as _k8
+from warpdecode.kernels import warp_grouped as _kg
+from warpdecode.kernels import warp_pair as _kp
+from warpdecode.kernels import warp_persistent as _kf
 
 _TORCH_TO_TT = {
     torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4nv",
@@ -176,8 +176,10 @@ def compile_many(jobs: list[Job], *, arch: int | None = None, errors: str = "rai
         with tempfile.TemporaryDirectory() as d:
             src, dst = Path(d) / "jobs.pkl", Path(d) / "out.pkl"
             src.write_bytes(pickle.dumps([j for _, j in distinct]))
-            env = {**os.environ, "TRITON_INTERPRET": "0"}
-            res = subprocess.run([sys.executable, "-m", "warpdecode.compiled", str(src), str(dst)], env=env,
+            root = str(Path(__file__).resolve().parents[1])  # the checkout, so the child finds bench/
+            path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+            env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": path}
+            res = subprocess.run([sys.executable, "-m", "bench.compiled", str(src), str(dst)], env=env,
                                  capture_output=True, text=True)
             if res.returncode != 0:
                 targets = ", ".join(sorted({arch_name(j.arch) for _, j in distinct}))
@@ -331,7 +333,7 @@ def _job(kernel, args, kwargs, arch: int = 90) -> Job:
 
 def meta_fp8_weights(shape, weights: str, dtype=torch.bfloat16):
     """(w13, w2) FP8 weights of ``weights`` format for ``shape`` on the ``meta`` device (no data)."""
-    from .quant import CLASSES
+    from warpdecode.quant import CLASSES
 
     cls = CLASSES[weights]
     pair = []
@@ -354,7 +356,7 @@ def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bflo
     ``weights``: None (weights in ``dtype``), or an FP8 format ("block128", "mxfp8"): FP8 weights
     for ``dtype`` activations. ``act_format="fp8"`` and FP8 weights below sm_89 are refused, as
     ``warpdecode.moe`` refuses them there."""
-    from .api import FP8_CAPABILITY
+    from warpdecode.api import FP8_CAPABILITY
 
     fp8_arch = arch >= 10 * FP8_CAPABILITY[0] + FP8_CAPABILITY[1]
     if options.get("act_format") == "fp8" and not fp8_arch:
@@ -382,7 +384,7 @@ def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bflo
 
 
 if __name__ == "__main__":  # the child process of compile_many
-    from warpdecode import compiled  # by its package name, so the results unpickle in the parent
+    from bench import compiled  # by its package name, so the results unpickle in the parent
 
     jobs = pickle.loads(Path(sys.argv[1]).read_bytes())
     Path(sys.argv[2]).write_bytes(pickle.dumps([compiled._try_compile(j) for j in jobs]))

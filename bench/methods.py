@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import api
-from ..expert import moe_expert
-from ..warp import moe_warp
+from warpdecode import api
+from warpdecode.expert import moe_expert
+from warpdecode.warp import moe_warp
 
 #: Each public method's bare twin: the same kernels without ``warpdecode.moe`` around them.
 KERNELS = {"warp": "warp_kernels", "expert": "expert_kernels", "auto": "auto_kernels",

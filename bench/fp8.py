@@ -37,18 +37,18 @@ from pathlib import Path
 
 import torch
 
-from .. import api, configs, quant
-from ..api import run_auto
-from ..configs import shape_key
-from ..expert import moe_expert
-from ..presets import MODEL_PRESETS, get_preset
-from ..reference import reference_moe, rel_error, rounding_floor
-from ..routing import route
-from ..warp import moe_warp
-from . import data
-from .sweep import meta
-from .timing import capture_poisoned, read_ceiling, time_interleaved, time_replays
-from .workload import LayerInputs, l2_bytes
+from bench import data
+from bench.sweep import meta
+from warpdecode import api, configs, quant
+from warpdecode.api import run_auto
+from warpdecode.configs import shape_key
+from warpdecode.expert import moe_expert
+from warpdecode.presets import MODEL_PRESETS, get_preset
+from warpdecode.reference import reference_moe, rel_error, rounding_floor
+from warpdecode.routing import route
+from warpdecode.timing import capture_poisoned, read_ceiling, time_interleaved, time_replays
+from warpdecode.warp import moe_warp
+from warpdecode.workload import LayerInputs, l2_bytes
 
 #: Where the layers live (tests drive the sweep's code on the CPU interpreter with "cpu").
 DEVICE = "cuda"
@@ -345,8 +345,8 @@ def layer_errors(name: str = "qwen3-30b-a3b", *, layers: int = 8, T: int = 4, st
     layer's hidden state at the last of ``steps`` decode steps against the float64 model with the
     bf16 weights (``vs="bf16"``: the weights' quantization included) and with the FP8 weights
     dequantized (``vs="fp8"``: the paths' rounding alone)."""
-    from ..model import MODELS, Decoder
-    from .e2e import decode_trace
+    from bench.e2e import decode_trace
+    from bench.model import MODELS, Decoder
 
     model = Decoder(MODELS[name], device=DEVICE, layers=layers, seed=seed)
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -482,7 +482,7 @@ def tuned_entries(rows: list[dict], searched: dict, spills=lambda shape, fmt, cf
     holds are never taken (a tuned configuration compiles without spills, as the defaults do). A
     shape on which the defaults win at every T gets no entry. Each bucket carries the two times it
     was chosen from (``measured_us``)."""
-    from ..configs import default_warp_fp8
+    from warpdecode.configs import default_warp_fp8
 
     presets = {_key(p): p for p in MODEL_PRESETS}
     out: dict = {}
@@ -518,7 +518,7 @@ def _key(preset: str) -> str:
 
 def _spills_sm90(shape, fmt: str, cfg: dict) -> bool:
     """Whether the FP8 pair with tiles ``cfg`` spills registers compiled for sm_90a (offline)."""
-    from .. import compiled
+    from bench import compiled
 
     jobs = [ln.job for ln in compiled.record_launches("warp", shape, 1, gpu_name="no tuned table", weights=fmt,
                                                          config=cfg)]
@@ -535,7 +535,7 @@ def write_tuned(out: Path, gpu: str) -> Path:
     and the auto phase's measured crossover (``crossover_block128``, :func:`measured_crossover`),
     merged into the shipped table of ``gpu`` (its FP8 families replaced), which keeps the Triton
     release it names: the rows' own, checked here."""
-    from .. import configs
+    from warpdecode import configs
 
     with (out / "fp8_speed.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r["gpu"] == gpu]

@@ -10,10 +10,10 @@ from functools import partial
 
 import torch
 
-from ..model import MODELS, MOE_METHODS, Decoder
-from ..reference import rel_error
-from .sweep import meta
-from .timing import capture, time_replays
+from bench.model import MODELS, MOE_METHODS, Decoder
+from bench.sweep import meta
+from warpdecode.reference import rel_error
+from warpdecode.timing import capture, time_replays
 
 
 def step_bytes(model: Decoder, T: int, ctx: int, routes) -> int:

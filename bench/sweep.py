@@ -14,15 +14,15 @@ from pathlib import Path
 import torch
 import triton
 
-from .. import expert as ex
-from .. import warp as wp
-from ..configs import expert_config, warp_config
-from ..presets import MoEShape
-from ..reference import reference_moe, rel_error, rounding_floor
-from ..routing import route
-from .methods import EAGER, KERNELS, registry
-from .timing import Timing, capture, capture_poisoned, time_eager, time_interleaved, time_replays
-from .workload import bytes_needed, make_inputs, make_layers, num_copies
+from bench.methods import EAGER, KERNELS, registry
+from warpdecode import expert as ex
+from warpdecode import warp as wp
+from warpdecode.configs import expert_config, warp_config
+from warpdecode.presets import MoEShape
+from warpdecode.reference import reference_moe, rel_error, rounding_floor
+from warpdecode.routing import route
+from warpdecode.timing import Timing, capture, capture_poisoned, time_eager, time_interleaved, time_replays
+from warpdecode.workload import bytes_needed, make_inputs, make_layers, num_copies
 
 #: The most error, in multiples of the bf16 rounding floor, a timed method may show before its
 #: row is flagged: timing a wrong result would be meaningless.

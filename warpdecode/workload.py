@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..presets import MoEShape
-from ..routing import route
+from .presets import MoEShape
+from .routing import route
 
 
 @dataclass

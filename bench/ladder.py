@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _runtime, compiled, configs
-from .bench import data
-from .bench.workload import LayerInputs, bytes_needed
-from .configs import expected_distinct  # noqa: F401  (the notebooks call ladder.expected_distinct)
-from .presets import MoEShape, get_preset
+from bench import compiled, data
+from warpdecode import _runtime, configs
+from warpdecode.configs import expected_distinct  # noqa: F401  (the notebooks call ladder.expected_distinct)
+from warpdecode.presets import MoEShape, get_preset
+from warpdecode.workload import LayerInputs, bytes_needed
 
 #: Whose measurements the notebooks show where they cannot measure (no GPU), and quote beside
 #: their own measurements where they can.
@@ -121,7 +121,7 @@ def routing_flips(name: str, *, T: int, steps: int, methods, layers: int | None 
     Once a token takes another expert, its hidden state moves by that expert's whole output times
     its routing weight, far more than a rounding; the error study (``bench.e2e.layer_errors``) sees
     that as a jump."""
-    from .model import MODELS, Decoder
+    from bench.model import MODELS, Decoder
 
     model = Decoder(MODELS[name], device=device, layers=layers, seed=seed)
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -282,7 +282,7 @@ def expert_stage_bytes(shape: MoEShape, topk_ids: torch.Tensor, block_m: int, el
     counts = torch.bincount(topk_ids.flatten().long().cpu(), minlength=E)
     hit = int((counts > 0).sum())
     rows = int(((counts + block_m - 1) // block_m * block_m).sum())  # num_tokens_post_padded
-    from .expert import max_padded_rows
+    from warpdecode.expert import max_padded_rows
 
     EM = max_padded_rows(T * K, E, block_m)
     pairs = T * K
