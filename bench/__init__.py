@@ -5,3 +5,5 @@ command line from the checkout's root: ``python -m bench --help``.
 
 Everything here that times needs a CUDA GPU; the accuracy sweep also runs on the CPU.
 """
+
+import warpdecode  # noqa: F401  first: decides GPU or CPU interpreter before any module here imports Triton

@@ -63,7 +63,7 @@ def figures_dir(root: str | Path | None = None) -> Path:
 
 
 def readme(root: str | Path | None = None) -> Path:
-    """``<root>/README.md``, whose generated blocks ``python -m warpdecode report`` rewrites."""
+    """``<root>/README.md``, whose generated blocks ``python -m bench report`` rewrites."""
     return checkout(root) / "README.md"
 
 
@@ -125,7 +125,7 @@ def merge_write(path: Path, rows: list[dict]) -> None:
 def e2e_speed_table(gpu: str, dense: str = "eager", root: str | Path | None = None) -> dict:
     """e2e_speed.csv as {(model, layers, ctx): {method: {T: row}}}, the numeric columns as floats;
     only the steps whose dense (non-MoE) code ran as ``dense`` says: ``"eager"`` (PyTorch ops, the
-    default) or ``"compiled"`` (``python -m warpdecode e2e --compile``)."""
+    default) or ``"compiled"`` (``python -m bench e2e --compile``)."""
     out: dict = {}
     for r in read(gpu_dir(gpu, root) / "e2e_speed.csv"):
         if (r.get("dense") or "eager") != dense:

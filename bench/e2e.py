@@ -1,7 +1,7 @@
-"""End to end: decode tokens/s of the minimal decoder (``warpdecode.model``) per MoE method, with
+"""End to end: decode tokens/s of the minimal decoder (``bench.model``) per MoE method, with
 the share of the step its MoE layers take, and the error of every layer's hidden state against the
 same model in float64. ``compile=True`` runs the decoder's dense code through ``torch.compile``
-(:class:`warpdecode.model.Decoder`); every row's ``dense`` column says how it ran."""
+(:class:`bench.model.Decoder`); every row's ``dense`` column says how it ran."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ class Rounding:
     combine: bool = False
 
 
-#: The roundings of each path, by the names ``warpdecode.bench`` uses.
+#: The roundings of each path, by the names ``bench`` uses.
 PATHS = {
     "warp": Rounding(),
     "warp_bf16_act": Rounding(intermediate=True),

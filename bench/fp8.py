@@ -1,8 +1,8 @@
 """FP8 weights on a GPU: speed against the FP8 byte floor, error against float64, and the figures
 of issue 23's bar, as tidy CSV.
 
-    python -m warpdecode.bench.fp8 --what speed accuracy layers [--phase warp auto lesson] [--presets ...] [--out DIR]
-    python -m warpdecode.bench.fp8 --what table --gpu "NVIDIA H200" --out results/NVIDIA_H200   # no GPU needed
+    python -m bench.fp8 --what speed accuracy layers [--phase warp auto lesson] [--presets ...] [--out DIR]
+    python -m bench.fp8 --what table --gpu "NVIDIA H200" --out results/NVIDIA_H200   # no GPU needed
 
 speed (``fp8_speed.csv``): per preset and T, warp decode with bf16 weights (the tuned pair's
 kernels), warp decode with FP8 weights in both formats (the pair's kernels at the default tiles and
@@ -125,7 +125,7 @@ def _time(fn, args, reps):
 
 def _time_together(runs, reps):
     """:func:`_time` for each ``(fn, args)`` of ``runs``, their graphs timed in one interleaved run
-    (:func:`~warpdecode.bench.timing.time_interleaved`), so that their ratios are fair."""
+    (:func:`~warpdecode.timing.time_interleaved`), so that their ratios are fair."""
     captured = [capture_poisoned(lambda fn=fn, args=args: [fn(*a) for a in args]) for fn, args in runs]
     times = time_interleaved([g for g, _ in captured], reps=reps)
     return [(t.scaled(1 / len(args)), outs[0]) for t, (_, args), (_, outs) in zip(times, runs, captured, strict=True)]
@@ -340,7 +340,7 @@ def accuracy(presets, *, Ts=(1, 8, 64), csv_path: Path, formats=quant.FORMATS, d
 
 def layer_errors(name: str = "qwen3-30b-a3b", *, layers: int = 8, T: int = 4, steps: int = 4, fmt="block128",
                  csv_path: Path, seed: int = 0) -> list[dict]:
-    """Across a model's layers: the decoder of ``warpdecode.model`` in float64 but its MoE layers
+    """Across a model's layers: the decoder of ``bench.model`` in float64 but its MoE layers
     (``moe-only:``), which run warp decode or the w8a8 expert path on FP8 weights (``fmt``); each
     layer's hidden state at the last of ``steps`` decode steps against the float64 model with the
     bf16 weights (``vs="bf16"``: the weights' quantization included) and with the FP8 weights

@@ -27,7 +27,7 @@ step's expert layers alone, replayed in a CUDA graph on random routing (``moe_us
 ``1 / ((1 − f) + f / s)`` (:func:`amdahl`), and the fraction of generated tokens equal to
 grouped_mm's (greedy; near-ties of bf16 logits may flip).
 
-:func:`generate_speed` measures in one process. ``python -m warpdecode e2e --what generate`` with
+:func:`generate_speed` measures in one process. ``python -m bench e2e --what generate`` with
 several implementations runs each in processes of its own (:func:`generate_in_processes`): in one
 process the second implementation measured is always the slower, whichever it is.
 """

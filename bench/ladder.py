@@ -11,7 +11,7 @@
   out as text.
 - Views of the kernels: :func:`source` (numbered lines of a kernel), :func:`recorded_jobs`
   (the launches a path makes for a shape, as on an H200, ready for
-  :func:`warpdecode.compiled.compile_many`).
+  :func:`bench.compiled.compile_many`).
 - :func:`project`: a measured time projected onto a GPU with more bandwidth (a projection,
   never a measurement).
 """
@@ -81,7 +81,7 @@ def bound(method: str) -> float:
 
 def decode_bytes(shape: MoEShape, topk_ids: torch.Tensor, elem: int = 2) -> int:
     """The fewest bytes one call must move (the benchmark's own count,
-    :func:`warpdecode.bench.workload.bytes_needed`): each distinct routed expert's weights once,
+    :func:`warpdecode.workload.bytes_needed`): each distinct routed expert's weights once,
     the activations in, the output out, the routing in."""
     T = topk_ids.shape[0]
     x = torch.empty(T, shape.H, device="meta")
@@ -95,10 +95,10 @@ def floor_us(nbytes: float, tbps: float) -> float:
 
 def step_ledger(cfg, T: int, ctx: int, experts_read: float, *, layers: int | None = None,
                 elem: int = 2) -> dict[str, float]:
-    """The fewest bytes one decode step of the minimal decoder (``warpdecode.model``, config
+    """The fewest bytes one decode step of the minimal decoder (``bench.model``, config
     ``cfg``, its first ``layers`` layers) must move, by part: T tokens at position ``ctx − 1``,
     ``experts_read`` distinct routed experts summed over the layers (T = 1: exactly K per layer; see
-    :func:`expected_distinct` otherwise). The parts add up to ``warpdecode.bench.e2e.step_bytes``."""
+    :func:`expected_distinct` otherwise). The parts add up to ``bench.e2e.step_bytes``."""
     L = layers or cfg.layers
     H, hd, nq, nkv, E = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.moe.E
     per_layer = 2 * H + 2 * hd + (nq + 2 * nkv) * hd * H + H * nq * hd + E * H  # norms, q/k/v/o, router
@@ -113,7 +113,7 @@ def step_ledger(cfg, T: int, ctx: int, experts_read: float, *, layers: int | Non
 
 def routing_flips(name: str, *, T: int, steps: int, methods, layers: int | None = None, device=None,
                   seed: int = 0) -> dict[str, list[int]]:
-    """How often rounding changes a routing decision. A decoder ``warpdecode.model.MODELS[name]``
+    """How often rounding changes a routing decision. A decoder ``bench.model.MODELS[name]``
     (random weights from ``seed``) decodes the same random prompt, ``steps`` steps of T tokens, in
     float64 (``method="reference"``) and with each of ``methods``; returns, per method, per layer,
     the number of the steps · T tokens whose set of K experts differs from the float64 model's.
@@ -159,7 +159,7 @@ def differing_tokens(topk_ids: torch.Tensor, other: torch.Tensor) -> int:
 def results(name: str, gpu: str = RESULTS_GPU, root=None) -> list[dict]:
     """Rows of ``<root>/results/<gpu>/<name>`` (speed.csv, stages.csv, accuracy.csv, ceiling.csv,
     e2e_*.csv), as strings; ``root`` defaults to the checkout around the current working directory
-    (:func:`warpdecode.bench.data.checkout`)."""
+    (:func:`bench.data.checkout`)."""
     return data.read(data.gpu_dir(gpu, root) / name)
 
 
@@ -221,7 +221,7 @@ def source(kernel, start: str | None = None, stop: str | None = None) -> str:
 
 def recorded_jobs(path: str, shape: MoEShape | str, T: int, *, gpu_name: str = RESULTS_GPU, dtype=torch.bfloat16,
                   config: dict | None = None, **options) -> list[compiled.Launch]:
-    """:func:`warpdecode.compiled.record_launches`, on the GPU the results come from by default."""
+    """:func:`bench.compiled.record_launches`, on the GPU the results come from by default."""
     s = get_preset(shape) if isinstance(shape, str) else shape
     return compiled.record_launches(path, s, T, gpu_name=gpu_name, dtype=dtype, config=config, **options)
 

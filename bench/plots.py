@@ -1,8 +1,8 @@
-"""Figures drawn from a checkout's ``results/<GPU>/*.csv`` (``python -m warpdecode report`` calls these).
+"""Figures drawn from a checkout's ``results/<GPU>/*.csv`` (``python -m bench report`` calls these).
 
 Every figure names its GPU and software versions; the numbers come only from the CSV. Each
 function reads the checkout ``root`` (default: the one around the current working directory,
-:func:`warpdecode.bench.data.checkout`) and writes its PNG into ``out`` (default ``<root>/figures``).
+:func:`bench.data.checkout`) and writes its PNG into ``out`` (default ``<root>/figures``).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_
     bytes imply at the read ceiling, achieved TB/s and the fraction of the ceiling.
 
     A public method (``warp``, ``expert``, ``auto``, …: ``warpdecode.moe`` as users call it) is the
-    row to read; with ``kernels`` its bare twin (:data:`~warpdecode.bench.methods.KERNELS`) is timed
+    row to read; with ``kernels`` its bare twin (:data:`~bench.methods.KERNELS`) is timed
     beside it, in the same interleaved run, and the public row's ``overhead`` is the public median
     over the twin's (empty where no twin was timed)."""
     fns = registry()

@@ -8,7 +8,7 @@ shapes that are not presets.
 
 For each shape and T: warp decode, the expert-centric path and ``auto``, once with the shipped
 table (the presets have one) and once with every table switched off (each path's defaults, and
-``auto``'s crossover without a table), timed in one process as ``warpdecode.bench.sweep.speed``
+``auto``'s crossover without a table), timed in one process as ``bench.sweep.speed``
 times them (``warpdecode.moe`` in CUDA-graph replays over rotated layer copies, the read ceiling
 measured first). Rows:
 ``experiments/results/<GPU>/defaults.csv`` (``tables`` = ``tuned`` or ``off``). The summary it
@@ -36,6 +36,7 @@ import contextlib
 import sys
 from pathlib import Path
 
+import checkout  # noqa: F401  (first: puts the checkout root on sys.path, for bench)
 import torch
 import triton
 
@@ -103,8 +104,8 @@ def main(argv=None):
         return summary(list(csv.DictReader(args.summary.open())))
     if not torch.cuda.is_available():
         sys.exit("timing needs a CUDA GPU (--check runs on the CPU)")
-    from warpdecode.bench import data, sweep
-    from warpdecode.bench.timing import read_ceiling
+    from bench import data, sweep
+    from warpdecode.timing import read_ceiling
 
     extra = {s.name: s for s in SHAPES}
     names = args.shapes or [*wd.MODEL_PRESETS, *extra]

@@ -349,7 +349,7 @@ def expected_down(h, w2, al: ex.Alignment, topk_weights):
 
 
 # ---------------------------------------------------------------------------------------------
-# parallel compilation, as warpdecode.bench.tune.precompile does it for the shipped kernels
+# parallel compilation, as warpdecode.tuner.precompile does it for the shipped kernels
 
 
 def _new_binary(kernel, before: set):

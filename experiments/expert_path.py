@@ -44,15 +44,15 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 import warpdecode as wd
+from bench.sweep import meta
 from warpdecode import _alloc, _runtime
 from warpdecode import expert as ex
-from warpdecode.bench import tune as tn
-from warpdecode.bench.sweep import meta
-from warpdecode.bench.timing import capture, read_ceiling, small_read, time_replays
-from warpdecode.bench.tune import SWAP_FORMS as FORMS
-from warpdecode.bench.tune import with_swap as swapped
-from warpdecode.bench.workload import bytes_needed, make_inputs
+from warpdecode import tuner as tn
 from warpdecode.configs import expert_config
+from warpdecode.timing import capture, read_ceiling, small_read, time_replays
+from warpdecode.tuner import SWAP_FORMS as FORMS
+from warpdecode.tuner import with_swap as swapped
+from warpdecode.workload import bytes_needed, make_inputs
 
 # ==================================================================================================
 # version align: Align (stage 2 of the expert-centric path) four ways, on the H200:
@@ -344,7 +344,7 @@ def main_align():
 #
 #     python experiments/expert_path.py --version tiles [--presets mixtral-8x7b olmoe-1b-7b] [--T 256]
 #
-# The tuner (``warpdecode/bench/tune.py``, ``gemm_candidates``) searches the neighbourhood of vLLM's
+# The tuner (``warpdecode/tuner.py``, ``gemm_candidates``) searches the neighbourhood of vLLM's
 # tuned H100/H200 tables: 64–256 columns × 64–256 deep, 4 or 8 warps, 3–5 stages. At T = 256 the
 # Mixtral and OLMoE rows stop at 84 % and 83 % of the read ceiling (the bar is 85 %), the GEMMs
 # themselves at about 85 % (``logs/tune_expert.log``). This script times each GEMM over every tile
@@ -766,7 +766,7 @@ def _ptx_counts(ptx: str) -> dict:
 def check_bound_ptx():
     """Compiled for sm_90a (offline): each no-math GEMM has the shipped kernel's cp.async, global
     loads and stores, and no tensor-core instruction, without spills."""
-    from warpdecode import compiled
+    from bench import compiled
 
     here = str(Path(__file__).resolve().parent)  # the compiler's child process imports expert_knobs
     os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])

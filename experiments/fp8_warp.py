@@ -14,7 +14,7 @@ an H200 SM issues 4 warp instructions a cycle (128 lane instructions) and receiv
 a 4.5 TB/s read a cycle at 1.98 GHz, so above ~7 lane instructions per byte and lane the SMs, not the
 memory, set the pace.
 
-- count: each kernel compiled as the launchers would launch it (``warpdecode.compiled``) and
+- count: each kernel compiled as the launchers would launch it (``bench.compiled``) and
   disassembled (Triton's nvdisasm): registers, spills, and the SASS one program executes per byte
   of weights each lane loads at Qwen3-30B-A3B (H = 2048, I = 768; loop bodies counted once per
   trip), with the instructions that do the arithmetic: the e4m3 pair → f16x2 conversion
@@ -82,13 +82,14 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import warpdecode as wd
-from warpdecode import _alloc, compiled, quant
+from bench import compiled
+from bench import fp8 as bench_fp8
+from warpdecode import _alloc, quant
 from warpdecode import warp as wp
-from warpdecode.bench import fp8 as bench_fp8
-from warpdecode.bench.timing import capture, small_read, time_replays
-from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers
 from warpdecode.configs import warp_config, warp_fp8_config
 from warpdecode.kernels.warp_fp8 import _down_fp8_chunk, _scales  # the loads are the shipped kernel's
+from warpdecode.timing import capture, small_read, time_replays
+from warpdecode.workload import bytes_needed, make_inputs, make_layers
 
 PRESETS = ["qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"]
 TS = [1, 2, 4, 8]
@@ -849,7 +850,7 @@ def check_bound():
             assert err <= 4.0 and not y.isnan().any(), (shape.name, fmt, err)
             print(f"{shape.name} T={T} {fmt}, every slot routed to expert 0: no math bit for bit, the pair "
                   f"{err:.2f} × the floor")
-    from warpdecode.bench.timing import _read_kernel
+    from warpdecode.timing import _read_kernel
 
     src = torch.randn(5000).to(torch.bfloat16)
     out = torch.empty(3)

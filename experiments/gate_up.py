@@ -216,10 +216,10 @@ def main_ladder():
         check_cpu()
         return
 
-    from warpdecode.bench.sweep import meta
-    from warpdecode.bench.timing import read_ceiling
-    from warpdecode.bench.tune import _over_layers, _time
-    from warpdecode.bench.workload import make_inputs, make_layers, num_copies
+    from bench.sweep import meta
+    from warpdecode.timing import read_ceiling
+    from warpdecode.tuner import _over_layers, _time
+    from warpdecode.workload import make_inputs, make_layers, num_copies
 
     ceiling = read_ceiling()
     rows = []

@@ -25,7 +25,7 @@ The schema (``COLUMNS``), one row per timed variant, in ``experiments/results/<G
     detail            everything else the experiment records, a Python dict literal
     gpu, torch, triton, date
     run               an id shared by the rows of one invocation, where the experiment keeps one
-    commit            the commit measured (``warpdecode.bench.sweep.commit``); empty in rows older than it
+    commit            the commit measured (``bench.sweep.commit``); empty in rows older than it
 
 GPU only (CUDA graphs); each experiment's ``--check`` covers its kernels on the CPU.
 """
@@ -40,15 +40,16 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import checkout  # noqa: F401  (first: puts the checkout root on sys.path, for bench)
 import torch
 
+from bench.sweep import meta
 from warpdecode import warp as wp
-from warpdecode.bench.sweep import meta
-from warpdecode.bench.timing import capture_poisoned, read_ceiling, time_replays
-from warpdecode.bench.workload import LayerInputs, bytes_needed, make_inputs, make_layers, num_copies
 from warpdecode.configs import warp_config
 from warpdecode.presets import MoEShape, get_preset
 from warpdecode.reference import reference_moe, rel_error, rounding_floor
+from warpdecode.timing import capture_poisoned, read_ceiling, time_replays
+from warpdecode.workload import LayerInputs, bytes_needed, make_inputs, make_layers, num_copies
 
 HERE = Path(__file__).resolve().parent
 

@@ -230,7 +230,7 @@ def candidates_v8(shape, interpret: bool):
 
 def check_v8(shape, T: int, cfg: dict, device) -> float:
     """Error over the bf16 floor on fresh random inputs, the output poisoned; the counters back at zero."""
-    from warpdecode.bench.workload import make_inputs, make_layers
+    from warpdecode.workload import make_inputs, make_layers
 
     (w13, w2), = make_layers(shape, 1) if device.type == "cuda" else [_cpu_layer(shape)]
     inp = make_inputs(shape, T, 1, seed=77)[0] if device.type == "cuda" else _cpu_inputs(shape, T)

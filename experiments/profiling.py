@@ -32,11 +32,11 @@ from reads import _tile_read
 
 import warpdecode
 import warpdecode as wd
-from warpdecode import emulate as em
+from bench import emulate as em
+from bench.hf_generate import make_model
 from warpdecode import expert as ex
-from warpdecode.bench.hf_generate import make_model
-from warpdecode.bench.workload import make_inputs, make_layers
 from warpdecode.integrations.transformers import register
+from warpdecode.workload import make_inputs, make_layers
 
 # ==================================================================================================
 # version pair: Nsight Compute's counters on the kernels the missed targets run (no timing claims: ncu runs each
@@ -179,7 +179,7 @@ def main_hf_generate():
 #
 #     python experiments/profiling.py --version hf_compiled [--model qwen3-30b-a3b] [--layers 8] [--batch 1]
 #
-# ``generate`` as ``warpdecode.bench.hf_generate`` runs it (static cache, ``torch.compile`` with
+# ``generate`` as ``bench.hf_generate`` runs it (static cache, ``torch.compile`` with
 # ``mode="reduce-overhead"``, ``fullgraph=True``), one warm-up call, then one call under
 # ``torch.profiler`` (CPU and CUDA activities). Per decode step it prints: the step's time (the
 # logits processor's CUDA events, as the benchmark measures it), the GPU's busy time (the union of
@@ -211,7 +211,7 @@ def main_hf_compiled():
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from warpdecode.bench.hf_generate import _reset_compiled, generate_kwargs, step_clock
+    from bench.hf_generate import _reset_compiled, generate_kwargs, step_clock
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen3-30b-a3b")
@@ -284,7 +284,7 @@ def main_hf_compiled():
 #
 # The expert-centric path here fuses SiLU·up into its gate/up GEMM and rounds the intermediate once
 # (the stage 5). vLLM's fused_moe stores gate and up in bf16, then silu_and_mul stores the
-# intermediate again, and HF's grouped_mm does the same. warpdecode.emulate computes both in float64
+# intermediate again, and HF's grouped_mm does the same. bench.emulate computes both in float64
 # with exactly those roundings (CPU, a few seconds), on Mixtral-like (K = 2), gpt-oss-like (K = 4)
 # and Qwen-like (K = 8) shapes scaled down: error(expert) / error(warp) for each.
 # ==================================================================================================

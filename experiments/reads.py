@@ -29,13 +29,13 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import warpdecode as wd
-from warpdecode.bench.sweep import meta
-from warpdecode.bench.timing import capture, read_ceiling, small_read, time_replays
+from bench.sweep import meta
+from warpdecode.timing import capture, read_ceiling, small_read, time_replays
 
 # ==================================================================================================
 # version stream: How fast can one kernel read a decode-sized amount of memory? The streaming-read kernel of
 #
-# warpdecode.bench.timing on the byte counts of real decode calls, against the multi-GB ceiling.
+# warpdecode.timing on the byte counts of real decode calls, against the multi-GB ceiling.
 #
 #     python experiments/reads.py --version stream [--out experiments/results/<GPU>/small_reads.csv]
 #
@@ -66,7 +66,7 @@ def main_stream():
 # ==================================================================================================
 # version tiles: Is 83 % the most one launch can read of 75.5 MB on this GPU? The streaming-read kernel of
 #
-# warpdecode.bench.timing (a persistent grid striding over the buffer) against two other ways to
+# warpdecode.timing (a persistent grid striding over the buffer) against two other ways to
 # read the same bytes once, at the byte counts of a Qwen3-30B-A3B T=1 call (25.2 MB down, 50.3 MB
 # gate/up, 75.5 MB both):
 #
@@ -448,8 +448,8 @@ def main_bound():
     if args.check or wd.INTERPRET or not torch.cuda.is_available():
         check_bound("cuda" if torch.cuda.is_available() else "cpu")
         return
-    from warpdecode.bench.sweep import meta
-    from warpdecode.bench.timing import capture, read_ceiling, time_replays
+    from bench.sweep import meta
+    from warpdecode.timing import capture, read_ceiling, time_replays
 
     gpu = torch.cuda.get_device_name()
     run = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # the rows of one process

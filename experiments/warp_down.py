@@ -213,9 +213,9 @@ def main_ladder():
         check_cpu()
         return
 
-    from warpdecode.bench.sweep import meta
-    from warpdecode.bench.timing import capture, read_ceiling, time_replays
-    from warpdecode.bench.workload import make_inputs, make_layers, num_copies
+    from bench.sweep import meta
+    from warpdecode.timing import capture, read_ceiling, time_replays
+    from warpdecode.workload import make_inputs, make_layers, num_copies
 
     sys.path.insert(0, str(Path(__file__).parent))
     from reads import _tile_read
@@ -247,8 +247,8 @@ def main_ladder():
 def every_tile(shape, w2s, inputs, time_replays):
     """(label, µs per call) of the shipped down kernel alone with each tile the tuner tries, each
     checked first against the float64 down projection (outputs poisoned, one replay)."""
-    from warpdecode.bench.timing import capture_poisoned
-    from warpdecode.bench.tune import warp_candidates
+    from warpdecode.timing import capture_poisoned
+    from warpdecode.tuner import warp_candidates
 
     L, T = len(w2s), inputs[0].x.shape[0]
     acts = [torch.randn(T * shape.K, shape.I, device="cuda") for _ in range(L)]
@@ -448,7 +448,7 @@ def main_v13():
 
     from harness import cases, checked_us_or_none, down_runs, row
 
-    from warpdecode.bench.tune import _compiled_for
+    from warpdecode.tuner import _compiled_for
 
     rows = []
     compiled = {}  # config -> (registers per thread, spilled bytes)
@@ -885,7 +885,7 @@ def check_v15():
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from warpdecode.compiled import Compiled, ptxas_report
+    from bench.compiled import Compiled, ptxas_report
 
     for name in ("qwen3-30b-a3b", "olmoe-1b-7b"):
         s = wd.get_preset(name)

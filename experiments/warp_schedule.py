@@ -40,16 +40,16 @@ from harness import cases, checked_us, row
 from triton.language.extra.cuda import gdc_wait
 
 import warpdecode as wd
+from bench.sweep import meta
 from warpdecode import _alloc, configs
 from warpdecode import warp as wp
-from warpdecode.bench.sweep import meta
-from warpdecode.bench.timing import read_ceiling
-from warpdecode.bench.tune import _over_layers, _time
-from warpdecode.bench.workload import bytes_needed, make_inputs, make_layers, num_copies
 from warpdecode.configs import warp_config
 from warpdecode.expert import moe_expert
 from warpdecode.presets import get_preset
+from warpdecode.timing import read_ceiling
+from warpdecode.tuner import _over_layers, _time
 from warpdecode.warp import moe_warp
+from warpdecode.workload import bytes_needed, make_inputs, make_layers, num_copies
 
 # ==================================================================================================
 # version 5: A/B of warp decode's cache knobs at T = 1…16 on every preset, against the tuned configs.

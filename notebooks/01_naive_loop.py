@@ -38,9 +38,10 @@
 
 # %%
 import torch
+from lessons import ladder  # first: the checkout on sys.path; warpdecode decides GPU or CPU interpreter
 
-import warpdecode as wd  # first: decides GPU or CPU interpreter before any Triton kernel exists
-from warpdecode import _alloc, ladder
+import warpdecode as wd
+from warpdecode import _alloc
 
 S = ladder.SETTINGS
 shape = wd.get_preset(S.preset)
@@ -161,12 +162,12 @@ print("T=1 bytes agree with speed.csv for", len(rows), "presets")
 # %% [markdown]
 # The time those bytes take is set by the bandwidth a streaming read actually reaches, which is
 # below the datasheet: the harness measures it with a Triton kernel streaming a buffer of gigabytes
-# (`warpdecode.bench.timing.read_ceiling`). On a GPU this cell measures it now; on the CPU it takes
+# (`warpdecode.timing.read_ceiling`). On a GPU this cell measures it now; on the CPU it takes
 # the H200's value recorded in `results/NVIDIA_H200/ceiling.csv`.
 
 # %%
 if S.on_gpu:
-    from warpdecode.bench.timing import read_ceiling
+    from warpdecode.timing import read_ceiling
 
     ceiling_tbps, ceiling_from = read_ceiling(2.0), f"measured now on {S.gpu}"
 else:
@@ -228,13 +229,13 @@ assert len(syncs) == 1 + hit  # unique once, nonzero per expert
 # %% [markdown]
 # On the GPU, the harness times the loop (eagerly: a graph cannot capture a host sync) next to
 # the two paths of the later rungs, each over several copies of the layer so no call finds its
-# weights in L2 (`warpdecode.bench.sweep.speed`). On the CPU, the cell shows the rows measured on
+# weights in L2 (`bench.sweep.speed`). On the CPU, the cell shows the rows measured on
 # the H200.
 
 # %%
 cols = ["preset", "T", "method", "median_us", "floor_us", "frac_ceiling"]
 if S.on_gpu:
-    from warpdecode.bench import sweep
+    from lessons import sweep
 
     timed = sweep.speed([shape], [1, 8], ["loop", "expert", "warp"], ceiling_tbps=ceiling_tbps, reps=S.reps)
     print(f"measured now on {S.gpu}:")

@@ -38,10 +38,11 @@
 
 # %%
 import torch
+from lessons import emulate as em
+from lessons import ladder
 
 import warpdecode as wd
-from warpdecode import _alloc, ladder
-from warpdecode import emulate as em
+from warpdecode import _alloc
 from warpdecode import expert as ex
 
 S = ladder.SETTINGS
@@ -165,7 +166,7 @@ assert (a[:used][~valid] == 0).all() and a[used:].isnan().all()
 # e4m3 values and one power-of-two FP32 scale per row per 128 columns (DeepSeek-V3's 1×128 blocks).
 # A power-of-two scale makes `q · s` exact, so the only error is e4m3's 3-bit mantissa: about 2⁻⁴
 # relative, roughly 16 times bf16's. Rung 3 measures what that costs the layer;
-# `warpdecode.emulate.quantize_fp8` is the float64 model of this kernel, and it agrees bit for bit.
+# `bench.emulate.quantize_fp8` is the float64 model of this kernel, and it agrees bit for bit.
 
 # %%
 a_native, no_scales = ex.quantize(a, al, "native")
@@ -301,7 +302,7 @@ assert data_us > 0.25 * sum(h200.values())  # ...more than a quarter of the time
 # ![Expert-centric stages at each T, NVIDIA H200](../figures/stage_breakdown.png)
 #
 # *NVIDIA H200, Qwen3-30B-A3B, bf16: `figures/stage_breakdown.png`, drawn from
-# `results/NVIDIA_H200/stages.csv` by `warpdecode/bench/plots.py`.*
+# `results/NVIDIA_H200/stages.csv` by `bench/plots.py`.*
 #
 # The numbers behind it, at T = 1 and T = 256:
 
@@ -318,12 +319,12 @@ for t in ("1", "256"):
           f"the two GEMMs {gemm_t:.1f} µs ({gemm_t / tot:.0%})")
 
 # %% [markdown]
-# On a GPU, the harness re-measures the stages here (`warpdecode.bench.sweep.stages`: each stage
+# On a GPU, the harness re-measures the stages here (`bench.sweep.stages`: each stage
 # alone, in a CUDA graph, over layer copies so the weights come from HBM).
 
 # %%
 if S.on_gpu:
-    from warpdecode.bench import sweep
+    from lessons import sweep
 
     fresh = [r for r in sweep.stages([wd.get_preset(S.preset)], [1, 64], reps=S.reps) if r["path"] == "expert"]
     print(f"measured now on {S.gpu}, {S.preset}:")

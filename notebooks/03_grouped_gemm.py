@@ -35,10 +35,11 @@
 import inspect
 
 import torch
+from lessons import compiled, ladder
+from lessons import emulate as em
 
 import warpdecode as wd
-from warpdecode import _alloc, compiled, ladder
-from warpdecode import emulate as em
+from warpdecode import _alloc
 from warpdecode.kernels import expert as kx
 
 S = ladder.SETTINGS
@@ -89,7 +90,7 @@ print(inspect.getsource(kx._gate_up_rows.fn))
 #
 # The launches `warpdecode.expert.moe_expert` makes on an H200 for Qwen3-30B-A3B at T = 1 (the tuned
 # configuration from `warpdecode/tuned/NVIDIA_H200.json`), compiled for sm_90a here
-# (`warpdecode.compiled`: Triton's real pipeline and ptxas, no GPU needed). What the compiler
+# (`bench.compiled`: Triton's real pipeline and ptxas, no GPU needed). What the compiler
 # reports belongs to this Triton version, so it is printed, not compared:
 
 # %%
@@ -179,8 +180,9 @@ assert all(t64[p] > t1[p] for p in t1)  # the path needs tokens to amortise its 
 
 # %%
 if S.on_gpu:
-    from warpdecode.bench import sweep
-    from warpdecode.bench.timing import read_ceiling
+    from lessons import sweep
+
+    from warpdecode.timing import read_ceiling
 
     ceiling_now = read_ceiling(2.0)
     fresh = sweep.speed([shape], list(S.Ts), ["expert"], ceiling_tbps=ceiling_now, reps=S.reps)
@@ -200,7 +202,7 @@ else:
 # 3. **the combine**: the K slots summed in bf16, one rounding per add (vLLM's `moe_sum`);
 # 4. optionally **FP8 activations**: e4m3 with 1×128 power-of-two block scales, before each GEMM.
 #
-# `warpdecode.emulate` computes the layer in float64 and makes exactly those roundings, each behind
+# `bench.emulate` computes the layer in float64 and makes exactly those roundings, each behind
 # its own switch. First, the check that makes the attribution worth anything: the emulation of the
 # whole path must land where the real kernels land.
 

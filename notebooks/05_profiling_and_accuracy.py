@@ -29,8 +29,8 @@
 # python tools/run_notebooks.py notebooks/05_profiling_and_accuracy.ipynb
 # ```
 #
-# The tables and figures come from `results/NVIDIA_H200/*.csv`, measured by `python -m warpdecode
-# bench` on an H200; the figures are drawn from them by `warpdecode/bench/plots.py`. The accuracy
+# The tables and figures come from `results/NVIDIA_H200/*.csv`, measured by `python -m bench
+# bench` on an H200; the figures are drawn from them by `bench/plots.py`. The accuracy
 # cell re-measures on this device (Qwen3-30B-A3B on a GPU, `tiny` in the CPU interpreter).
 
 # %%
@@ -39,11 +39,10 @@ import tempfile
 from pathlib import Path
 
 import torch
+from lessons import data, ladder, report, sweep
+from lessons import emulate as em
 
 import warpdecode as wd
-from warpdecode import emulate as em
-from warpdecode import ladder
-from warpdecode.bench import data, report, sweep
 
 S = ladder.SETTINGS
 GPU = ladder.RESULTS_GPU
@@ -93,7 +92,7 @@ print(ladder.table(rows))
 # ## The crossover
 #
 # Warp decode wins at small T on every preset; the expert-centric path wins once tokens share
-# experts. `python -m warpdecode report` derives, per layer shape, the largest measured T up to which
+# experts. `python -m bench report` derives, per layer shape, the largest measured T up to which
 # warp decode is faster at every measured T, and writes it into the tuned table that
 # `warpdecode.crossover` and `method="auto"` read on that GPU:
 
@@ -190,7 +189,7 @@ assert max(float(r["error_over_floor"]) for r in acc if r["method"] == "warp") <
 #
 # *NVIDIA H200: `figures/accuracy.png`, drawn from `results/NVIDIA_H200/accuracy.csv`.*
 #
-# The same measurement on this device, now (`warpdecode.bench.sweep.accuracy`), each method held to
+# The same measurement on this device, now (`bench.sweep.accuracy`), each method held to
 # this device's bound:
 
 # %%
@@ -250,8 +249,8 @@ assert wd.rel_error(y_grouped, ref) <= ladder.bound("warp") * floor
 # %% [markdown]
 # ## The figures, from the data
 #
-# Every figure above is a file under `figures/`, drawn from the CSV by `warpdecode/bench/plots.py`;
-# `python -m warpdecode report` redraws them in place (and rewrites the tables of `docs/results.md` and the
+# Every figure above is a file under `figures/`, drawn from the CSV by `bench/plots.py`;
+# `python -m bench report` redraws them in place (and rewrites the tables of `docs/results.md` and the
 # crossover). Here they are redrawn into a scratch folder, so running the notebook never rewrites
 # tracked files, to check that the CSV in the tree still draws them:
 

@@ -19,7 +19,7 @@
 # **What this rung adds:** the MoE layer inside whole decode steps. Cursor's published 1.84× is
 # end-to-end decode throughput, and their accuracy claim is about error that builds up across a
 # model's layers; one layer in isolation shows neither. This rung runs the minimal decoder of
-# `warpdecode/model.py` (RMSNorm, grouped-query attention over a KV cache with Qwen3's q/k norms and
+# `bench/model.py` (RMSNorm, grouped-query attention over a KV cache with Qwen3's q/k norms and
 # RoPE, and the MoE layer with a selectable `method`; random weights shaped like Qwen3-30B-A3B)
 # and asks two questions: how much of the layer's speed-up survives in a whole step, and does the
 # expert-centric path's rounding accumulate over the layers? Last, warp decode runs inside Hugging
@@ -45,7 +45,7 @@
 # string of small unfused PyTorch ops, f is whatever the clock says. Both predictions are computed
 # below and set against the measured steps.
 #
-# The speed numbers come from `results/NVIDIA_H200/e2e_speed.csv` (`python -m warpdecode e2e`, one
+# The speed numbers come from `results/NVIDIA_H200/e2e_speed.csv` (`python -m bench e2e`, one
 # CUDA graph per step) and `speed.csv`; the error study runs live here: the `tiny` model in Triton's
 # CPU interpreter, or the first layers of Qwen3-30B-A3B on a GPU.
 
@@ -54,12 +54,9 @@ import math
 import tempfile
 
 import torch
+from lessons import MODELS, data, ladder, layer_errors, plots, report  # plots: matplotlib, Agg backend
 
 import warpdecode as wd
-from warpdecode import ladder
-from warpdecode.bench import data, plots, report  # plots: matplotlib, Agg backend
-from warpdecode.bench.e2e import layer_errors
-from warpdecode.model import MODELS
 
 S = ladder.SETTINGS
 GPU = ladder.RESULTS_GPU
@@ -152,7 +149,7 @@ print(ladder.table(speed_rows))
 # ![Decode tokens/s, fraction of the step floor, speed-up per layer and per step, H200](../figures/e2e_speed.png)
 #
 # *NVIDIA H200: `figures/e2e_speed.png`, drawn from `results/NVIDIA_H200/e2e_speed.csv` and
-# `speed.csv` by `warpdecode/bench/plots.py`.*
+# `speed.csv` by `bench/plots.py`.*
 #
 # ## Why the step gains less than the layer: Amdahl, with the share the clock measures
 #
@@ -220,7 +217,7 @@ print(f"\nAmdahl's bound: a step never gains more than its MoE layers do (on {GP
 
 # %% [markdown]
 # The same test from the other side: make the rest leaner and the step's gain should grow toward
-# the layer's. `python -m warpdecode e2e --what speed --compile` runs the decoder's dense code (norms,
+# the layer's. `python -m bench e2e --what speed --compile` runs the decoder's dense code (norms,
 # q/k/v, RoPE, output projection, router) through `torch.compile`, the MoE layers and attention
 # unchanged; the H200 measured it at a few points:
 
@@ -243,7 +240,7 @@ if comp_rows:
     print(f"{GPU}: the dense code eager and compiled (e2e_speed.csv, column dense)")
     print(ladder.table(comp_rows))
 else:
-    print(f"no compiled-dense rows for {GPU} yet: python -m warpdecode e2e --what speed --compile")
+    print(f"no compiled-dense rows for {GPU} yet: python -m bench e2e --what speed --compile")
 
 # %% [markdown]
 # Past the crossover (T beyond the value in `warpdecode/tuned/NVIDIA_H200.json`), warp decode is
@@ -276,14 +273,14 @@ print(f"\nwhole model in bf16: logits error from {min(at_logits.values()):.2e} (
       f"{min(e[1] for e in bf16.values()):.2e}")
 h200_moe_only = {m: e for m, e in run["errors"].items() if m.startswith("moe-only:")}
 if not h200_moe_only:
-    print(f"the moe-only variants have not been measured on {GPU}: python -m warpdecode e2e --what errors")
+    print(f"the moe-only variants have not been measured on {GPU}: python -m bench e2e --what errors")
 assert all(math.isfinite(v) and v > 0 for e in run["errors"].values() for v in e.values())
 
 # %% [markdown]
 # ![Error against the float64 model after each layer, per method, NVIDIA H200](../figures/e2e_errors.png)
 #
 # *NVIDIA H200: `figures/e2e_errors.png`, drawn from `results/NVIDIA_H200/e2e_errors.csv` by
-# `warpdecode/bench/plots.py`; solid lines: the whole model in bf16, dashed (when measured): MoE only.*
+# `bench/plots.py`; solid lines: the whole model in bf16, dashed (when measured): MoE only.*
 #
 # In an all-bf16 model the MoE arithmetic is not the only rounding: bf16 attention, norms and the
 # residual stream put their error in from the first layer, and where the hidden state differs
@@ -361,7 +358,7 @@ print(f"    routing decisions changed by the MoE rounding: expert-centric {sum(f
 if h200_moe_only:
     print(f"{run['model']} on {GPU} (e2e_errors.csv): {accumulation(run['errors'], list(range(1, n_layers + 1)))}")
 else:
-    print(f"{run['model']} on {GPU}: moe-only not measured yet (python -m warpdecode e2e --what errors)")
+    print(f"{run['model']} on {GPU}: moe-only not measured yet (python -m bench e2e --what errors)")
 
 # %% [markdown]
 # Both paths' errors grow with depth: each layer adds its own rounding to the residual stream and
@@ -419,7 +416,7 @@ print(ladder.table(hf_rows))
 # %% [markdown]
 # `generate` tokens/s with transformers' own `grouped_mm` experts against `warpdecode`, a Qwen3-MoE
 # of Qwen3-30B-A3B's shapes with as many of its 48 layers as the GPU holds and random weights
-# (`warpdecode/bench/hf_generate.py`; `python -m warpdecode e2e --what generate` writes
+# (`bench/hf_generate.py`; `python -m bench e2e --what generate` writes
 # `results/<GPU>/hf_generate.csv`), beside Amdahl's prediction from grouped_mm's measured expert
 # share and the expert layers' own speed-up:
 
@@ -447,7 +444,7 @@ if hf_gen:  # the latest Qwen3-30B-A3B run: one depth, one compile mode (eager w
     print(ladder.table(gen_rows))
 else:
     print(f"generate has not been measured on {GPU} yet: on that GPU run\n"
-          "    python -m warpdecode e2e --what generate\n"
+          "    python -m bench e2e --what generate\n"
           f"which writes results/{data.gpu_folder(GPU)}/hf_generate.csv, then rerun this notebook")
 
 # %% [markdown]
@@ -457,7 +454,7 @@ else:
 #
 # ## The figures, from the data
 #
-# `python -m warpdecode report` draws `figures/e2e_speed.png` and `figures/e2e_errors.png` from the
+# `python -m bench report` draws `figures/e2e_speed.png` and `figures/e2e_errors.png` from the
 # CSV whenever the end-to-end files are there. Redrawn into a scratch folder here, so running the
 # notebook never rewrites tracked files:
 

@@ -43,10 +43,10 @@
 import json
 
 import torch
+from lessons import data, ladder, report
 
 import warpdecode as wd
-from warpdecode import _alloc, configs, ladder
-from warpdecode.bench import data, report
+from warpdecode import _alloc, configs
 from warpdecode.kernels import warp_persistent as kf
 
 S = ladder.SETTINGS
@@ -120,7 +120,7 @@ assert wd.rel_error(y_split, ref) <= ladder.bound("warp") * floor
 
 # %% [markdown]
 # The tuner (`python -m warpdecode tune --paths fused`) times every persistent configuration of
-# `warpdecode.bench.tune.fused_candidates` (warps, tile sizes, programs per SM) against the tuned
+# `warpdecode.tuner.fused_candidates` (warps, tile sizes, programs per SM) against the tuned
 # pair for every preset and token bucket, and would keep `fused` where it won. The H200's table
 # records both times:
 
@@ -208,7 +208,7 @@ assert one_launch_us < two_launch_us  # the kernel boundary costs time a single 
 #
 # ![One-launch and overlapped designs against the pair, NVIDIA H200](../figures/one_launch_attempts.png)
 #
-# *NVIDIA H200: `figures/one_launch_attempts.png`, drawn by `warpdecode/bench/plots.py` from the
+# *NVIDIA H200: `figures/one_launch_attempts.png`, drawn by `bench/plots.py` from the
 # same rows as the table below.*
 
 # %%

@@ -38,9 +38,10 @@
 import re
 
 import torch
+from lessons import compiled, ladder
 
 import warpdecode as wd
-from warpdecode import compiled, ladder, quant
+from warpdecode import quant
 from warpdecode.kernels import warp_fp8 as k8
 
 S = ladder.SETTINGS
@@ -93,7 +94,7 @@ print(k8.__doc__.split("\n\n")[0])
 print(ladder.source(k8.warp_gate_up_fp8_kernel, start="    acc_g = tl.zeros", stop="    gate = tl.sum"))
 
 # %% [markdown]
-# Compiled for the H200 (on any machine: `warpdecode.compiled`), every weight load is 128 bits:
+# Compiled for the H200 (on any machine: `bench.compiled`), every weight load is 128 bits:
 
 # %%
 jobs = [ln.job for ln in compiled.record_launches("warp", q, 1, gpu_name=ladder.RESULTS_GPU, weights="block128")]
@@ -152,7 +153,7 @@ speed = ladder.results("fp8_speed.csv")
 if not speed:
     print("no results/NVIDIA_H200/fp8_speed.csv in this checkout: run `bash tools/gpu.sh fp8` on an H200")
 else:
-    from warpdecode.bench import fp8 as bench
+    from lessons import fp8 as bench
 
     for line in bench.figures(speed, ladder.results("fp8_accuracy.csv")):
         print(line)

@@ -16,7 +16,7 @@ import torch
 from moecases import VARIANTS, Case, error_ratio, make_inputs, resolved, run_poisoned, variant_kwargs
 
 import warpdecode
-from warpdecode import emulate
+from bench import emulate
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -89,7 +89,7 @@ ORDER = {
 #   engines (SiLU·up is fused into its gate/up GEMM, so gate and up are never stored), and its
 #   combine rounds one partial sum at K = 2. Against the production rounding sequence (gate and up
 #   rounded before SiLU·up, as vLLM's fused_moe + silu_and_mul and transformers' grouped_mm do:
-#   warpdecode.emulate's "expert_unfused"), at least 2×.
+#   bench.emulate's "expert_unfused"), at least 2×.
 #
 # Measured at CLAIM_CASES' sizes (4 seeds each): expert / warp 1.72–1.81 at K = 2 (production
 # sequence 2.34–2.47), 2.17–2.26 at K = 4, 2.9–3.0 at K = 8; on the H200's presets Mixtral (K = 2)

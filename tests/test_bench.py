@@ -1,4 +1,4 @@
-"""The benchmarks time the public call and name their commit (warpdecode/bench/methods.py,
+"""The benchmarks time the public call and name their commit (bench/methods.py,
 sweep.py), on the CPU: each public method calls ``warpdecode.moe`` with the ids as ``route`` gives
 them, each bare twin is the kernels alone; the sweep times a public method and its twin in one
 interleaved run and writes their ratio (``overhead``); every row names the commit it was measured
@@ -15,12 +15,12 @@ import pytest
 import torch
 
 import warpdecode as wd
+from bench import methods, sweep
 from warpdecode import api
-from warpdecode.bench import methods, sweep
-from warpdecode.bench.timing import Timing
-from warpdecode.bench.workload import LayerInputs
 from warpdecode.expert import moe_expert
+from warpdecode.timing import Timing
 from warpdecode.warp import moe_warp
+from warpdecode.workload import LayerInputs
 
 #: Each public method and the options it passes to warpdecode.moe.
 PUBLIC = {"loop": {"method": "loop"}, "warp": {"method": "warp"}, "expert": {"method": "expert"},
@@ -163,7 +163,7 @@ def test_commit_is_what_the_copier_says_else_unknown_without_a_checkout(monkeypa
 
 def test_fp8_rows_append_to_an_older_file_under_the_union_of_columns(tmp_path):
     """bench.fp8 appends: rows that name their commit, after an older file's rows that do not."""
-    from warpdecode.bench import fp8
+    from bench import fp8
 
     path = tmp_path / "fp8_speed.csv"
     fp8._write(path, [{"preset": "tiny", "median_us": 1.0, "gpu": "g"}])
@@ -183,11 +183,11 @@ def test_each_public_method_computes_what_its_kernels_do():
 
 
 def test_bench_command_times_the_kernels_beside_the_public_call(monkeypatch, tmp_path):
-    """``python -m warpdecode bench`` asks the sweep for the kernels' rows and writes its rows, the
+    """``python -m bench bench`` asks the sweep for the kernels' rows and writes its rows, the
     read ceiling's too, with the commit."""
-    from warpdecode import __main__ as cli
-    from warpdecode import _runtime
-    from warpdecode.bench import data, timing
+    from bench import __main__ as lab
+    from bench import data
+    from warpdecode import _runtime, timing
 
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
     monkeypatch.setattr(timing, "read_ceiling", lambda gb: 4.0)
@@ -202,7 +202,7 @@ def test_bench_command_times_the_kernels_beside_the_public_call(monkeypatch, tmp
         return [row]
 
     monkeypatch.setattr(sweep, "speed", speed)
-    cli.main(["bench", "--presets", "tiny", "--what", "speed", "--methods", "warp", "--out", str(tmp_path)])
+    lab.main(["bench", "--presets", "tiny", "--what", "speed", "--methods", "warp", "--out", str(tmp_path)])
     assert seen["kernels"] and seen["methods"] == ["warp"]
     assert [r["commit"] for r in data.read(tmp_path / "speed.csv")] == ["abc1234"]
     assert [r["commit"] for r in data.read(tmp_path / "ceiling.csv")] == ["abc1234"]

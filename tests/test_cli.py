@@ -1,4 +1,5 @@
-"""The command line (``python -m warpdecode``): on a GPU, ``bench`` and ``tune`` run each preset
+"""The command lines (``python -m warpdecode tune``; the checkout's ``python -m bench``): on a GPU,
+``bench`` and ``tune`` run each preset
 in a process of its own (what one preset allocated changes another's timings), forwarding every
 option they were given; without one, the options the CPU cannot honour say so; ``report`` names
 what it writes and writes nothing without data; the checkout is found from the current directory
@@ -13,23 +14,24 @@ import sys
 import torch
 
 import warpdecode
+from bench import __main__ as lab
 from warpdecode import __main__ as cli
 from warpdecode import _runtime
 
 
 def _parse(argv: list[str]):
-    """The options ``python -m warpdecode <argv>`` would run with (the parser main() builds)."""
+    """The options ``python -m bench <argv>`` would run with (the parser main() builds)."""
     seen = {}
-    real = cli.cmd_bench
+    real = lab.cmd_bench
 
     def keep(args):
         seen["args"] = args
 
-    cli.cmd_bench = keep
+    lab.cmd_bench = keep
     try:
-        cli.main(argv)
+        lab.main(argv)
     finally:
-        cli.cmd_bench = real
+        lab.cmd_bench = real
     return seen["args"]
 
 
@@ -39,10 +41,10 @@ def test_bench_on_a_gpu_runs_each_preset_in_its_own_process(monkeypatch):
     monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
     given = ["bench", "--presets", "qwen3-30b-a3b", "mixtral-8x7b", "--T", "1", "8", "--methods", "warp", "expert",
              "--what", "speed", "--reps", "7", "--out", "/tmp/somewhere", "--root", "."]
-    cli.main(given)
+    lab.main(given)
     assert [c[c.index("--presets") + 1] for c in calls] == ["qwen3-30b-a3b", "mixtral-8x7b"]
     for argv in calls:
-        assert argv[:4] == [sys.executable, "-m", "warpdecode", "bench"]
+        assert argv[:4] == [sys.executable, "-m", "bench", "bench"]
         child, parent = _parse(argv[3:]), _parse(given)
         assert child.in_process and not parent.in_process
         assert len(child.presets) == 1
@@ -57,7 +59,7 @@ class _InProcess(Exception):
 def test_bench_with_one_preset_or_in_process_does_not_spawn(monkeypatch):
     import pytest
 
-    from warpdecode.bench import timing
+    from warpdecode import timing
 
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("spawned")))
@@ -70,7 +72,7 @@ def test_bench_with_one_preset_or_in_process_does_not_spawn(monkeypatch):
     for argv in (["bench", "--presets", "mixtral-8x7b"],
                  ["bench", "--presets", "tiny", "mixtral-8x7b", "--in-process"]):
         with pytest.raises(_InProcess):
-            cli.main(argv)
+            lab.main(argv)
 
 
 def test_generate_on_a_gpu_runs_each_implementation_in_processes_of_its_own(monkeypatch, tmp_path, capsys):
@@ -84,8 +86,8 @@ def test_generate_on_a_gpu_runs_each_implementation_in_processes_of_its_own(monk
 
     import pytest
 
-    from warpdecode.bench import data
-    from warpdecode.bench import hf_generate as hg
+    from bench import data
+    from bench import hf_generate as hg
 
     (tmp_path / "README.md").write_text("scratch\n")
     (tmp_path / "results").mkdir()
@@ -98,8 +100,8 @@ def test_generate_on_a_gpu_runs_each_implementation_in_processes_of_its_own(monk
     children = []
 
     def run(argv, check):
-        assert argv[:4] == [sys.executable, "-m", "warpdecode", "e2e"]
-        child = cli.build_parser().parse_args(argv[3:])
+        assert argv[:4] == [sys.executable, "-m", "bench", "e2e"]
+        child = lab.build_parser().parse_args(argv[3:])
         children.append(child)
         (impl,) = child.hf_impls
         tps = tokens_per_s[impl].pop(0)
@@ -114,7 +116,7 @@ def test_generate_on_a_gpu_runs_each_implementation_in_processes_of_its_own(monk
         return SimpleNamespace(returncode=0)
 
     monkeypatch.setattr(subprocess, "run", run)
-    cli.main(["e2e", "--what", "generate", "--hf-batch", "1", "--hf-new-tokens", "8"])
+    lab.main(["e2e", "--what", "generate", "--hf-batch", "1", "--hf-new-tokens", "8"])
     assert [c.hf_impls for c in children] == [["grouped_mm"], ["warpdecode"]] * 3  # alternating, one each
     for c in children:
         assert c.what == ["generate"] and c.hf_models == ["qwen3-30b-a3b"] and c.hf_repeats == 1
@@ -131,12 +133,12 @@ def test_generate_on_a_gpu_runs_each_implementation_in_processes_of_its_own(monk
     measured = []
     monkeypatch.setattr(hg, "generate_speed", lambda **kw: measured.append(kw["impls"]) or [])
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("spawned"))
-    cli.main(["e2e", "--what", "generate", "--hf-impls", "warpdecode"])
+    lab.main(["e2e", "--what", "generate", "--hf-impls", "warpdecode"])
     assert measured == [["warpdecode"]]
 
 
 def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     calls = []
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
@@ -159,7 +161,7 @@ def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
 def test_tune_shape_on_a_gpu_tunes_that_shape_here_with_its_options(monkeypatch, capsys):
     import pytest
 
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     seen = []
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
@@ -183,7 +185,7 @@ def test_tune_shape_on_a_gpu_tunes_that_shape_here_with_its_options(monkeypatch,
 def test_tune_shape_on_the_cpu_says_what_is_missing_and_writes_nothing(monkeypatch, tmp_path):
     import pytest
 
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     if _runtime.DEFAULT_DEVICE.type == "cuda":
         pytest.skip("checks the error raised where no CUDA GPU is")
@@ -201,7 +203,7 @@ def test_retuning_the_pair_keeps_the_schedules_that_still_win(monkeypatch, tmp_p
     (OLMoE's grouped schedule at T = 8 and 16 would go with them): a schedule is kept where it
     measured at least 1 % below the new pair, dropped where the new pair beats it, and left to its
     own tuner when that path runs too."""
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
     from warpdecode.configs import shape_key
     from warpdecode.presets import get_preset
 
@@ -245,7 +247,7 @@ def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatc
     (out of shared memory: ``_time`` gives None) is passed over."""
     from types import SimpleNamespace
 
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     tile = {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3}
     buckets = [[T, {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile, SWAP_AB=True)}] for T in (1, 8, 32, 128)]
@@ -294,7 +296,7 @@ def _checkout(path):
 def test_the_checkout_is_found_from_the_current_directory(tmp_path, monkeypatch):
     import pytest
 
-    from warpdecode.bench import data
+    from bench import data
 
     root = _checkout(tmp_path / "clone")
     (root / "notebooks").mkdir()
@@ -314,14 +316,14 @@ def test_the_checkout_is_found_from_the_current_directory(tmp_path, monkeypatch)
 def test_bench_out_of_a_checkout_fails_before_measuring(tmp_path, monkeypatch, capsys):
     import pytest
 
-    from warpdecode.bench import timing
+    from warpdecode import timing
 
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
     monkeypatch.setattr(timing, "read_ceiling", lambda *a: (_ for _ in ()).throw(AssertionError("measured")))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit, match="run this from a warpdecode checkout or pass --root"):
-        cli.main(["bench", "--presets", "tiny"])
+        lab.main(["bench", "--presets", "tiny"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,7 +368,7 @@ def _snapshot(root):
 
 def _stub_figures(monkeypatch, fail=False):
     """report.figures, cheap: one small file per call in the folder it is given."""
-    from warpdecode.bench import report
+    from bench import report
 
     def draw(gpu, *, root=None, out=None):
         if fail:
@@ -384,15 +386,15 @@ def test_report_without_data_changes_nothing(tmp_path, monkeypatch):
     root = _report_checkout(tmp_path, with_data=False)
     before = _snapshot(root)
     with pytest.raises(SystemExit) as e:
-        cli.main(["report", "--root", str(root), "--gpu", H200])
+        lab.main(["report", "--root", str(root), "--gpu", H200])
     assert e.value.code not in (0, None)
     assert "no benchmark data for 'NVIDIA H200'" in str(e.value.code) and "Nothing was written" in str(e.value.code)
     with pytest.raises(SystemExit, match="speed.csv"):
-        cli.main(["report", "--root", str(root), "--gpu", H200, "--only", "crossover"])
+        lab.main(["report", "--root", str(root), "--gpu", H200, "--only", "crossover"])
     # data for one GPU, asked for another: names the one it has
     _report_checkout(tmp_path / "other")
     with pytest.raises(SystemExit, match="results for: 'NVIDIA H200'"):
-        cli.main(["report", "--root", str(tmp_path / "other" / "clone"), "--gpu", "NVIDIA B200"])
+        lab.main(["report", "--root", str(tmp_path / "other" / "clone"), "--gpu", "NVIDIA B200"])
     assert _snapshot(root) == before
 
 
@@ -403,7 +405,7 @@ def test_report_writes_nothing_when_a_part_fails(tmp_path, monkeypatch):
     before = _snapshot(root)
     _stub_figures(monkeypatch, fail=True)
     with pytest.raises(RuntimeError, match="a figure failed"):
-        cli.main(["report", "--root", str(root), "--gpu", H200])
+        lab.main(["report", "--root", str(root), "--gpu", H200])
     assert _snapshot(root) == before  # the README's blocks were computed, not written
 
 
@@ -413,12 +415,12 @@ def test_report_names_each_file_and_block_it_writes(tmp_path, monkeypatch, capsy
     root = _report_checkout(tmp_path)
     _stub_figures(monkeypatch)
     monkeypatch.chdir(tmp_path)  # --root, not the current directory, says where
-    cli.main(["report", "--root", str(root), "--gpu", H200, "--dry-run"])
+    lab.main(["report", "--root", str(root), "--gpu", H200, "--dry-run"])
     said = capsys.readouterr().out
     assert "would write README.md" in said and (root / "README.md").read_text() == README
     assert not (root / "figures").exists() and not (root / "warpdecode").exists()
 
-    cli.main(["report", "--root", str(root), "--gpu", H200])
+    lab.main(["report", "--root", str(root), "--gpu", H200])
     said = capsys.readouterr().out
     text = (root / "README.md").read_text()
     for block in ("results", "accuracy", "targets"):
@@ -431,7 +433,7 @@ def test_report_names_each_file_and_block_it_writes(tmp_path, monkeypatch, capsy
     assert "wrote figures/headline.png" in said and (root / "figures" / "headline.png").exists()
     assert "wrote README.md: README.md's generated blocks" in said
     # a second run finds nothing to change and says so
-    cli.main(["report", "--root", str(root), "--gpu", H200])
+    lab.main(["report", "--root", str(root), "--gpu", H200])
     said = capsys.readouterr().out
     assert "wrote" not in said and said.count("unchanged") == 3
 
@@ -441,7 +443,7 @@ def test_report_generate_table_takes_each_model_and_batch_at_its_deepest_run(tmp
     implementations' rows side by side; eager rows and runs without a grouped_mm row left out."""
     import csv
 
-    from warpdecode.bench import data, report
+    from bench import data, report
 
     root = _report_checkout(tmp_path)
     assert report.generate_table(H200, root) is None  # no generate data: the block stays as it is
@@ -474,7 +476,7 @@ def test_report_defaults_table_takes_each_releases_worst_row(tmp_path):
     share under the bar names that row's no-math bound."""
     import csv
 
-    from warpdecode.bench import data, report
+    from bench import data, report
 
     root = _report_checkout(tmp_path)
     assert report.defaults_table(H200, root) is None  # no defaults report: the block stays as it is
@@ -516,7 +518,7 @@ def test_report_defaults_table_takes_each_releases_worst_row(tmp_path):
 
 def _cpu(monkeypatch):
     """This process as one without a GPU; the sweeps stubbed (they are tested elsewhere)."""
-    from warpdecode.bench import e2e, sweep
+    from bench import e2e, sweep
 
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cpu"))
     ran = {}
@@ -538,26 +540,26 @@ def test_bench_on_the_cpu_names_what_it_ignores(monkeypatch, capsys):
     import pytest
 
     ran = _cpu(monkeypatch)
-    cli.main(["bench", "--what", "speed", "accuracy", "--presets", "mixtral-8x7b", "--reps", "5", "--T", "2"])
+    lab.main(["bench", "--what", "speed", "accuracy", "--presets", "mixtral-8x7b", "--reps", "5", "--T", "2"])
     said = capsys.readouterr().out
     assert "--what speed ignored: timings need a CUDA GPU" in said
     assert "--presets ignored: the CPU interpreter runs the 'tiny' preset (mixtral-8x7b need a GPU)" in said
     assert "--reps ignored" in said and "--methods" not in said  # only what was given
     assert ran["accuracy"] == (["tiny"], [2]) and "nothing written" in said
     with pytest.raises(SystemExit, match="nothing to run without a CUDA GPU"):
-        cli.main(["bench", "--what", "speed", "stages"])
+        lab.main(["bench", "--what", "speed", "stages"])
     assert "--what speed stages ignored" in capsys.readouterr().out
-    cli.main(["bench"])  # the defaults ask for nothing the CPU cannot do: nothing to say
+    lab.main(["bench"])  # the defaults ask for nothing the CPU cannot do: nothing to say
     assert "ignored" not in capsys.readouterr().out
 
 
 def test_compare_on_the_cpu_names_the_preset_it_replaced(monkeypatch, capsys):
     ran = _cpu(monkeypatch)
-    cli.main(["compare", "--preset", "mixtral-8x7b", "--reps", "3"])
+    lab.main(["compare", "--preset", "mixtral-8x7b", "--reps", "3"])
     said = capsys.readouterr().out
     assert "the 'tiny' preset instead of 'mixtral-8x7b'" in said and "--reps ignored" in said
     assert ran["accuracy"][0] == ["tiny"]
-    cli.main(["compare"])
+    lab.main(["compare"])
     assert "instead of 'qwen3-30b-a3b'" in capsys.readouterr().out  # the default is replaced too
 
 
@@ -570,7 +572,7 @@ def test_token_counts_below_one_are_refused_by_the_parser(monkeypatch, capsys):
     for argv in (["compare", "--T", "0"], ["compare", "--T", "4", "-1"], ["compare", "--T", "x"],
                  ["bench", "--T", "0"], ["bench", "--stage-T", "-8"], ["tune", "--T", "0"], ["e2e", "--err-T", "0"]):
         with pytest.raises(SystemExit) as e:
-            cli.main(argv)
+            (cli if argv[0] == "tune" else lab).main(argv)
         assert e.value.code == 2, argv
         assert f"argument {argv[1]}: a token count must be an integer >= 1, got '{argv[-1]}'" in (
             capsys.readouterr().err), argv
@@ -581,18 +583,18 @@ def test_e2e_on_the_cpu_names_what_it_ignores(monkeypatch, capsys):
     import pytest
 
     ran = _cpu(monkeypatch)
-    cli.main(["e2e", "--model", "mixtral-8x7b", "--what", "errors", "speed", "generate", "--T", "1", "--steps", "2"])
+    lab.main(["e2e", "--model", "mixtral-8x7b", "--what", "errors", "speed", "generate", "--T", "1", "--steps", "2"])
     said = capsys.readouterr().out
     assert "the 'tiny' model instead of 'mixtral-8x7b'" in said
     assert "--what speed generate ignored" in said and "--T ignored" in said
     name, kw = ran["errors"]
     assert name == "tiny" and kw["steps"] == 2 and kw["progress_bar"]  # a long CPU run shows its progress
     with pytest.raises(SystemExit, match="nothing to run without a CUDA GPU"):
-        cli.main(["e2e", "--what", "speed"])
+        lab.main(["e2e", "--what", "speed"])
 
 
 def test_progress_without_tqdm_prints_lines(monkeypatch, capsys):
-    from warpdecode.bench import e2e
+    from bench import e2e
 
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # import fails as if tqdm were not installed
     bar = e2e.progress(4, "tiny: layer errors")
@@ -609,20 +611,31 @@ def test_progress_without_tqdm_prints_lines(monkeypatch, capsys):
 def test_help_lists_every_command_and_explains_every_option(capsys):
     import pytest
 
-    p = cli.build_parser()
-    commands = p._subparsers._group_actions[0]
-    names = ["compare", "bench", "tune", "e2e", "report"]
-    assert list(commands.choices) == names
-    with pytest.raises(SystemExit):
-        cli.main(["--help"])
-    listing = capsys.readouterr().out
-    for action in commands._choices_actions:  # one line each
-        line = next(ln for ln in listing.splitlines() if ln.strip().startswith(action.dest + " "))
-        assert action.help and action.help in line, (action.dest, line)
-    for name, sub in commands.choices.items():
-        assert sub.description, name
-        for action in sub._actions:
-            assert action.help, f"{name} {action.option_strings}: no help"
+    for module, names in ((cli, ["tune"]), (lab, ["compare", "bench", "e2e", "report"])):
+        p = module.build_parser()
+        commands = p._subparsers._group_actions[0]
+        assert list(commands.choices) == names
+        with pytest.raises(SystemExit):
+            module.main(["--help"])
+        listing = capsys.readouterr().out
+        for action in commands._choices_actions:  # one line each
+            line = next(ln for ln in listing.splitlines() if ln.strip().startswith(action.dest + " "))
+            assert action.help and action.help in line, (action.dest, line)
+        for name, sub in commands.choices.items():
+            assert sub.description, name
+            for action in sub._actions:
+                assert action.help, f"{name} {action.option_strings}: no help"
+
+
+def test_the_installed_command_points_the_checkout_commands_at_bench():
+    """The wheel's ``python -m warpdecode`` holds ``tune``; the commands that need a checkout say, in
+    one line, to run ``python -m bench <command>`` from its root."""
+    import pytest
+
+    for name in cli.IN_CHECKOUT:
+        with pytest.raises(SystemExit) as e:
+            cli.main([name, "--help"])
+        assert str(e.value) == f"{name} needs a checkout of warpdecode: run `python -m bench {name}` from its root"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,11 +1,11 @@
 """Every kernel the launchers launch in their default configurations compiles without spills for
 Ampere (sm_80), datacenter Blackwell (sm_100a) and consumer Blackwell (sm_120a), on this machine,
-GPU or not (warpdecode.compiled; tests/test_compile_sm90.py does Hopper, tuned table included).
+GPU or not (bench.compiled; tests/test_compile_sm90.py does Hopper, tuned table included).
 
 No tuned table: the shipped one is the H200's and applies only there, so on these GPUs every
 launch takes configs.py's defaults, derived from the architecture's limits
 (``_runtime.ARCH_LIMITS``: shared memory per program, SMs). What is compiled is what
-warpdecode.compiled.record_launches records the launchers passing on such a GPU, over the
+bench.compiled.record_launches records the launchers passing on such a GPU, over the
 scenarios below: both paths, every schedule, the expert path's SWAP_AB decode tiles and HALF_M
 tiles, FP8 activations where the GPU has FP8 tensor cores (not sm_80: ``warpdecode.moe`` refuses
 them there), bf16, fp16 and fp32, at T = 1, 3, 8, 64, 256 on three layer shapes; FP8 weights
@@ -27,7 +27,8 @@ import re
 import pytest
 import torch
 
-from warpdecode import MoEShape, _runtime, compiled
+from bench import compiled
+from warpdecode import MoEShape, _runtime
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_fp8 as k8
 from warpdecode.kernels import warp_grouped as kg

@@ -1,8 +1,8 @@
 """Every kernel in warpdecode/kernels/ compiles for the H200 (sm_90a) — on this machine, GPU or
-not — with the real Triton pipeline and ptxas (warpdecode.compiled). The interpreter accepts code
+not — with the real Triton pipeline and ptxas (bench.compiled). The interpreter accepts code
 the GPU compiler rejects, so a green CPU run alone proves nothing about the GPU.
 
-What is compiled is what the launchers pass on an H200 (warpdecode.compiled.record_launches):
+What is compiled is what the launchers pass on an H200 (bench.compiled.record_launches):
 warpdecode.warp.moe_warp and warpdecode.expert.moe_expert are run on ``meta`` tensors with every
 kernel replaced by a recorder, configs.py answering from its non-interpreter branch (its
 defaults, or the H200's tuned table), the GEMMs' DOT_FP32=False and PRECISION as on a GPU, and
@@ -23,7 +23,8 @@ import re
 import pytest
 import torch
 
-from warpdecode import MoEShape, _runtime, compiled, configs
+from bench import compiled
+from warpdecode import MoEShape, _runtime, configs
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_fp8 as k8
 from warpdecode.kernels import warp_grouped as kg

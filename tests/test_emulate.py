@@ -1,4 +1,4 @@
-"""warpdecode.emulate: the float64 model of each path's roundings agrees with the real kernels.
+"""bench.emulate: the float64 model of each path's roundings agrees with the real kernels.
 
 Notebook 3 attributes the expert path's error to its rounding steps with this model; the
 attribution means something only if the model of the whole path lands where the kernels land.
@@ -11,7 +11,7 @@ import torch
 from moecases import Case, make_inputs, run_poisoned
 
 import warpdecode
-from warpdecode import emulate as em
+from bench import emulate as em
 
 BF16 = torch.bfloat16
 TINY = warpdecode.get_preset("tiny")

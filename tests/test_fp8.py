@@ -336,14 +336,14 @@ def test_fp8_default_configs_take_whole_scale_groups():
 
 
 def test_fp8_benchmark_code_paths_and_figures(monkeypatch, tmp_path):
-    """warpdecode.bench.fp8 (what ``tools/gpu.sh fp8`` runs on the H200) on the tiny preset: every
+    """bench.fp8 (what ``tools/gpu.sh fp8`` runs on the H200) on the tiny preset: every
     phase writes its rows, every row's output is checked against float64, and the bar's figures
     are computed from the CSVs alone. The auto and lesson phases call warpdecode.moe, the auto
     phase each method beside its bare kernels, timed together, the public rows with the overhead.
     The timings are stand-ins (one eager call, 1 µs; the public calls 1.25 µs beside the kernels)."""
+    from bench import fp8 as bench
     from warpdecode import api
-    from warpdecode.bench import fp8 as bench
-    from warpdecode.bench.timing import Timing
+    from warpdecode.timing import Timing
 
     def eager(fn, args, reps):
         return Timing(1.0, 1.0, 1.0, 1), [fn(*a) for a in args][0]
@@ -407,7 +407,7 @@ def test_fp8_tuned_entries_take_the_searched_tiles_only_where_they_won():
     gives on the committed rows (``--what table``)."""
     import json
 
-    from warpdecode.bench import fp8 as bench
+    from bench import fp8 as bench
     from warpdecode.configs import default_warp_fp8, shape_key, tuned_file
 
     q, o = wd.get_preset("qwen3-30b-a3b"), wd.get_preset("olmoe-1b-7b")

@@ -121,7 +121,7 @@ def test_preset_accuracy(preset, T, variant):
 def test_warp_closer_than_expert_as_claimed(preset, T):
     """error(expert) / error(warp) ≥ test_accuracy.expert_over_warp_claim(K); at K = 2 also
     error(production sequence, emulated) / error(warp) ≥ 2."""
-    from warpdecode import emulate
+    from bench import emulate
 
     inputs, ref, floor = _preset_inputs(preset, T)
     K = inputs[4].shape[1]
@@ -280,7 +280,7 @@ def test_moe_in_a_cuda_graph_replays_new_inputs(method, T):
     """A raw torch.cuda.graph capture of moe on static buffers; each replay after new inputs are
     copied in (the output poisoned with NaN first, so an element the graph does not write fails)
     gives eager's result for those inputs."""
-    from warpdecode.bench.timing import capture
+    from warpdecode.timing import capture
 
     shape, w13, w2 = _graph_layer()
     x_s, tw_s, ids_s = (t.clone() for t in _fresh(shape, T, 0))
@@ -305,7 +305,7 @@ def test_a_tiny_qwen3_moe_compiled_with_cuda_graphs_generates_eagers_tokens():
     from torch._dynamo.utils import counters
 
     import warpdecode.integrations.transformers as wd_hf
-    from warpdecode.bench import hf_generate as hg
+    from bench import hf_generate as hg
 
     wd_hf.register()
     tiny = dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=48, num_attention_heads=4,

@@ -1,4 +1,4 @@
-"""The generate benchmark's parts that need no GPU (warpdecode/bench/hf_generate.py): the model
+"""The generate benchmark's parts that need no GPU (bench/hf_generate.py): the model
 configurations against the presets' layer shapes and the real models' sizes, how many layers fit,
 Amdahl's law, random weights, and the benchmark's loop on a tiny model: ``generate`` on the static
 cache with the decode step compiled whole (``fullgraph=True``) around warpdecode's experts."""
@@ -11,7 +11,7 @@ import torch
 import warpdecode as wd
 
 pytest.importorskip("transformers")
-hg = pytest.importorskip("warpdecode.bench.hf_generate")
+hg = pytest.importorskip("bench.hf_generate")
 
 #: parameters of the real models, in billions (their model cards)
 PARAMS_B = {"qwen3-30b-a3b": 30.5, "olmoe-1b-7b": 6.9, "mixtral-8x7b": 46.7}

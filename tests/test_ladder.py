@@ -1,4 +1,4 @@
-"""warpdecode.ladder, the notebooks' shared helpers: ledgers, result readers, kernel views."""
+"""bench.ladder, the notebooks' shared helpers: ledgers, result readers, kernel views."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import warpdecode
-from warpdecode import configs, ladder
+from bench import ladder
+from warpdecode import configs
 from warpdecode import warp as wp
 from warpdecode.kernels import warp_pair as kp
 
@@ -47,8 +48,8 @@ def test_expert_stage_bytes_at_one_token():
 def test_step_ledger_adds_up_to_step_bytes(T, ctx):
     """The ledger's parts sum to what the end-to-end benchmark counts (bench.e2e.step_bytes), with
     the distinct experts the step's routing actually hit."""
-    from warpdecode.bench.e2e import step_bytes
-    from warpdecode.model import MODELS, Decoder
+    from bench.e2e import step_bytes
+    from bench.model import MODELS, Decoder
 
     m = Decoder(MODELS["tiny"], seed=4)
     routes = []
@@ -63,7 +64,7 @@ def test_step_ledger_adds_up_to_step_bytes(T, ctx):
 
 def test_step_ledger_of_qwen3_at_one_token():
     """Qwen3-30B-A3B, T = 1: the H200's e2e_speed.csv counted the same bytes, at every context."""
-    from warpdecode.model import MODELS
+    from bench.model import MODELS
 
     cfg = MODELS["qwen3-30b-a3b"]
     led = ladder.step_ledger(cfg, 1, 1024, cfg.layers * cfg.moe.K)
@@ -88,7 +89,7 @@ def test_differing_tokens_compares_sets():
 def test_routing_flips_counts_per_layer():
     """The float64 model against itself flips nothing; with only the MoE layers rounded, the first
     layer routes exactly as the float64 model (everything before its router is float64)."""
-    from warpdecode.model import MODELS
+    from bench.model import MODELS
 
     flips = ladder.routing_flips("tiny", T=3, steps=2, methods=("reference", "moe-only:loop"), device="cpu", seed=5)
     assert flips["reference"] == [0] * MODELS["tiny"].layers

@@ -1,4 +1,4 @@
-"""The minimal decoder (warpdecode.model) on the CPU: its lean step against a straightforward one,
+"""The minimal decoder (bench.model) on the CPU: its lean step against a straightforward one,
 and each MoE method against the same model in float64, layer by layer, over a few decode steps
 that fill the KV cache."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import warpdecode
-from warpdecode.bench.e2e import layer_errors
-from warpdecode.model import MODELS, Decoder
+from bench.e2e import layer_errors
+from bench.model import MODELS, Decoder
 from warpdecode.reference import reference_moe, rel_error
 from warpdecode.routing import route
 

@@ -1,7 +1,7 @@
 """The notebooks' two forms agree, and each keeps the house rules that a reader relies on.
 
 ``notebooks/NN_*.py`` (jupytext py:percent) is the source; ``NN_*.ipynb`` carries the outputs of a
-run. ``jupytext --sync notebooks/*.py`` writes the second from the first; these tests fail when one
+run. ``jupytext --sync notebooks/[0-9]*.py`` writes the second from the first; these tests fail when one
 was edited without the other. Running the notebooks themselves is nbval's job (see README).
 """
 

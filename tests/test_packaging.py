@@ -208,29 +208,41 @@ def _imports(tree: ast.AST, *, top_level_only: bool, package: str = "") -> set[s
     return names
 
 
-def third_party_imports(source: str, package_dir: Path) -> set[str]:
-    """The top-level names of the modules outside the standard library and warpdecode that a
-    notebook's code imports, directly or through the warpdecode modules it imports (their
-    module-level imports, followed within the package)."""
+#: The checkout's own top-level modules, by the folder each is found in: the wheel, the lab beside
+#: it, and the notebooks' helper module.
+LOCAL = {"warpdecode": ROOT, "bench": ROOT, "lessons": ROOT / "notebooks"}
+
+
+def local_module(name: str, root: Path = ROOT) -> Path | None:
+    """The file of the checkout's module ``name`` (``a.b`` as a/b.py or a/b/__init__.py), else None."""
+    parts = name.split(".")
+    base = LOCAL[parts[0]] if root == ROOT else root
+    for path in (base.joinpath(*parts[:-1], parts[-1] + ".py"), base.joinpath(*parts, "__init__.py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def third_party_imports(source: str, root: Path = ROOT) -> set[str]:
+    """The top-level names of the modules outside the standard library and the checkout (the
+    wheel, ``bench``, the notebooks' ``lessons``) that a notebook's code imports, directly or
+    through the checkout's modules it imports (their module-level imports, followed)."""
     seen, out = set(), set()
     todo = list(_imports(ast.parse(source), top_level_only=False))
     while todo:
         name = todo.pop()
         top = name.split(".")[0]
-        if top != "warpdecode":
+        if top not in LOCAL:
             if top and top not in sys.stdlib_module_names:
                 out.add(top)
             continue
         if name in seen:
             continue
         seen.add(name)
-        parts = name.split(".")[1:]
-        module = package_dir.joinpath(*parts[:-1], parts[-1] + ".py") if parts else None
-        init = package_dir.joinpath(*parts, "__init__.py")
-        if module and module.is_file():
-            todo += _imports(ast.parse(module.read_text()), top_level_only=True, package=name.rsplit(".", 1)[0])
-        elif init.is_file():
-            todo += _imports(ast.parse(init.read_text()), top_level_only=True, package=name)
+        path = local_module(name, root)
+        if path is not None:
+            package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+            todo += _imports(ast.parse(path.read_text()), top_level_only=True, package=package)
     return out
 
 
@@ -239,7 +251,7 @@ def distribution(module: str) -> str:
     return canonicalize_name((packages_distributions().get(module) or [module])[0])
 
 
-def check_notebook_imports(pyproject: dict, env: dict, notebooks: dict[str, str], package_dir: Path) -> list[str]:
+def check_notebook_imports(pyproject: dict, env: dict, notebooks: dict[str, str], root: Path = ROOT) -> list[str]:
     """Every module a notebook imports comes with the core dependencies plus the ``notebooks``
     extra, and environment.yml installs that extra."""
     problems = []
@@ -247,7 +259,7 @@ def check_notebook_imports(pyproject: dict, env: dict, notebooks: dict[str, str]
     extra = project.get("optional-dependencies", {}).get("notebooks", [])
     have = {canonicalize_name(Requirement(r).name) for r in [*project["dependencies"], *extra]}
     for name, source in sorted(notebooks.items()):
-        for module in sorted(third_party_imports(source, package_dir)):
+        for module in sorted(third_party_imports(source, root)):
             if distribution(module) not in have:
                 problems.append(f"{name} imports {module!r}, which neither the core dependencies nor the "
                                 f"`notebooks` extra installs")
@@ -283,7 +295,7 @@ def test_pyproject_is_consistent():
 def test_the_notebooks_extra_installs_what_the_notebooks_import():
     notebooks = load_notebooks()
     assert notebooks, "no notebooks/*.py"
-    problems = check_notebook_imports(load_pyproject(), load_environment(), notebooks, ROOT / "warpdecode")
+    problems = check_notebook_imports(load_pyproject(), load_environment(), notebooks)
     assert not problems, "\n".join(problems)
 
 
@@ -353,18 +365,96 @@ def test_pyproject_check_catches():
 
 
 def test_notebook_import_check_catches():
-    """A notebook importing a module no extra installs (directly, or through a warpdecode module
-    that imports it on import: plots' matplotlib), and an environment without the extra."""
+    """A notebook importing a module no extra installs (directly, or through a module of the checkout
+    that imports it on import: bench.plots' matplotlib), and an environment without the extra."""
     pyproject, env = load_pyproject(), load_environment()
-    package = ROOT / "warpdecode"
-    assert third_party_imports("from warpdecode.bench import plots\nimport json", package) >= {"matplotlib"}
-    assert "transformers" in third_party_imports("def f():\n    from transformers import AutoModel", package)
+    assert third_party_imports("from bench import plots\nimport json") >= {"matplotlib"}
+    assert third_party_imports("from lessons import plots") >= {"matplotlib"}  # through the helper module
+    assert "transformers" in third_party_imports("def f():\n    from transformers import AutoModel")
     without = copy.deepcopy(pyproject)
     extra = without["project"]["optional-dependencies"]["notebooks"]
     extra[:] = [r for r in extra if canonicalize_name(Requirement(r).name) not in ("transformers", "matplotlib")]
     problems = check_notebook_imports(without, env, {"06.py": "import transformers",
-                                                     "05.py": "from warpdecode.bench import plots"}, package)
+                                                     "05.py": "from bench import plots"})
     assert any("06.py imports 'transformers'" in p for p in problems), problems
     assert any("05.py imports 'matplotlib'" in p for p in problems), problems
-    assert check_notebook_imports(pyproject, _set_pip(env, ["-e .[dev]"]), {}, package), "environment not checked"
-    assert check_notebook_imports(pyproject, env, {"ok.py": "import torch, numpy, math"}, package) == []
+    assert check_notebook_imports(pyproject, _set_pip(env, ["-e .[dev]"]), {}), "environment not checked"
+    assert check_notebook_imports(pyproject, env, {"ok.py": "import torch, numpy, math"}) == []
+
+
+# ---------------------------------------------------------------- the wheel and the lab beside it
+
+#: What the wheel must never import: the lab, the lessons and the research live beside it.
+LAB = ("bench", "notebooks", "lessons", "experiments")
+
+
+def wheel_imports(package_dir: Path = ROOT / "warpdecode") -> dict[str, set[str]]:
+    """Each module of the wheel (dotted name) and the modules it imports anywhere in its code,
+    function-level imports included; ``from pkg import a, b`` names the submodules a and b where
+    they are modules, else ``pkg``."""
+    files = {".".join(p.relative_to(package_dir.parent).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in sorted(package_dir.rglob("*.py"))}
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                subs = {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in files}
+                found |= subs if len(subs) == len(node.names) else subs | {module}
+        graph[name] = found - {name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_wheel_ships_warpdecode_alone():
+    """The wheel's packages are warpdecode's; bench/, notebooks/ and experiments/ stay in the checkout."""
+    from setuptools import find_namespace_packages
+
+    find = load_pyproject()["tool"]["setuptools"]["packages"]["find"]
+    assert find["include"] == ["warpdecode*"], find
+    packages = find_namespace_packages(where=str(ROOT), include=find["include"])
+    assert "warpdecode" in packages and "warpdecode.kernels" in packages and "warpdecode.tuned" in packages
+    assert all(p.split(".")[0] == "warpdecode" for p in packages), packages
+
+
+def test_the_wheel_never_imports_the_lab_and_has_no_import_cycle():
+    graph = wheel_imports()
+    assert "warpdecode.tuner" in graph["warpdecode.api"]  # function-level imports are seen
+    upward = {m: sorted(i for i in imports if i.split(".")[0] in LAB) for m, imports in graph.items()}
+    assert not any(upward.values()), {m: i for m, i in upward.items() if i}
+    assert import_cycles(graph) == []
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check bites

@@ -1,4 +1,4 @@
-"""The figures and the numbers behind them (warpdecode.bench.plots, report, data), on small
+"""The figures and the numbers behind them (bench.plots, report, data), on small
 synthetic CSV files in a scratch checkout (the current directory during each test): each figure
 draws the CSV's numbers, each target is decided from its rows, and Amdahl's prediction is the
 arithmetic it claims to be."""
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("matplotlib")  # the `dev`, `bench` and `notebooks` extras
 
-from warpdecode.bench import data, plots, report  # noqa: E402
+from bench import data, plots, report  # noqa: E402
 
 GPU = "Test GPU"
 PNG = b"\x89PNG\r\n\x1a\n"

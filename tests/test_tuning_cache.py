@@ -317,7 +317,7 @@ def test_explicit_configs_are_checked_by_family():
     with pytest.raises(configs.ConfigError, match=r"fused lacks programs_per_sm"):
         configs.check_warp({**pair(), "fused": {"num_warps": 4, "gate_up": TILE, "down": TILE}})
     assert configs.check_expert(GEMM) is GEMM and configs.check_warp(pair()) == pair()
-    from warpdecode import compiled
+    from bench import compiled
 
     with pytest.raises(configs.ConfigError, match=r"config.gate_up.GROUP_M must be an int >= 1"):
         compiled.record_launches("expert", warpdecode.get_preset("tiny"), 1, gpu_name="no table",
@@ -383,7 +383,7 @@ def test_write_cache_tags_the_release_and_drops_another_releases_warp_entries(ta
 
 @pytest.mark.skipif(GPU, reason="checks the error raised where no CUDA GPU is")
 def test_tune_shape_without_a_gpu_says_what_is_missing_and_writes_nothing(tmp_path, monkeypatch):
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     monkeypatch.setenv("WARPDECODE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(tune, "tune", lambda *a, **k: pytest.fail("tuned without a GPU"))
@@ -398,7 +398,7 @@ def fake_gpu(tables, monkeypatch):
     """The tuner's timings faked on the fake GPU: every tuner returns one bucket per T it is
     given (and records the dtype it timed), and ``_time`` gives warp decode 10 µs · T and the
     expert path 30 + 5 µs · T, so warp is faster up to T = 4 and slower from 8."""
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
     seen = {}
@@ -459,7 +459,7 @@ def test_tune_overwrites_a_bad_cache_file(fake_gpu, tables, text):
 def test_a_tuner_keeps_what_another_wrote_while_it_ran(fake_gpu, tables, monkeypatch):
     """tune re-reads the file under its lock at each write: a shape another tuner (or autotune)
     wrote meanwhile stays."""
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     expert = tune.tune_expert
 
@@ -476,7 +476,7 @@ def test_a_tuner_keeps_what_another_wrote_while_it_ran(fake_gpu, tables, monkeyp
 
 
 def test_autotune_keeps_a_bucket_another_wrote_while_it_ran(fake_gpu, tables, monkeypatch):
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     warp = tune.tune_warp
 
@@ -522,7 +522,7 @@ def test_tune_shape_of_a_shipped_shape_says_which_table_moe_reads(fake_gpu, tabl
 
 
 def test_tune_presets_still_writes_the_shipped_table(fake_gpu, tables):
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     cache = (tables / "cache" / "Test_GPU.json").read_text()
     tune.tune(["qwen3-235b-a22b"], paths=("warp", "expert"), log=lambda *a: None)
@@ -549,7 +549,7 @@ def test_crossover_of_stops_at_the_first_t_warp_decode_loses():
 @pytest.mark.gpu
 def test_time_crossover_times_both_paths_with_the_cached_configs(tmp_path, monkeypatch):
     """On the GPU, the real timing: both paths at each T, per layer call, and the crossover from them."""
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     monkeypatch.setenv("WARPDECODE_CACHE_DIR", str(tmp_path))
     shape = tune.shape_of(1024, 512, 16, 4)
@@ -565,7 +565,7 @@ def test_time_crossover_times_both_paths_with_the_cached_configs(tmp_path, monke
 
 @pytest.fixture
 def autotune_on(tables, monkeypatch):
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     calls = []
     monkeypatch.setattr(tune, "autotune_shape", lambda *a, **k: calls.append(a))
@@ -610,7 +610,7 @@ def test_autotune_skips_shapes_a_table_has_and_is_off_by_default(autotune_on, mo
 
 def test_autotune_never_runs_in_the_interpreter(autotune_on, monkeypatch):
     """On the CPU ``moe`` asks (autotune is on) and is told no: nothing is tuned, the result is right."""
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     monkeypatch.setattr(configs, "_runtime", _runtime)  # the real one
     monkeypatch.setattr(tune, "autotune_shape", lambda *a, **k: pytest.fail("tuned in the interpreter"))
@@ -634,7 +634,7 @@ def test_autotune_never_runs_in_the_interpreter(autotune_on, monkeypatch):
 def test_autotune_shape_merges_one_bucket_into_the_cache(fake_gpu, tables):
     """What autotune runs: warp decode (T ≤ 16) and the expert path at the one bucket, merged with
     the buckets the cache has for the shape."""
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     tune.autotune_shape(*B, 1, dtype=torch.float16)
     tune.autotune_shape(*B, 64)
@@ -776,7 +776,7 @@ def test_tuning_note_names_the_table_or_the_defaults_and_the_command(tables):
 
 def test_tune_takes_several_shapes_in_one_command(monkeypatch):
     from warpdecode import __main__ as cli
-    from warpdecode.bench import tune
+    from warpdecode import tuner as tune
 
     tuned = []
     monkeypatch.setattr(tune, "require_gpu", lambda what: None)

@@ -28,7 +28,7 @@
 #   bound     experiments/reads.py --version bound: a read of a T = 1 call's bytes with each way to wait after it, in one launch or two (BOUND_ARGS)
 #   profile   experiments/profiling.py --version pair under Nsight Compute: the missed targets' kernels, and tile reads of their bytes
 #   memtest   the GPU tests at the odd edge shapes under compute-sanitizer memcheck (MEMTEST_K)
-#   fp8       FP8 weights (issue 23): tests/test_fp8*.py on the GPU, then python -m warpdecode.bench.fp8 in
+#   fp8       FP8 weights (issue 23): tests/test_fp8*.py on the GPU, then python -m bench.fp8 in
 #             four runs (the bar's warp figures, auto across T, accuracy, error across FP8_LAYERS model
 #             layers), each under its own limit; prints the bar's figures; results/<GPU>/fp8_speed.csv,
 #             fp8_accuracy.csv, fp8_layers.csv, fp8_tuned.json to $OUT
@@ -61,7 +61,7 @@
 #   pack      everything written (logs, CSV, tuned table) into $OUT/run.tar.gz: one file back
 # Each stage runs under its own time limit (seconds, env TIMEOUT_<STAGE>) so a slow one cannot
 # eat the call; what finished is still copied back.
-# Every results row names the commit measured (warpdecode.bench.sweep.commit): in a copy of the
+# Every results row names the commit measured (bench.sweep.commit): in a copy of the
 # tree without .git, export WARPDECODE_COMMIT=<hash> (with -dirty where the copy differs from it).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -147,38 +147,38 @@ for stage in "$@"; do
       [[ $fp8_runs == *" pytest "* ]] && run fp8_pytest "${TIMEOUT_FP8_PYTEST:-110}" python3 -m pytest -q -rfE \
           -p no:cacheprovider -p no:randomly tests/test_fp8_gpu.py tests/test_fp8.py \
           -k "presets or edges or (graph and not compiled) or convert or at_the_floor"
-      [[ $fp8_runs == *" warp "* ]] && run fp8_warp "${TIMEOUT_FP8_WARP:-120}" python3 -m warpdecode.bench.fp8 --fresh \
+      [[ $fp8_runs == *" warp "* ]] && run fp8_warp "${TIMEOUT_FP8_WARP:-120}" python3 -m bench.fp8 --fresh \
           --what speed --phase warp --presets $presets --budget-s 90
-      [[ $fp8_runs == *" auto "* ]] && run fp8_auto "${TIMEOUT_FP8_AUTO:-80}" python3 -m warpdecode.bench.fp8 --what speed \
+      [[ $fp8_runs == *" auto "* ]] && run fp8_auto "${TIMEOUT_FP8_AUTO:-80}" python3 -m bench.fp8 --what speed \
           --phase auto --presets $presets --budget-s $(( ${TIMEOUT_FP8_AUTO:-80} - 30 ))
-      [[ $fp8_runs == *" accuracy "* ]] && run fp8_accuracy "${TIMEOUT_FP8_ACCURACY:-35}" python3 -m warpdecode.bench.fp8 \
+      [[ $fp8_runs == *" accuracy "* ]] && run fp8_accuracy "${TIMEOUT_FP8_ACCURACY:-35}" python3 -m bench.fp8 \
           --what accuracy --presets $presets --budget-s 20
-      [[ $fp8_runs == *" layers "* ]] && run fp8_layers "${TIMEOUT_FP8_LAYERS:-35}" python3 -m warpdecode.bench.fp8 \
+      [[ $fp8_runs == *" layers "* ]] && run fp8_layers "${TIMEOUT_FP8_LAYERS:-35}" python3 -m bench.fp8 \
           --what layers --layers "${FP8_LAYERS:-8}"
       if [ -n "${FP8_LESSON:-}" ]; then
-        run fp8_lesson "${TIMEOUT_FP8_LESSON:-150}" python3 -m warpdecode.bench.fp8 --what speed --phase lesson \
+        run fp8_lesson "${TIMEOUT_FP8_LESSON:-150}" python3 -m bench.fp8 --what speed --phase lesson \
             --presets $presets --budget-s 120
       fi
-      run fp8_bar 15 python3 -m warpdecode.bench.fp8 --what figures
+      run fp8_bar 15 python3 -m bench.fp8 --what figures
       cp "$GPU_DIR"/fp8_*.csv "$GPU_DIR"/fp8_tuned.json "$OUT/" 2>/dev/null ;;
     compiled)
       run compiled "${TIMEOUT_COMPILED:-300}" python3 -m pytest -m gpu -v -rfEx -p no:cacheprovider \
           tests/test_fp8_gpu.py tests/test_gpu.py -k "compiled_with_cuda_graphs" ;;
     quick)
-      run quick "${TIMEOUT_QUICK:-200}" python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 64 ;;
+      run quick "${TIMEOUT_QUICK:-200}" python3 -m bench compare --preset qwen3-30b-a3b --T 1 2 4 8 64 ;;
     nopdl)
-      run nopdl "${TIMEOUT_QUICK:-200}" env WARPDECODE_PDL=0 python3 -m warpdecode compare --preset qwen3-30b-a3b --T 1 2 4 8 ;;
+      run nopdl "${TIMEOUT_QUICK:-200}" env WARPDECODE_PDL=0 python3 -m bench compare --preset qwen3-30b-a3b --T 1 2 4 8 ;;
     tune)
       run tune "${TIMEOUT_TUNE:-420}" python3 -m warpdecode tune ${TUNE_ARGS:-}
       cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
     bench)
-      run bench "${TIMEOUT_BENCH:-480}" python3 -m warpdecode bench ${BENCH_ARGS:-}
+      run bench "${TIMEOUT_BENCH:-480}" python3 -m bench bench ${BENCH_ARGS:-}
       cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
     autobench)  # the auto rows again, after the crossover moved
-      run autobench "${TIMEOUT_BENCH:-200}" python3 -m warpdecode bench --methods auto --what speed ${AUTO_ARGS:-}
+      run autobench "${TIMEOUT_BENCH:-200}" python3 -m bench bench --methods auto --what speed ${AUTO_ARGS:-}
       cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
     e2e)
-      run "${E2E_NAME:-e2e}" "${TIMEOUT_E2E:-300}" python3 -m warpdecode e2e ${E2E_ARGS:-}
+      run "${E2E_NAME:-e2e}" "${TIMEOUT_E2E:-300}" python3 -m bench e2e ${E2E_ARGS:-}
       cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
     generate)  # each part capped, and never past the stage's deadline; rows are written as they are measured
       gen_end=$((SECONDS + ${GEN_BUDGET:-460}))
@@ -194,7 +194,7 @@ for stage in "$@"; do
       IFS=';' read -ra gen_specs <<< "${GEN_SPECS:-qwen3-30b-a3b:1 4 16:${TIMEOUT_GEN_QWEN:-170};olmoe-1b-7b:1:${TIMEOUT_GEN_OLMOE:-90};mixtral-8x7b:1:600}"
       for spec in "${gen_specs[@]}"; do
         IFS=: read -r hf_model batches limit <<< "$spec"
-        run "gen_${hf_model%%-*}" "$(cap "$limit")" python3 -m warpdecode e2e --what generate --hf-models "$hf_model" \
+        run "gen_${hf_model%%-*}" "$(cap "$limit")" python3 -m bench e2e --what generate --hf-models "$hf_model" \
             --hf-batch $batches ${gen_layers:+--hf-layers $gen_layers} ${GEN_ARGS:-}
       done
       cp "$GPU_DIR/hf_generate.csv" "$OUT/" 2>/dev/null ;;
@@ -206,7 +206,7 @@ for stage in "$@"; do
       run notebooks "${TIMEOUT_NB:-300}" env PYTHONPATH=/tmp/site:$PYTHONPATH python3 tools/run_notebooks.py
       mkdir -p "$OUT/nb" && cp notebooks/*.ipynb "$OUT/nb/" && cp figures/*.png "$OUT/nb/" 2>/dev/null ;;
     crossover)
-      run crossover 60 python3 -m warpdecode report --only crossover
+      run crossover 60 python3 -m bench report --only crossover
       cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
     pack)
       tar czf /tmp/run.tar.gz -C "$OUT" . && mv /tmp/run.tar.gz "$OUT/run.tar.gz"

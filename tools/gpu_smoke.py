@@ -13,7 +13,7 @@ import torch
 
 import warpdecode as wd
 from warpdecode._alloc import poisoned
-from warpdecode.bench.workload import make_layers
+from warpdecode.workload import make_layers
 
 BOUND = {"loop": 12, "expert": 8, "expert_fp8": 120, "warp": 1.1, "warp_split": 1.1, "warp_fused": 1.1,
          "warp_bf16_act": 4, "auto": 8}

@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 import warpdecode
-from warpdecode import compiled, configs
+from bench import compiled
+from warpdecode import configs
 
 try:
     from warpdecode.kernels import warp_grouped as kg

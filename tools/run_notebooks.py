@@ -15,7 +15,7 @@ CUDA GPU, so
 Each notebook runs with its own folder as the working directory (as Jupyter does), under the
 ``python3`` kernel, with a time limit per cell; a notebook that fails is still written (to the
 same place), its failing cell's traceback included. The .py twins (jupytext py:percent) are the
-source: run ``jupytext --sync notebooks/*.py`` first if a twin changed.
+source: run ``jupytext --sync notebooks/[0-9]*.py`` first if a twin changed.
 """
 
 from __future__ import annotations

@@ -553,7 +553,7 @@ def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # n
 
 #: What tunes a layer shape on first sight: ``tuner(H, I, E, K, bucket, dtype=...)`` measures it at
 #: that token bucket and writes it to the user's cache. This module imports no tuner: ``warpdecode.api``
-#: sets it (``warpdecode.bench.tune.autotune_shape``, imported with the first shape it tunes).
+#: sets it (``warpdecode.tuner.autotune_shape``, imported with the first shape it tunes).
 tuner = None
 
 
@@ -590,7 +590,7 @@ def crossover_of(evidence: dict) -> int:
     """The largest T up to which warp decode is no slower than the expert path at every measured
     T; ``evidence`` is ``{"T": {"warp_us": …, "expert_us": …}}`` (a time of None: that path failed
     there, counted as slower). 0 where the expert path wins from T = 1. The rule of every measured
-    crossover: the tuner's and the benchmarks' (``python -m warpdecode report``)."""
+    crossover: the tuner's and the benchmarks' (``python -m bench report``)."""
     best = 0
     for T in sorted(evidence, key=int):
         warp, expert = evidence[T]["warp_us"], evidence[T]["expert_us"]

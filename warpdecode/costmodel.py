@@ -91,7 +91,7 @@ def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2, w_elem: int |
 
 def crossover(H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None = None) -> int:  # noqa: E741
     """The largest T for which ``auto`` picks ``warp``: measured on this GPU where a table has the
-    shape (``warpdecode/tuned/<GPU>.json``, written by ``python -m warpdecode report``, or the
+    shape (``warpdecode/tuned/<GPU>.json``, written by ``python -m bench report``, or the
     user's cache, written by ``python -m warpdecode tune --shape``), else :func:`model_crossover`.
     ``weights``: None for weights in the activations' dtype, or an FP8 format ("block128",
     "mxfp8"), whose crossover is the table's ``crossover_<format>`` entry, else the model's with

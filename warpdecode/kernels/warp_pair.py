@@ -38,7 +38,7 @@ over min(num_warps, BLOCK_C / 256) warps, and the row's sum crosses them through
 shared memory; the tuner picks that for some shapes, where more loads in flight per row beat the
 extra step. The down kernel's tile is [rows, K, columns]: the token's K routed experts stay inside
 each thread, so the combine over K is a sum in registers. ``tests/test_compile_sm90.py`` checks this
-rule on every tuned config; notebook 4 prints the layouts (``warpdecode.compiled.layouts``).
+rule on every tuned config; notebook 4 prints the layouts (``bench.compiled.layouts``).
 
 That 3-D tile has two axes of equal contiguity (rows, experts), and the compiler's coalesce pass
 breaks the tie: Triton 3.6 orders rows first (warps over rows, as above); 3.8 and later order the

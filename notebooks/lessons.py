@@ -1,0 +1,25 @@
+"""The notebooks' helpers, in one import: ``from lessons import ladder, sweep, …``.
+
+A notebook runs with ``notebooks/`` as its working directory (Jupyter, nbval), where the lab's
+``bench`` package beside the wheel is not importable; this module puts the checkout's root first on
+``sys.path`` (so the checkout's ``bench`` and ``warpdecode`` are the ones imported) and re-exports
+what the lessons use: the ledgers and result readers (``ladder``), compiled-code inspection
+(``compiled``), the float64 rounding emulation (``emulate``), the benchmarks (``sweep``, ``fp8``,
+``e2e``), the decoder (``model``), and the report's data, tables and figures (``data``, ``report``,
+``plots``: matplotlib, Agg backend).
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import warpdecode  # noqa: E402, F401  first: decides GPU or CPU interpreter before any kernel exists
+from bench import compiled, data, e2e, emulate, fp8, ladder, model, plots, report, sweep  # noqa: E402
+from bench.e2e import layer_errors  # noqa: E402
+from bench.model import MODELS  # noqa: E402
+
+__all__ = ["MODELS", "ROOT", "compiled", "data", "e2e", "emulate", "fp8", "ladder", "layer_errors", "model", "plots",
+           "report", "sweep"]
