@@ -59,7 +59,7 @@ def cmd_compare(args):
     print(table(acc, ["T", "method", "error", "error/floor"]))
     if not gpu:
         return
-    from warpdecode.timing import read_ceiling
+    from bench.timing import read_ceiling
 
     ceiling = read_ceiling(2.0)
     rows = sweep.speed([shape], Ts, methods, ceiling_tbps=ceiling, reps=args.reps)
@@ -112,7 +112,7 @@ def cmd_bench(args):
     if len(shapes) > 1 and not args.in_process:  # each measures its own read ceiling, which its rows carry
         each_in_own_process(bench_argv, args, [s.name for s in shapes])
         return
-    from warpdecode.timing import copy_ceiling, read_ceiling
+    from bench.timing import copy_ceiling, read_ceiling
 
     Ts = args.T or ALL_T
     ceiling = read_ceiling(4.0)
@@ -183,7 +183,7 @@ def cmd_e2e(args):
             data.merge_write(out / "e2e_errors.csv", rows)
     if "speed" in what:
         from bench.e2e import decode_speed
-        from warpdecode.timing import read_ceiling
+        from bench.timing import read_ceiling
 
         decode_speed(name, args.T, args.ctx, ["expert", "warp", "auto"], layers=args.layers,
                      ceiling_tbps=read_ceiling(), compile=args.compile,

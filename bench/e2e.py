@@ -12,8 +12,8 @@ import torch
 
 from bench.model import MODELS, MOE_METHODS, Decoder
 from bench.sweep import meta
+from bench.timing import capture, time_replays
 from warpdecode.reference import rel_error
-from warpdecode.timing import capture, time_replays
 
 
 def step_bytes(model: Decoder, T: int, ctx: int, routes) -> int:

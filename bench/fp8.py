@@ -39,6 +39,7 @@ import torch
 
 from bench import data
 from bench.sweep import meta
+from bench.timing import capture_poisoned, read_ceiling, time_interleaved, time_replays
 from warpdecode import api, configs, quant
 from warpdecode.api import run_auto
 from warpdecode.configs import shape_key
@@ -46,7 +47,6 @@ from warpdecode.expert import moe_expert
 from warpdecode.presets import MODEL_PRESETS, get_preset
 from warpdecode.reference import reference_moe, rel_error, rounding_floor
 from warpdecode.routing import route
-from warpdecode.timing import capture_poisoned, read_ceiling, time_interleaved, time_replays
 from warpdecode.warp import moe_warp
 from warpdecode.workload import LayerInputs, l2_bytes
 
@@ -125,7 +125,7 @@ def _time(fn, args, reps):
 
 def _time_together(runs, reps):
     """:func:`_time` for each ``(fn, args)`` of ``runs``, their graphs timed in one interleaved run
-    (:func:`~warpdecode.timing.time_interleaved`), so that their ratios are fair."""
+    (:func:`~bench.timing.time_interleaved`), so that their ratios are fair."""
     captured = [capture_poisoned(lambda fn=fn, args=args: [fn(*a) for a in args]) for fn, args in runs]
     times = time_interleaved([g for g, _ in captured], reps=reps)
     return [(t.scaled(1 / len(args)), outs[0]) for t, (_, args), (_, outs) in zip(times, runs, captured, strict=True)]

@@ -125,7 +125,7 @@ def experts_us(model, batch: int, impl: str, *, reps: int = 50, seed: int = 0) -
     random hidden states and random top-k routing (a draw per layer; weights in the model's dtype
     and int64 ids, as the models pass them), called through ``impl``, captured in one CUDA graph and
     replayed (on the CPU: the median of ``reps`` eager calls)."""
-    from warpdecode.timing import capture, time_replays
+    from bench.timing import capture, time_replays
 
     cfg, dev = model.config, model.device
     E = getattr(cfg, "num_experts", None) or cfg.num_local_experts

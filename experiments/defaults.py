@@ -105,7 +105,7 @@ def main(argv=None):
     if not torch.cuda.is_available():
         sys.exit("timing needs a CUDA GPU (--check runs on the CPU)")
     from bench import data, sweep
-    from warpdecode.timing import read_ceiling
+    from bench.timing import read_ceiling
 
     extra = {s.name: s for s in SHAPES}
     names = args.shapes or [*wd.MODEL_PRESETS, *extra]

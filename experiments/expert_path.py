@@ -45,11 +45,11 @@ from triton.language.extra.cuda import gdc_launch_dependents
 
 import warpdecode as wd
 from bench.sweep import meta
+from bench.timing import capture, read_ceiling, small_read, time_replays
 from warpdecode import _alloc, _runtime
 from warpdecode import expert as ex
 from warpdecode import tuner as tn
 from warpdecode.configs import expert_config
-from warpdecode.timing import capture, read_ceiling, small_read, time_replays
 from warpdecode.tuner import SWAP_FORMS as FORMS
 from warpdecode.tuner import with_swap as swapped
 from warpdecode.workload import bytes_needed, make_inputs

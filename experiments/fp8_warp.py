@@ -84,11 +84,11 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 import warpdecode as wd
 from bench import compiled
 from bench import fp8 as bench_fp8
+from bench.timing import capture, small_read, time_replays
 from warpdecode import _alloc, quant
 from warpdecode import warp as wp
 from warpdecode.configs import warp_config, warp_fp8_config
 from warpdecode.kernels.warp_fp8 import _down_fp8_chunk, _scales  # the loads are the shipped kernel's
-from warpdecode.timing import capture, small_read, time_replays
 from warpdecode.workload import bytes_needed, make_inputs, make_layers
 
 PRESETS = ["qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"]
@@ -850,7 +850,7 @@ def check_bound():
             assert err <= 4.0 and not y.isnan().any(), (shape.name, fmt, err)
             print(f"{shape.name} T={T} {fmt}, every slot routed to expert 0: no math bit for bit, the pair "
                   f"{err:.2f} × the floor")
-    from warpdecode.timing import _read_kernel
+    from bench.timing import _read_kernel
 
     src = torch.randn(5000).to(torch.bfloat16)
     out = torch.empty(3)

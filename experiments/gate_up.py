@@ -217,7 +217,7 @@ def main_ladder():
         return
 
     from bench.sweep import meta
-    from warpdecode.timing import read_ceiling
+    from bench.timing import read_ceiling
     from warpdecode.tuner import _over_layers, _time
     from warpdecode.workload import make_inputs, make_layers, num_copies
 

@@ -30,7 +30,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import warpdecode as wd
 from bench.sweep import meta
-from warpdecode.timing import capture, read_ceiling, small_read, time_replays
+from bench.timing import capture, read_ceiling, small_read, time_replays
 
 # ==================================================================================================
 # version stream: How fast can one kernel read a decode-sized amount of memory? The streaming-read kernel of
@@ -449,7 +449,7 @@ def main_bound():
         check_bound("cuda" if torch.cuda.is_available() else "cpu")
         return
     from bench.sweep import meta
-    from warpdecode.timing import capture, read_ceiling, time_replays
+    from bench.timing import capture, read_ceiling, time_replays
 
     gpu = torch.cuda.get_device_name()
     run = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # the rows of one process

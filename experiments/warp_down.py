@@ -214,7 +214,7 @@ def main_ladder():
         return
 
     from bench.sweep import meta
-    from warpdecode.timing import capture, read_ceiling, time_replays
+    from bench.timing import capture, read_ceiling, time_replays
     from warpdecode.workload import make_inputs, make_layers, num_copies
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -247,7 +247,7 @@ def main_ladder():
 def every_tile(shape, w2s, inputs, time_replays):
     """(label, µs per call) of the shipped down kernel alone with each tile the tuner tries, each
     checked first against the float64 down projection (outputs poisoned, one replay)."""
-    from warpdecode.timing import capture_poisoned
+    from bench.timing import capture_poisoned
     from warpdecode.tuner import warp_candidates
 
     L, T = len(w2s), inputs[0].x.shape[0]

@@ -41,12 +41,12 @@ from triton.language.extra.cuda import gdc_wait
 
 import warpdecode as wd
 from bench.sweep import meta
+from bench.timing import read_ceiling
 from warpdecode import _alloc, configs
 from warpdecode import warp as wp
 from warpdecode.configs import warp_config
 from warpdecode.expert import moe_expert
 from warpdecode.presets import get_preset
-from warpdecode.timing import read_ceiling
 from warpdecode.tuner import _over_layers, _time
 from warpdecode.warp import moe_warp
 from warpdecode.workload import bytes_needed, make_inputs, make_layers, num_copies

@@ -162,12 +162,12 @@ print("T=1 bytes agree with speed.csv for", len(rows), "presets")
 # %% [markdown]
 # The time those bytes take is set by the bandwidth a streaming read actually reaches, which is
 # below the datasheet: the harness measures it with a Triton kernel streaming a buffer of gigabytes
-# (`warpdecode.timing.read_ceiling`). On a GPU this cell measures it now; on the CPU it takes
+# (`bench.timing.read_ceiling`). On a GPU this cell measures it now; on the CPU it takes
 # the H200's value recorded in `results/NVIDIA_H200/ceiling.csv`.
 
 # %%
 if S.on_gpu:
-    from warpdecode.timing import read_ceiling
+    from lessons import read_ceiling
 
     ceiling_tbps, ceiling_from = read_ceiling(2.0), f"measured now on {S.gpu}"
 else:

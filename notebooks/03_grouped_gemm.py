@@ -180,9 +180,7 @@ assert all(t64[p] > t1[p] for p in t1)  # the path needs tokens to amortise its 
 
 # %%
 if S.on_gpu:
-    from lessons import sweep
-
-    from warpdecode.timing import read_ceiling
+    from lessons import read_ceiling, sweep
 
     ceiling_now = read_ceiling(2.0)
     fresh = sweep.speed([shape], list(S.Ts), ["expert"], ceiling_tbps=ceiling_now, reps=S.reps)

@@ -5,8 +5,8 @@ A notebook runs with ``notebooks/`` as its working directory (Jupyter, nbval), w
 ``sys.path`` (so the checkout's ``bench`` and ``warpdecode`` are the ones imported) and re-exports
 what the lessons use: the ledgers and result readers (``ladder``), compiled-code inspection
 (``compiled``), the float64 rounding emulation (``emulate``), the benchmarks (``sweep``, ``fp8``,
-``e2e``), the decoder (``model``), and the report's data, tables and figures (``data``, ``report``,
-``plots``: matplotlib, Agg backend).
+``e2e``, and the measured ``read_ceiling``), the decoder (``model``), and the report's data, tables
+and figures (``data``, ``report``, ``plots``: matplotlib, Agg backend).
 """
 
 import sys
@@ -20,6 +20,7 @@ import warpdecode  # noqa: E402, F401  first: decides GPU or CPU interpreter bef
 from bench import compiled, data, e2e, emulate, fp8, ladder, model, plots, report, sweep  # noqa: E402
 from bench.e2e import layer_errors  # noqa: E402
 from bench.model import MODELS  # noqa: E402
+from bench.timing import read_ceiling  # noqa: E402
 
 __all__ = ["MODELS", "ROOT", "compiled", "data", "e2e", "emulate", "fp8", "ladder", "layer_errors", "model", "plots",
-           "report", "sweep"]
+           "read_ceiling", "report", "sweep"]

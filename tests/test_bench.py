@@ -16,9 +16,9 @@ import torch
 
 import warpdecode as wd
 from bench import methods, sweep
+from bench.timing import Timing
 from warpdecode import api
 from warpdecode.expert import moe_expert
-from warpdecode.timing import Timing
 from warpdecode.warp import moe_warp
 from warpdecode.workload import LayerInputs
 
@@ -186,8 +186,8 @@ def test_bench_command_times_the_kernels_beside_the_public_call(monkeypatch, tmp
     """``python -m bench bench`` asks the sweep for the kernels' rows and writes its rows, the
     read ceiling's too, with the commit."""
     from bench import __main__ as lab
-    from bench import data
-    from warpdecode import _runtime, timing
+    from bench import data, timing
+    from warpdecode import _runtime
 
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
     monkeypatch.setattr(timing, "read_ceiling", lambda gb: 4.0)

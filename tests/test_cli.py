@@ -59,7 +59,7 @@ class _InProcess(Exception):
 def test_bench_with_one_preset_or_in_process_does_not_spawn(monkeypatch):
     import pytest
 
-    from warpdecode import timing
+    from bench import timing
 
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("spawned")))
@@ -316,7 +316,7 @@ def test_the_checkout_is_found_from_the_current_directory(tmp_path, monkeypatch)
 def test_bench_out_of_a_checkout_fails_before_measuring(tmp_path, monkeypatch, capsys):
     import pytest
 
-    from warpdecode import timing
+    from bench import timing
 
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")

@@ -342,8 +342,8 @@ def test_fp8_benchmark_code_paths_and_figures(monkeypatch, tmp_path):
     phase each method beside its bare kernels, timed together, the public rows with the overhead.
     The timings are stand-ins (one eager call, 1 µs; the public calls 1.25 µs beside the kernels)."""
     from bench import fp8 as bench
+    from bench.timing import Timing
     from warpdecode import api
-    from warpdecode.timing import Timing
 
     def eager(fn, args, reps):
         return Timing(1.0, 1.0, 1.0, 1), [fn(*a) for a in args][0]

@@ -98,7 +98,7 @@ def test_fp8_warp_decode_in_a_cuda_graph():
     p = wd.get_preset("qwen3-30b-a3b")
     w13, w2 = _weights("qwen3-30b-a3b", p.H, p.I, p.E, p.K, "block128")
     x, tw, ti = _inputs(p.H, p.E, p.K, 4, seed=11)
-    from warpdecode.timing import capture_poisoned
+    from bench.timing import capture_poisoned
     from warpdecode.warp import moe_warp
 
     ti = ti.to(torch.int32)

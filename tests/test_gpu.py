@@ -280,7 +280,7 @@ def test_moe_in_a_cuda_graph_replays_new_inputs(method, T):
     """A raw torch.cuda.graph capture of moe on static buffers; each replay after new inputs are
     copied in (the output poisoned with NaN first, so an element the graph does not write fails)
     gives eager's result for those inputs."""
-    from warpdecode.timing import capture
+    from bench.timing import capture
 
     shape, w13, w2 = _graph_layer()
     x_s, tw_s, ids_s = (t.clone() for t in _fresh(shape, T, 0))
