@@ -779,15 +779,9 @@ ACC_REGS_PER_THREAD = 128
 
 def acc_regs_per_thread(arch: int, elem: int) -> int:
     """:data:`ACC_REGS_PER_THREAD` on a GPU of architecture ``arch`` (80, 90, 100, 120) with
-    ``elem``-byte weights: half of it where mma.sync takes both operands into registers too (sm_80,
-    sm_120), a quarter for FP32 operands, multiplied on FMAs with their K slices in registers beside
-    the sums. ptxas's counts on each architecture (tests/test_compile_arch.py): the next wider tile
-    reaches 255 registers and spills there (Mixtral T = 256 on sm_80 and sm_120; FP32 on sm_100).
-
-    FP32 tiles also keep to 64 rows, eight warps and 32-column K steps (:func:`default_expert`):
-    over the four architectures and Triton 3.6, 3.8 and 3.9, ptxas spills 4-24 B of some 64-row
-    tiles with 16-column K steps and of 128-row ones (holding 128 registers, for two programs per
-    SM), and four-warp tiles reach 255 registers and spill on sm_120a."""
+    ``elem``-byte weights: half where mma.sync holds both operands in registers (sm_80, sm_120), a
+    quarter for FP32 operands on FMAs. Data: ptxas's counts, tests/test_compile_arch.py;
+    docs/design.md, "Launch configuration rules"."""
     if elem == 4:
         return ACC_REGS_PER_THREAD // 4
     return ACC_REGS_PER_THREAD if 90 <= arch < 120 else ACC_REGS_PER_THREAD // 2
@@ -801,32 +795,21 @@ SWAP_FP8_GATE_UP_SM100 = tuple(int(v) for v in triton.__version__.split(".")[:2]
 def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
                    shared_per_block: int | None = None, group_k: int | None = None) -> dict:
     """The expert path's launch configuration where no tuned one exists, from the layer shape, T
-    and the device. The tiles follow vLLM's batch-aware ``get_default_config`` for unquantized MoE
-    (BLOCK_N 64, or 128 past T = 64, and for N ≥ 4096 128, or 256 past T = 128; BLOCK_K 128 at
-    decode T ≤ 64 or K ≥ 4096, else 64; GROUP_M by pairs per expert; 3 stages), with each GEMM's
-    own N and K. BLOCK_M follows the pairs each expert sees rather than T, as the H200 tuner's
-    picks do (``tuned/NVIDIA_H200.json``), and so does GROUP_M (1 unless an expert spans several M
-    tiles). Two guards that vLLM's one-GEMM rule does not need: the gate/up GEMM holds two
-    accumulators (gate and up, for SiLU·up in its epilogue), so its tile of N < 4096 stays at 64
-    columns past T = 64 (2 × 64 rows of w13, what vLLM's 128 reads), and a tile's
-    FP32 accumulators are kept within :func:`acc_regs_per_thread` of this device's architecture;
-    and the stages, then BLOCK_K, are fitted to its shared memory per program (``shared_per_block``,
-    default the current GPU's; ``elem`` bytes per element), not to an H100's. ``group_k``: the
-    columns per weight scale of FP8 weights (a K step stays within one)."""
+    and the device. Rule: vLLM's batch-aware ``get_default_config`` tiles with each GEMM's own N and
+    K; BLOCK_M and GROUP_M by the pairs each expert sees, not T; the two-accumulator gate/up tile
+    kept at 64 columns; the accumulators within :func:`acc_regs_per_thread`; stages, then BLOCK_K,
+    fitted to this GPU's shared memory (``shared_per_block``, ``elem`` bytes per element).
+    ``group_k``: columns per FP8 weight scale (a K step stays within one). Data:
+    ``tuned/NVIDIA_H200.json``; docs/design.md, "Launch configuration rules"."""
     limits = _runtime.device_limits()
     arch = limits.get("arch", 90)
     budget = (shared_per_block or limits["shared_per_block"]) - EPILOGUE_SHARED
     pairs_per_expert = T * K / max(E, 1)
-    # the M tile by the rows an expert's GEMM sees, not by T: twice the mean, so that the experts
-    # routed more than the mean still fit one tile (a second tile reads the expert's weights again),
-    # and half-height tiles (HALF_M) where a block's upper half is padding
+    # twice the mean rows per expert: most experts fit one M tile; HALF_M where the upper half is padding
     block_m = min(128, max(16, triton.next_power_of_2(math.ceil(2 * pairs_per_expert))))
-    if elem == 4:  # FP32 operands, on FMAs: 64 rows, eight warps, 32-column K steps (acc_regs_per_thread)
+    if elem == 4:  # FP32 operands, on FMAs: 64 rows, eight warps, 32-column K steps (no spills)
         block_m = min(block_m, 64)
-    # M tiles grouped only where one expert's rows span several (they then share its weight tiles):
-    # otherwise each M tile is another expert and grouping only scatters the weight stream (the
-    # tuner picks GROUP_M = 1 in 52 of the 54 buckets at T ≥ 32 over the ten shapes; dbrx at T = 256
-    # reads at 80 % of the ceiling with GROUP_M = 8, 86 % with 1)
+    # M tiles grouped only where one expert's rows span several; else grouping scatters the weight stream
     group_m = 8 if 2 * pairs_per_expert > 128 else 1
     acc_regs = acc_regs_per_thread(arch, elem)
     # most experts see at most one row: the tile transposed, weight rows on the tensor cores' M side
@@ -834,34 +817,26 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     swap_gate_up = swap and (SWAP_FP8_GATE_UP_SM100 or not fp8 or not 100 <= arch < 120)
     m_blocks = min(T * K, expected_distinct(E, K, T))  # the M tiles at decode: one per routed expert
 
-    # FP8 activations carry one scale per 128 columns: a K step within one; FP32 operands: 32 columns;
-    # FP8 weights one per group_k columns (128, or 32 for MXFP8): a K step within one
+    # a K step within one scale: 128 columns for FP8 activations, group_k for FP8 weights; FP32: 32
     k_max = min(32 if elem == 4 else 128 if fp8 else 256, group_k or 256)
 
     def tile(n: int, k: int, accumulators: int, swap: bool) -> dict:
         block_n = (128 if T <= 128 else 256) if n >= 4096 else (64 if T <= 64 or accumulators == 2 else 128)
-        # vLLM's 64-deep K steps past T = 64 only where the M tile is tall (64 rows and more): with 16-32
-        # rows the tuner keeps 128 (9 of the 10 shapes at T = 128)
+        # vLLM's 64-deep K steps past T = 64 only for M tiles of 64 rows and more
         block_k = min(128 if (fp8 or k >= 4096 or T <= 64 or block_m <= 32) else 64, k_max)
-        # enough programs to fill the GPU twice over while the M tiles are few (decode): narrower N
-        # tiles, longer K steps to keep the bytes in flight
+        # few M tiles (decode): narrower N tiles, longer K steps, until the programs fill the GPU twice
         while block_m == 16 and block_n > 64 and m_blocks * triton.cdiv(n, block_n) < 2 * limits["sms"]:
             block_n //= 2
             block_k = min(2 * block_k, k_max, max(32, triton.next_power_of_2(k)))
-        # eight warps past 8192 accumulators; from 8192 with FP8 operands (activation scales sit beside the
-        # sums, and four warps spilled 24 B of Mixtral T = 64's gate/up tile on sm_100a and sm_120a,
-        # Triton 3.8; FP8 weights hold a second tile per K step)
+        # eight warps past 8192 accumulators; from 8192 with FP8 operands (their scales sit beside the sums)
         n_acc = accumulators * block_m * block_n
         warps = 4 if (n_acc < 8192 if (fp8 or group_k) else n_acc <= 8192) and elem <= 2 else 8
-        # FP8 weights: each K step's product lands in a tile of its own before it is scaled and added;
-        # on sm_100 two 32-column steps' products (MXFP8) come out of tensor memory at once (ptxas spilled
-        # 248-720 B at Mixtral T = 256's 128-row tiles with one)
+        # FP8 weights: a product tile per K step before scaling; two at once for MXFP8 on sm_100
         held = accumulators * (2 if group_k else 1) * (2 if group_k and group_k < 128 and 100 <= arch < 120 else 1)
         while held * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
-        # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2; FP32 tiles of
-        # 32 rows on FMAs two stages (four spilled 28 B at 255 registers, 32 × 64 gate/up tiles, sm_90a)
+        # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2; FP32 32-row tiles 2
         stages = 2 if elem == 4 and block_m <= 32 else 4
         while (block_m * block_k + accumulators * block_k * block_n) * elem * stages > budget:
             if block_k > 64:
