@@ -6,7 +6,8 @@ A notebook runs with ``notebooks/`` as its working directory (Jupyter, nbval), w
 what the lessons use: the ledgers and result readers (``ladder``), compiled-code inspection
 (``compiled``), the float64 rounding emulation (``emulate``), the benchmarks (``sweep``, ``fp8``,
 ``e2e``, and the measured ``read_ceiling``), the decoder (``model``), and the report's data, tables
-and figures (``data``, ``report``, ``plots``: matplotlib, Agg backend).
+and figures (``data``, ``report``, ``plots``: matplotlib, Agg backend); ``poisoned``, a context in
+which every buffer ``warpdecode`` allocates starts as NaN (an element a kernel never writes shows).
 """
 
 import sys
@@ -21,6 +22,7 @@ from bench import compiled, data, e2e, emulate, fp8, ladder, model, plots, repor
 from bench.e2e import layer_errors  # noqa: E402
 from bench.model import MODELS  # noqa: E402
 from bench.timing import read_ceiling  # noqa: E402
+from warpdecode._alloc import poisoned  # noqa: E402  every buffer a call allocates starts as NaN, inside it
 
 __all__ = ["MODELS", "ROOT", "compiled", "data", "e2e", "emulate", "fp8", "ladder", "layer_errors", "model", "plots",
-           "read_ceiling", "report", "sweep"]
+           "poisoned", "read_ceiling", "report", "sweep"]

@@ -23,8 +23,8 @@ def _cells(path: Path) -> list[tuple[str, str]]:
     return [(c.cell_type, c.source.strip()) for c in nb.cells]
 
 
-def test_the_ladder_has_eight_rungs_each_in_both_forms():
-    assert [p.name[:3] for p in TWINS] == ["01_", "02_", "03_", "04_", "05_", "06_", "07_", "08_"]
+def test_the_ladder_has_nine_rungs_each_in_both_forms():
+    assert [p.name[:3] for p in TWINS] == ["01_", "02_", "03_", "04_", "05_", "06_", "07_", "08_", "09_"]
     assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == {p.stem for p in TWINS}
 
 

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 8 · FP8 weights: half the bytes, the same rounding
+# # 9 · FP8 weights: half the bytes, the same rounding
 #
 # **What this rung adds:** expert weights in FP8 e4m3 with block scales, the form production FP8
 # checkpoints ship (DeepSeek-V3, Qwen3-FP8: one FP32 scale per 128 × 128 block) and Blackwell's
@@ -27,7 +27,7 @@
 # to e4m3, as w8a8 does, costs far more than rounding the output once.
 #
 # ```bash
-# python tools/run_notebooks.py notebooks/08_fp8_weights.ipynb
+# python tools/run_notebooks.py notebooks/09_fp8_weights.ipynb
 # ```
 #
 # On a GPU it runs the Qwen3-30B-A3B layer; in the CPU interpreter the `tiny` preset (odd H and I,

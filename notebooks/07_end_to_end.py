@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 6 · From one layer to a model
+# # 7 · From one layer to a model
 #
 # **What this rung adds:** the MoE layer inside whole decode steps. Cursor's published 1.84× is
 # end-to-end decode throughput, and their accuracy claim is about error that builds up across a
@@ -29,7 +29,7 @@
 # layer, not by one kernel.
 #
 # ```bash
-# python tools/run_notebooks.py notebooks/06_end_to_end.ipynb
+# python tools/run_notebooks.py notebooks/07_end_to_end.ipynb
 # ```
 #
 # **The byte ledger of one decode step** (T tokens, one per sequence, at context length ctx, bf16):
@@ -363,7 +363,7 @@ else:
 # %% [markdown]
 # Both paths' errors grow with depth: each layer adds its own rounding to the residual stream and
 # passes the previous layers' on. The expert-centric path starts higher (it rounds the intermediate,
-# each slot's output and each partial sum of the combine; warp decode rounds only the output, rung 5)
+# each slot's output and each partial sum of the combine; warp decode rounds only the output, rung 6)
 # and the printed ratios say by how much it stays higher at each depth. While no routing decision
 # has flipped, that ratio holds roughly steady: the extra rounding accumulates in proportion, it
 # does not run away. A flip is where it can: it adds an error step far larger than the rounding
@@ -497,5 +497,5 @@ print(f"- MoE path alone ({live['name']}, {S.gpu}): the expert-centric error at 
 # routing close to uniform, and everything ran on one H200; Cursor's numbers (B200, their model,
 # their baseline) are theirs.
 #
-# Next: rung 7 ([07_one_launch](07_one_launch.ipynb)) returns to one layer and asks what one launch
+# Next: rung 8 ([08_one_launch](08_one_launch.ipynb)) returns to one layer and asks what one launch
 # instead of two could reach at T = 1, and what every design that tried measured.

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 5 · Profiling and accuracy, side by side
+# # 6 · Profiling and accuracy, side by side
 #
 # **What this rung adds:** every path on every model preset at once, on the two axes the ladder has
 # been climbing: time (as a fraction of the measured memory ceiling) and error (as a multiple of the
@@ -26,7 +26,7 @@
 # This is the rung that says which, from measured data.
 #
 # ```bash
-# python tools/run_notebooks.py notebooks/05_profiling_and_accuracy.ipynb
+# python tools/run_notebooks.py notebooks/06_profiling_and_accuracy.ipynb
 # ```
 #
 # The tables and figures come from `results/NVIDIA_H200/*.csv`, measured by `python -m bench
@@ -331,4 +331,4 @@ assert min(up1) > 1 and mean["expert"] > mean["warp"]
 # and its error is the bf16 floor: the direction of both claims, on a different baseline, GPU and
 # reference.
 #
-# Next: rung 6 ([06_end_to_end](06_end_to_end.ipynb)) puts the layer inside whole decode steps.
+# Next: rung 7 ([07_end_to_end](07_end_to_end.ipynb)) puts the layer inside whole decode steps.

@@ -14,10 +14,10 @@
 # ---
 
 # %% [markdown]
-# # 7 · One launch instead of two: what it could reach, and every design that tried
+# # 8 · One launch instead of two: what it could reach, and every design that tried
 #
 # **Optional.** This rung is research, not a step of the ladder: skip it on a first reading. It
-# assumes rung 4 (the pair, its launches and its down tile) and rung 5 (the read ceiling, the
+# assumes rung 4 (the pair, its launches and its down tile) and rung 6 (the read ceiling, the
 # speed targets).
 #
 # **What this rung adds:** the research that qualifies rung 4. At T = 1 warp decode's pair of
@@ -31,7 +31,7 @@
 # cannot, on this GPU, and by how much.
 #
 # ```bash
-# python tools/run_notebooks.py notebooks/07_one_launch.ipynb
+# python tools/run_notebooks.py notebooks/08_one_launch.ipynb
 # ```
 #
 # The persistent kernel runs here (on the CPU in the interpreter, as two launches); every timing
@@ -284,4 +284,4 @@ print(f"- designs faster than the pair in their own runs by more than 1 %: {len(
 #
 # Back to the ladder: [04_warp_decode](04_warp_decode.ipynb) teaches the pair and the grouped schedule
 # this rung measures against.
-# Next: [08_fp8_weights](08_fp8_weights.ipynb) runs the same pair on FP8 weights, half the bytes.
+# Next: [09_fp8_weights](09_fp8_weights.ipynb) runs the same pair on FP8 weights, half the bytes.
