@@ -86,15 +86,16 @@ def _timing_row(t: Timing) -> dict:
 
 
 def speed(shapes: list[MoEShape], Ts: list[int], methods: list[str], *, ceiling_tbps: float, reps: int = 100,
-          kernels: bool = False):
+          kernels: bool = False, extra: dict | None = None):
     """Per (preset, T, method): median time per layer call, bytes that must move, the floor those
     bytes imply at the read ceiling, achieved TB/s and the fraction of the ceiling.
 
     A public method (``warp``, ``expert``, ``auto``, …: ``warpdecode.moe`` as users call it) is the
     row to read; with ``kernels`` its bare twin (:data:`~bench.methods.KERNELS`) is timed
     beside it, in the same interleaved run, and the public row's ``overhead`` is the public median
-    over the twin's (empty where no twin was timed)."""
-    fns = registry()
+    over the twin's (empty where no twin was timed). ``extra``: more callables by name, each
+    ``fn(x, w13, w2, topk_weights, topk_ids) -> y`` (a notebook's own kernels), timed as methods."""
+    fns = registry() | (extra or {})
     if kernels:
         methods = [*dict.fromkeys(n for m in methods for n in (m, KERNELS.get(m)) if n)]
     methods = [m for m in methods if m in fns]

@@ -272,6 +272,7 @@ SPECS = {
     "one_launch_bound.csv": ("reads", "bound", "kind", "config", {}, _one_launch_bound),
     "gate_up_ladder.csv": ("gate_up", "ladder", "rung", "config", {}, None),
     "gate_up_slices.csv": ("gate_up", "slices", "variant", "config", {}, None),
+    "minimal_pair.csv": ("minimal_pair", lambda lb: "shipped" if lb == "warp" else "v1", "variant", "config", {}, None),
     "down_ladder.csv": ("warp_down", "ladder", "rung", "config", {}, None),
     "down_preload.csv": ("warp_down", _shipped_or("13"), "variant", None, {}, None),
     "chunk_flags.csv": ("warp_down", _shipped_or("14"), "variant", None, {}, None),
