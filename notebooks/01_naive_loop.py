@@ -38,10 +38,9 @@
 
 # %%
 import torch
-from lessons import ladder  # first: the checkout on sys.path; warpdecode decides GPU or CPU interpreter
+from lessons import ladder, poisoned  # first: the checkout on sys.path; warpdecode decides GPU or CPU interpreter
 
 import warpdecode as wd
-from warpdecode import _alloc
 
 S = ladder.SETTINGS
 shape = wd.get_preset(S.preset)
@@ -120,7 +119,7 @@ assert ref.dtype == torch.float64 and 1e-4 < floor < 1e-2  # bf16 keeps 8 signif
 print(ladder.source(wd.loop.moe_loop, "I = w2.shape[2]", "return y"))
 
 # %%
-with _alloc.poisoned():  # every buffer a path allocates starts as NaN: an unwritten element fails
+with poisoned():  # every buffer a path allocates starts as NaN: an unwritten element fails
     y_loop = wd.moe(x, w13, w2, topk_weights, topk_ids, method="loop")
 err = wd.rel_error(y_loop, ref)
 print(f"loop: error = {err:.3e} = {err / floor:.2f} × floor (bound {ladder.bound('loop')} × floor)")

@@ -39,10 +39,9 @@
 # %%
 import torch
 from lessons import emulate as em
-from lessons import ladder
+from lessons import ladder, poisoned
 
 import warpdecode as wd
-from warpdecode import _alloc
 from warpdecode import expert as ex
 
 S = ladder.SETTINGS
@@ -115,7 +114,7 @@ for t in range(T):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-with _alloc.poisoned():
+with poisoned():
     al = ex.align(topk_ids, E, BLOCK_M)
 used = int(al.num_tokens_post_padded.item())
 sentinel = al.num_pairs
@@ -150,7 +149,7 @@ assert (al.expert_ids[used // BLOCK_M:] == -1).all()
 # which is how a test would catch a kernel that read them.
 
 # %%
-with _alloc.poisoned():
+with poisoned():
     a = ex.gather(x, al, K)
 rows = al.sorted_token_ids[:used].long()
 valid = rows != sentinel
@@ -171,7 +170,7 @@ assert (a[:used][~valid] == 0).all() and a[used:].isnan().all()
 # %%
 a_native, no_scales = ex.quantize(a, al, "native")
 assert a_native is a and no_scales is None  # bf16: nothing to do
-with _alloc.poisoned():
+with poisoned():
     q, scales = ex.quantize(a, al, "fp8")
 H = shape.H
 deq = (q[:used].double() * scales[:used].double().repeat_interleave(128, dim=1)[:, :H])[valid]
@@ -192,7 +191,7 @@ assert torch.equal(deq, em.quantize_fp8(a[:used][valid].double()))  # the float6
 # left is that one rounding.
 
 # %%
-with _alloc.poisoned():
+with poisoned():
     h = ex.gate_up(a, None, w13, al, cfg["gate_up"])
 e_of_row = al.expert_ids.repeat_interleave(BLOCK_M)[:used].long()  # the expert of each used row
 gu = torch.einsum("rh,rnh->rn", a[:used][valid].double(), w13[e_of_row[valid]].double())
@@ -212,7 +211,7 @@ assert h[:used][~valid].isnan().all() and h[used:].isnan().all()  # padding rows
 # pair. Padding rows of `h` are not read, and their rows of `o` are not written.
 
 # %%
-with _alloc.poisoned():
+with poisoned():
     o = ex.down(h, None, w2, al, topk_weights, cfg["down"])
 pair = rows[valid]
 o_ref = torch.einsum("ri,rhi->rh", h[:used][valid].double(), w2[e_of_row[valid]].double())
@@ -232,7 +231,7 @@ assert o[:used][~valid].isnan().all()  # padding rows: never written
 # in PyTorch. Then the output of the eight stages against the float64 reference.
 
 # %%
-with _alloc.poisoned():
+with poisoned():
     s = ex.scatter(o, al)
     y = ex.combine(s, topk_ids, topk_weights, E)
 assert s.shape == (T * K, shape.H) and torch.equal(s[pair], o[:used][valid])
@@ -247,7 +246,7 @@ print(f"y: {tuple(y.shape)} {y.dtype}; error = {err:.3e} = {err / floor:.2f} × 
       f"(bound {ladder.bound('expert')} × floor)")
 assert err <= ladder.bound("expert") * floor
 
-with _alloc.poisoned():  # the whole path, with the configuration warpdecode picks on this device
+with poisoned():  # the whole path, with the configuration warpdecode picks on this device
     y_full = wd.moe(x, w13, w2, topk_weights, topk_ids, method="expert")
 assert wd.rel_error(y_full, ref) <= ladder.bound("expert") * floor
 
@@ -259,7 +258,7 @@ assert wd.rel_error(y_full, ref) <= ladder.bound("expert") * floor
 
 # %%
 cfg_all = wd.configs.expert_config(shape.H, shape.I, E, K, T)
-with _alloc.poisoned():
+with poisoned():
     y_fused = ex.moe_expert(x, w13, w2, topk_weights, topk_ids, config=cfg_all)
     y_apart = ex.moe_expert(x, w13, w2, topk_weights, topk_ids, config=cfg_all, fuse_gather_scatter=False)
 print("fused gather/scatter == eight separate stages, bit for bit:", torch.equal(y_fused, y_apart))

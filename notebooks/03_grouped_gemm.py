@@ -35,11 +35,10 @@
 import inspect
 
 import torch
-from lessons import compiled, ladder
+from lessons import compiled, ladder, poisoned
 from lessons import emulate as em
 
 import warpdecode as wd
-from warpdecode import _alloc
 from warpdecode.kernels import expert as kx
 
 S = ladder.SETTINGS
@@ -214,7 +213,7 @@ for t in S.Ts:
     ref = wd.reference_moe(x, w13, w2, tw, ti)
     floor = wd.rounding_floor(ref, torch.bfloat16)
     for method, kwargs in [("expert", {}), ("expert_fp8", {"act_format": "fp8"})]:
-        with _alloc.poisoned():
+        with poisoned():
             y = wd.moe(x, w13, w2, tw, ti, method="expert", **kwargs)
         y_em = em.emulate(x, w13, w2, tw, ti, em.PATHS[method])
         err, err_em = wd.rel_error(y, ref), wd.rel_error(y_em, ref)

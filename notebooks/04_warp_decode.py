@@ -189,13 +189,17 @@ for T, (inputs, ref, floor) in cases.items():
 # with these additions, each measured on the H200 (the files under `experiments/results/` name the
 # scripts):
 #
-# | addition | why | measured |
-# |---|---|---|
-# | several rows and long steps per program, tuned per layer and T (`warpdecode/tuned/`) | more bytes in flight per SM | the table below |
-# | each step's products summed at once (one FP32 number per row, not a tile of accumulators) | registers go to loads in flight | `gate_up_ladder.csv` |
-# | programmatic dependent launch: the down kernel starts, loads its first `w2` columns, then waits | hides kernel 2's ramp-up | the cell after the table |
-# | pairs fastest in the grid: programs side by side read the same rows for different tokens | a shared expert's rows come from L2 | `grid_order.csv` |
-# | ids outside [0, E) read nothing, and their token's outputs are NaN (`kernels/ids.py`) | bad input never reads out of bounds or hides | no cost: `public_call.csv` |
+# - **Tiles of several rows and long steps per program**, tuned per layer and T
+#   (`warpdecode/tuned/`): more bytes in flight per SM. Measured together below.
+# - **Each step's products summed at once**: one FP32 number per row rather than a tile of
+#   accumulators (as `mini_gate_up`'s `g` and `u`), so registers go to loads in flight
+#   (`gate_up_ladder.csv`, the cell after the next).
+# - **Programmatic dependent launch**: the down kernel starts early, loads its first `w2` columns,
+#   then waits for gate/up; that hides its ramp-up (measured below on a GPU).
+# - **Pairs fastest in the grid**: programs side by side read the same rows for different tokens,
+#   so a shared expert's rows come from L2 (`grid_order.csv`).
+# - **Ids outside [0, E) guarded** in the kernels (`kernels/ids.py`): they read nothing and their
+#   token's outputs are NaN, at no measurable cost (`public_call.csv`).
 #
 # The minimal pair against the package's, both as `warpdecode`'s benchmark times a call: captured in
 # a CUDA graph, weights rotated through copies larger than L2, median of interleaved replays.
@@ -218,8 +222,8 @@ for preset, T, _ in us:
 
 # %% [markdown]
 # What the per-step sums bought: the gate/up kernel's ingredients added one at a time to a plain
-# read of the same tile, on the H200 at T = 1 (each rung keeps a tile of accumulators until the
-# last):
+# read of the same tile, on the H200 at T = 1 (every rung but the last keeps a tile of
+# accumulators):
 
 # %%
 rungs = [r for r in h200_rows("gate_up_ladder.csv", "experiments/results") if r["T"] == "1"

@@ -172,14 +172,17 @@ for T in Ts:
 # %%
 with open(lessons.ROOT / "results" / "NVIDIA_H200" / "speed.csv") as f:
     t_us = {(r["preset"], int(r["T"]), r["method"]): float(r["median_us"]) for r in csv.DictReader(f)}
-for p, by_T in runs.items():
-    for T, sched in by_T.items():
-        if sched == "grouped" and (p, T, "warp") in t_us:
-            print(f"{p:16s} T={T:<3d} warp (grouped) {t_us[(p, T, 'warp')]:7.1f} µs, "
-                  f"expert-centric {t_us[(p, T, 'expert')]:7.1f} µs")
+points = [(p, T) for p, by_T in runs.items() for T, sched in by_T.items()
+          if sched == "grouped" and (p, T, "warp") in t_us]
+for p, T in points:
+    print(f"{p:16s} T={T:<3d} warp (grouped) {t_us[(p, T, 'warp')]:7.1f} µs, "
+          f"expert-centric {t_us[(p, T, 'expert')]:7.1f} µs")
+faster = sum(t_us[(p, T, "expert")] < t_us[(p, T, "warp")] for p, T in points)
+print(f"the expert-centric path is faster at {faster} of these {len(points)} points")
 
 # %% [markdown]
-# The grouped schedule pays for the token axis with tensor-core tiles padded to 16 tokens and a
-# combine through atomics, so past some T the expert-centric path's sorted layout wins again.
-# Rung 6 ([06_profiling_and_accuracy](06_profiling_and_accuracy.ipynb)) puts every path side by side
-# and finds that crossover.
+# The grouped schedule beats the pair where tokens share experts, but it pays for the token axis
+# with tensor-core tiles padded to 16 tokens and a combine through atomics, and the expert-centric
+# path's sorted layout can be faster still (the count above). `method="auto"` runs whichever
+# path is faster at each T; rung 6 ([06_profiling_and_accuracy](06_profiling_and_accuracy.ipynb))
+# puts every path side by side and finds that crossover.

@@ -107,6 +107,21 @@ for p in wd.MODEL_PRESETS:
 assert derived == stored  # the tuned table holds what the CSV says
 
 # %% [markdown]
+# `warpdecode.explain` says which path and schedule a call takes on this device, and why, without
+# launching anything (meta tensors serve as inputs). With no tuned table for this device the
+# crossover comes from the cost model, whose constants are the H200's:
+
+# %%
+s30 = wd.get_preset("qwen3-30b-a3b")
+w13_meta = torch.empty(s30.E, 2 * s30.I, s30.H, dtype=torch.bfloat16, device="meta")
+w2_meta = torch.empty(s30.E, s30.H, s30.I, dtype=torch.bfloat16, device="meta")
+for T in (1, 8, 64):
+    plan = wd.explain(torch.empty(T, s30.H, dtype=torch.bfloat16, device="meta"), w13_meta, w2_meta,
+                      torch.empty(T, s30.K, device="meta"), torch.empty(T, s30.K, dtype=torch.int32, device="meta"))
+    print(plan)
+    assert plan.method == ("warp" if T <= plan.crossover else "expert")
+
+# %% [markdown]
 # On the H200, `warpdecode.crossover(H, I, E, K)` returns these values. Anywhere else, with no table
 # for that GPU or shape, it returns what a cost model predicts (`warpdecode.costmodel`: distinct experts
 # read, bytes each path moves, launches), a prediction rather than a measurement.

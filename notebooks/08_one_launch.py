@@ -43,10 +43,10 @@
 import json
 
 import torch
-from lessons import data, ladder, report
+from lessons import data, ladder, poisoned, report
 
 import warpdecode as wd
-from warpdecode import _alloc, configs
+from warpdecode import configs
 from warpdecode.kernels import warp_persistent as kf
 
 S = ladder.SETTINGS
@@ -110,7 +110,7 @@ x = torch.randn(3, shape.H, generator=gf).to(S.device, torch.bfloat16)
 tw, ti = wd.route(torch.randn(3, shape.E, generator=gf).to(S.device), shape.K, renormalize=shape.renormalize)
 ref = wd.reference_moe(x, w13, w2, tw, ti)
 floor = wd.rounding_floor(ref, torch.bfloat16)
-with _alloc.poisoned():
+with poisoned():
     y_fused = wd.moe(x, w13, w2, tw, ti, method="warp", schedule="fused")
     y_split = wd.moe(x, w13, w2, tw, ti, method="warp", schedule="split")
 print(f"{shape.name} on {S.gpu}: persistent {wd.rel_error(y_fused, ref) / floor:.4f} × floor, "
