@@ -11,7 +11,8 @@ kernel's new meta-parameter, or a launcher that passes a different one, is compi
 run, without this file knowing about it.
 
 Beyond "it compiles": the warp-decode kernels do not spill, stream weights in 128-bit loads, and
-map output rows to warps as kernels/warp_pair.py documents; the grouped GEMMs use tensor cores for bf16 and FP8
+map output rows to warps as docs/design.md ("How one warp per output is written in Triton")
+documents; the grouped GEMMs use tensor cores for bf16 and FP8
 activations, and full-precision FMAs (no tf32) for fp32.
 """
 

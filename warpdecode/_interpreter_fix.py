@@ -1,24 +1,15 @@
 """Three fixes to Triton's CPU interpreter (applied only when it is in use).
 
-1. Float rounding. Triton 3.6's interpreter converts float32 → bfloat16 by truncating the
-mantissa, and its "round to nearest even" for narrower types rounds half up and drops the carry
-into the exponent. The GPU rounds to nearest even. Left alone, every bf16 output computed on the
-CPU carries about twice the rounding error it has on the GPU, and FP8 values can be wrong outright,
-so a test of accuracy on the CPU would measure the interpreter, not the kernel. This replaces the
-interpreter's conversion between float32, bfloat16, float16 and the two FP8 formats with
-PyTorch's, which rounds to nearest even as the GPU does. ``tests/test_interpreter.py`` checks it.
+1. Float rounding. Triton 3.6's interpreter truncates float32 → bfloat16 and rounds narrower types
+half up, dropping the carry; the GPU rounds to nearest even. Left alone, bf16 outputs on the CPU
+carry about twice the GPU's rounding error and FP8 values can be wrong, so accuracy tests would
+measure the interpreter. The conversions between float32, bfloat16, float16 and both FP8 formats
+become PyTorch's (nearest even); ``tests/test_interpreter.py`` checks it.
 
-2. NumPy >= 2.4. The interpreter holds every scalar kernel argument (``H``, ``EM``, a stride) as
-a one-element 1-D array, and the ``__index__`` it gives ``tl.tensor`` (in ``_patch_lang_tensor``)
-is ``int(self.handle.data)``. Python calls ``__index__`` for ``range(0, H, BLOCK_H)``, ``int(t)``
-and ``float(t)``, so every loop over a runtime bound goes through it. NumPy 2.4 made ``int()`` of
-an array with ndim > 0 a TypeError ("only 0-dimensional arrays can be converted to Python
-scalars"; deprecated since 1.25), and every such kernel failed. ``.item()`` reads the one element
-under any NumPy and, like ``int()`` before, refuses an array of more than one. Triton made the same
-change upstream (triton-lang/triton#9172); 3.6.0 does not have it. It is the only conversion of
-that kind on the paths our kernels take: under NumPy 2.3, which warns where 2.4 raises, running
-every method records DeprecationWarnings from that one line and no other. (``bool()`` of a
-one-element array, which the interpreter's ``__bool__`` uses, is still allowed in 2.4.)
+2. NumPy >= 2.4. The interpreter holds scalar kernel arguments as one-element 1-D arrays and its
+``tl.tensor.__index__`` (``_patch_lang_tensor``) is ``int(self.handle.data)``, which NumPy 2.4
+refuses for ndim > 0: every loop over a runtime bound failed. ``.item()`` works under any NumPy (as
+upstream triton-lang/triton#9172, not in 3.6.0); it is the only such conversion our kernels reach.
 
 3. Import order (:func:`reinterpret_language`). ``@triton.jit`` picks compiler or interpreter
 when it decorates, so if anything imported ``triton.language`` before warpdecode switched the

@@ -36,10 +36,9 @@ class Plan:
 
 def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedule: str | None = None,
             deterministic: bool = False, batch_invariant: bool = False) -> Plan:
-    """Which path and schedule ``moe`` takes for these inputs and options, and why, without
-    launching anything: ``print(warpdecode.explain(x, w13, w2, topk_weights, topk_ids))``. The
-    inputs are checked as ``moe`` checks them (their metadata: shapes, dtypes, devices); any tensor
-    of the right shape and dtype serves, a meta tensor too."""
+    """Which path and schedule ``moe`` takes for these inputs and options, and why, without launching
+    anything: ``print(warpdecode.explain(x, w13, w2, topk_weights, topk_ids))``. The inputs are checked
+    as ``moe`` checks their metadata; any tensor of the right shape and dtype serves, a meta one too."""
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -90,9 +89,8 @@ def weight_format(w) -> str | None:
 
 
 def run_auto(x, w13, w2, topk_weights, topk_ids):
-    """``method="auto"`` on inputs already validated and contiguous (ids int32 or int64, guarded in
-    the kernels): warp decode up to the crossover, the expert-centric path above it. No checks, no
-    host sync."""
+    """``method="auto"`` on validated, contiguous inputs: warp decode up to the crossover, the
+    expert-centric path above it. No checks, no host sync."""
     E, two_i, H = w13.shape
     m = pick_method(x.shape[0], H, two_i // 2, E, topk_ids.shape[1], x.element_size(), weight_format(w13))
     return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
@@ -104,9 +102,8 @@ FP8_CAPABILITY = (8, 9)
 
 def check_fp8_device(device: torch.device, what: str = "act_format='fp8'",
                      instead: str = "use act_format='native'") -> None:
-    """``act_format="fp8"`` (and FP8 weights, whose e4m3 conversions Triton compiles from sm_89 on)
-    needs FP8 hardware: on an older GPU (Ampere, sm_80) Triton cannot compile the e4m3 product, so
-    say so before any launch. The interpreter emulates it anywhere."""
+    """Raise before any launch where FP8 (``act_format="fp8"``, FP8 weights) meets a GPU older than
+    sm_89, for which Triton cannot compile e4m3. The interpreter emulates it anywhere."""
     if device.type == "cuda":
         cap, name = _gpu(device)
         if cap < FP8_CAPABILITY:
@@ -116,13 +113,11 @@ def check_fp8_device(device: torch.device, what: str = "act_format='fp8'",
 
 
 def _gpu(device: torch.device) -> tuple[tuple[int, int], str]:
-    """(compute capability, name) of a CUDA device. Under ``torch.compile`` it runs at trace time and
-    its answer is a constant of the graph (Dynamo cannot put a query that returns no tensor in one)."""
+    """(compute capability, name) of a CUDA device; under ``torch.compile`` a trace-time constant."""
     return tuple(torch.cuda.get_device_capability(device)), torch.cuda.get_device_name(device)
 
 
-# torch.compiler.assume_constant_result(_gpu), without what calling it costs: it imports Dynamo (about a
-# second at `import warpdecode`) to set this one attribute, which Dynamo reads when it meets _gpu
+# torch.compiler.assume_constant_result(_gpu) without importing Dynamo at `import warpdecode`
 # (tests/test_operator_policy.py checks the decorator still sets just this)
 _gpu._dynamo_marked_constant = True
 
@@ -132,58 +127,45 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         strict: bool = False):
     """y (T, H) = Σ_j topk_weights[:, j] · W2[e] (silu(Wg[e] x) ⊙ Wu[e] x), e = topk_ids[:, j].
 
-    x (T, H) bf16/fp16/fp32; w13 (E, 2I, H) gate rows then up rows; w2 (E, H, I), both in x's
-    dtype and contiguous, or both FP8 weights for x's dtype (``warpdecode.quantize_experts``,
+    x (T, H) bf16/fp16/fp32; w13 (E, 2I, H) gate rows then up rows; w2 (E, H, I), both in x's dtype
+    and contiguous, or both FP8 weights for x's dtype (``warpdecode.quantize_experts``,
     ``warpdecode.experts_from_checkpoint``: e4m3 with 128×128 block or MXFP8 scales); topk_weights
     (T, K) float32; topk_ids (T, K) int32 or int64 in [0, E). Returns y in x's dtype.
 
-    The call launches its path's kernels and nothing else, and never waits for the device: shapes,
-    dtypes, devices and strides are checked on the host before any launch; the ids' values are
-    checked inside the kernels that load them (``warpdecode/kernels/ids.py``). An id outside [0, E)
-    is never read through: its slot adds nothing, and if its routing weight is not 0 its token's
-    output row is NaN, so the dropped share cannot hide (a slot of weight 0 adds nothing whatever its
-    id, as expert parallelism marks other ranks' experts). ``strict=True`` (default False) raises
-    instead, on the host in eager mode (one device sync per call) and through a device-side assert
-    under CUDA-graph capture or ``torch.compile``: for debugging.
+    The call launches its path's kernels and never waits for the device: shapes, dtypes, devices and
+    strides are checked on the host; the ids inside the kernels that load them
+    (``warpdecode/kernels/ids.py``). An id outside [0, E) is never read through: its slot adds
+    nothing, and where its routing weight is not 0 its token's row is NaN (a slot of weight 0 adds
+    nothing whatever its id, as expert parallelism marks other ranks' experts). ``strict=True``
+    (default False) raises instead: on the host in eager mode (one device sync per call), through a
+    device-side assert under CUDA-graph capture or ``torch.compile``. For debugging.
 
-    FP8 weights: ``warp`` dequantizes them in registers (bf16 activations as they are, FP32 sums,
-    the FP32 intermediate), on the two-kernel pair (``schedule`` None or ``"split"``: the grouped
-    and persistent schedules read 16-bit weights only); ``expert`` runs FP8-weight GEMMs on bf16
-    activations, or with ``act_format="fp8"`` the w8a8 form (activations quantized per token in
-    groups of 128, FP8 tensor cores); ``loop`` dequantizes them first; ``auto`` weighs warp decode
-    against the weight-only expert path with 1-byte weights. Needs compute capability 8.9 or newer
-    on a GPU.
-
-    method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages),
-    ``"warp"`` (two-kernel warp decode), or ``"auto"`` (warp up to :func:`crossover`: measured
-    where a table has the shape, else the cost model's). With ``configs.autotune(True)`` a shape
-    no table has is tuned on the first call that meets it (see ``warpdecode/configs.py``).
+    method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages), ``"warp"``
+    (warp decode), or ``"auto"`` (default: warp up to :func:`crossover`, measured where a table has
+    the shape, else the cost model's). With ``configs.autotune(True)`` a shape no table has is tuned
+    on the first call that meets it.
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
-    act_format: expert only, ``"native"`` or ``"fp8"`` (e4m3 activations, 1×128 block scales).
-    schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel with a
-    grid barrier) or ``"grouped"`` (two kernels that read each routed expert's rows once for all
-    of its tokens); default: what this GPU's tuned table picks for the shape and T.
+    act_format: expert only, ``"native"`` (default) or ``"fp8"`` (e4m3 activations, 1×128 block scales).
+    schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel, a grid
+    barrier) or ``"grouped"`` (each routed expert's rows read once for all its tokens); default: the
+    tuned table's pick for the shape and T.
+    deterministic: the same inputs give the same bits on every call; every path does but the grouped
+    schedule (FP32 atomics), which then gives way to the pair. Default False.
+    batch_invariant: token t's output is the same bits whatever else shares the call: warp decode's
+    pair at T = 1's tiles at every T; slower where the expert path or grouped schedule would win
+    (T ≳ 8). Implies ``deterministic``. Default False.
 
-    deterministic: the same inputs give the same bits on every call. Every path does so except the
-    grouped schedule, which sums experts' shares through FP32 atomics (the order varies at K > 2);
-    ``deterministic=True`` runs the pair instead wherever that schedule would run. Default False.
-    batch_invariant: token t's output is the same bits whatever other tokens share the call: warp
-    decode's pair with the launch configuration of T = 1 at every T (each output is one program's
-    sum in a fixed order; the expert path's tiles and the grouped schedule depend on the batch).
-    It costs speed where the expert path or the grouped schedule would win (T ≳ 8). Implies
-    ``deterministic``.
+    FP8 weights (compute capability 8.9 or newer): ``warp`` dequantizes in registers on the pair
+    (``schedule`` None or ``"split"``); ``expert`` runs FP8-weight GEMMs on bf16 activations, or with
+    ``act_format="fp8"`` w8a8 (activations quantized per token in groups of 128); ``loop`` dequantizes
+    first; ``auto`` weighs warp decode against the weight-only expert path.
 
     Under ``torch.compile`` (``fullgraph=True`` too) ``moe`` traces as one operator,
-    ``torch.ops.warpdecode.moe``, or with FP8 weights ``torch.ops.warpdecode.moe_fp8`` (each weight
-    as its e4m3 tensor and its scales, the format as a string; the weight objects may be inputs of
-    the compiled function or attributes it reads): its checks run at trace time, and its fake kernel
-    gives the output's shape; the compiled graph holds that operator alone.
-
-    No method but ``"loop"`` computes gradients: with grad mode on and an input that requires one,
-    ``moe`` raises instead of returning a ``y`` that would drop it. Meta tensors give the output's
-    shape and dtype without a kernel; views with a pending negation are refused by name. In the
-    CPU interpreter concurrent calls run one at a time.
-    """
+    ``torch.ops.warpdecode.moe`` (FP8: ``moe_fp8``, each weight as its e4m3 tensor and scales): checks
+    at trace time, a fake kernel for the shape. Raises ValueError or TypeError for a bad option or
+    input, RuntimeError where grad mode is on and an input requires grad (only ``"loop"`` computes
+    gradients). Meta tensors give the shape without a kernel; views with a pending negation are
+    refused; in the CPU interpreter concurrent calls run one at a time."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if act_format not in ("native", "fp8"):
@@ -248,8 +230,7 @@ def _run(*args):
 def _moe_op(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
             topk_ids: torch.Tensor, method: str, act_dtype: Optional[torch.dtype], act_format: str,  # noqa: UP045
             schedule: Optional[str], deterministic: bool, batch_invariant: bool) -> torch.Tensor:  # noqa: UP045
-    """``warpdecode.moe`` as one PyTorch operator, what ``torch.compile`` traces (``moe`` validates
-    first, at trace time; the kernels guard the ids)."""
+    """``warpdecode.moe`` as the PyTorch operator ``torch.compile`` traces (``moe`` validates first)."""
     check_views(x=x, w13=w13, w2=w2, topk_weights=topk_weights)
     return _op_body(x, w13, w2, topk_weights, topk_ids, method, act_dtype, act_format, schedule, deterministic,
                     batch_invariant)
@@ -275,10 +256,8 @@ def _moe_fp8_op(x: torch.Tensor, w13_weight: torch.Tensor, w13_scale: torch.Tens
                 w2_scale: torch.Tensor, format: str, topk_weights: torch.Tensor, topk_ids: torch.Tensor, method: str,
                 act_dtype: Optional[torch.dtype], act_format: str, schedule: Optional[str],  # noqa: UP045
                 deterministic: bool, batch_invariant: bool) -> torch.Tensor:
-    """``warpdecode.moe`` with FP8 weights as one PyTorch operator: each weight as its e4m3 tensor
-    and its scales (float32 for ``format="block128"``, e8m0 bits as uint8 for ``"mxfp8"``), w13
-    blocked as gate/up. ``moe`` validates the pair first, at trace time (the scales' values were
-    checked when the pair was built); here the tensors are wrapped back as they are, without a read."""
+    """``warpdecode.moe`` with FP8 weights as one operator: each weight as its e4m3 tensor and scales
+    (float32 for "block128", e8m0 bits as uint8 for "mxfp8"), wrapped back without a read."""
     if format not in CLASSES:
         raise ValueError(f"format must be one of {tuple(CLASSES)}, got {format!r}")
     cls = CLASSES[format]

@@ -1,44 +1,30 @@
 """Launch configurations: tuned tables measured on a GPU, and the defaults used elsewhere.
 
-Tuned tables live in ``warpdecode/tuned/<GPU name>.json`` and are written by
-``python -m warpdecode tune`` (the same search vLLM's ``benchmark_moe.py --tune`` does for its
-``fused_moe`` configs). An entry is keyed by kernel family and layer shape, and holds a list of
-``[T_max, config]`` buckets: a call with T tokens takes the first bucket with T ≤ T_max, else the
-last. Shapes or GPUs with no table use the defaults below, rules derived from the layer shape,
-T and the device (:func:`default_expert`, :func:`warp_config`). The CPU interpreter uses its own
-small set: there the number of programs, not the memory system, sets the time.
+A tuned table (``python -m warpdecode tune``, the search vLLM's ``benchmark_moe.py --tune`` does)
+keys entries by kernel family and layer shape; each holds ``[T_max, config]`` buckets, and a call
+with T tokens takes the first with T ≤ T_max, else the last. Without an entry the defaults below
+run: rules of the layer shape, T and the device (:func:`default_expert`, :func:`warp_config`); the
+CPU interpreter has its own small tiles. Two tables are merged per family and shape, the first
+that has a shape winning: the shipped ``warpdecode/tuned/<GPU>.json``, then the user's cache
+``<cache dir>/<GPU>.json`` (written by ``tune --shape``, :func:`warpdecode.tune` and autotune;
+:func:`cache_dir`).
 
-Two tables are read, in this order, and merged per family and shape (the first that has a shape wins):
+Every entry is checked when read (:func:`check_table`, by :data:`RULES` and :data:`TILES`): a bad
+file is named in one warning and skipped. Writes (:func:`update_table`, :func:`write_cache`,
+:func:`write_table`) are checked, made under a lock on the file, merged with the file as it is
+then, and replace it whole: concurrent tuners keep each other's entries; no reader sees half a file.
 
-1. the shipped table, ``warpdecode/tuned/<GPU>.json``;
-2. the user's cache, ``<cache dir>/<GPU>.json``, in the same format, written by
-   ``python -m warpdecode tune --shape H I E K`` / :func:`warpdecode.tune` and by the autotune opt-in.
-   The cache dir is ``$WARPDECODE_CACHE_DIR``, else ``$XDG_CACHE_HOME/warpdecode``, else
-   ``~/.cache/warpdecode`` (:func:`cache_dir`).
-
-Every entry of a table is checked when the table is read, by one function per family
-(:func:`check_warp`, :func:`check_expert`, :func:`check_crossover`, :func:`check_evidence`, from the
-rules in :data:`RULES` and :data:`TILES`): a file that cannot be read, is not JSON or holds an entry
-the kernels cannot run is named in one warning and skipped, so the launches take the other table or
-the defaults. Writes (:func:`update_table`, :func:`write_cache`, :func:`write_table`) are checked
-too, made under a lock on the file and merged with the file as it is then, and replace it whole:
-concurrent tuners keep each other's entries, and a reader never sees half a file.
-
-Switches:
-
-Each switch takes ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` in any case (unset or
-empty: its default); any other value raises a ValueError that names the variable.
+Switches (``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``, any case; unset or empty:
+the default; anything else raises a ValueError naming the variable), read at import and again by
+:func:`read_env`:
 
 - ``WARPDECODE_TUNED``: on (default) both tables, ``cache`` the user's cache only, off neither
-  (every launch takes the defaults: what benchmarks of the defaults set). Read when warpdecode is
-  imported, as is the next one (:func:`read_env` reads both again). In Python,
-  ``with configs.tables(shipped=False, cache=False): ...`` does the same for a block and wins over
-  the variable. :func:`load_tuned` caches one merged table per GPU and setting.
+  (every launch on the defaults). ``with configs.tables(shipped=False, cache=False): ...`` does
+  the same for a block and wins over the variable.
 - ``WARPDECODE_AUTOTUNE`` on (default off) or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes
-  a layer shape neither table has, the first time a call meets it (at that call's token bucket, few
-  repetitions), and writes it to the cache. Never inside CUDA-graph capture (there the defaults
-  run, with one warning per shape) and never in the CPU interpreter. Off, it costs one attribute
-  read per call.
+  a shape neither table has the first time a call meets it (at that call's token bucket) and
+  writes it to the cache; never inside CUDA-graph capture (the defaults run, one warning per
+  shape) nor in the CPU interpreter.
 """
 
 from __future__ import annotations
@@ -104,9 +90,8 @@ _env_sources = _SOURCES["1"]  # what WARPDECODE_TUNED says, set by read_env()
 
 
 def sources() -> tuple[bool, bool]:
-    """(read the shipped table, read the user's cache): :func:`tables` where it is active, else
-    ``$WARPDECODE_TUNED`` (``1`` both, ``cache`` the cache only, ``0`` neither) as :func:`read_env`
-    read it."""
+    """(read the shipped table, read the user's cache): :func:`tables` where active, else
+    ``$WARPDECODE_TUNED`` as :func:`read_env` read it."""
     return _tables_override if _tables_override is not None else _env_sources
 
 
@@ -172,8 +157,7 @@ def _object(d, where: str) -> dict:
 
 
 def check_tile(tile, kind: str, where: str) -> dict:
-    """One kind of tile (:data:`TILES`) by the rules of :data:`RULES`. Other keys are notes the
-    kernels do not read (the tuner's ``measured_us``)."""
+    """One kind of tile (:data:`TILES`) by :data:`RULES`; other keys (the tuner's ``measured_us``) are notes."""
     required, optional = TILES[kind]
     _object(tile, where)
     for key, rule in {**required, **optional}.items():
@@ -194,10 +178,8 @@ def _part(cfg: dict, part: str, kind: str, where: str) -> dict:
 
 
 def check_warp(cfg, weights: str | None = None, where: str = "warp decode's config") -> dict:
-    """Warp decode's launch configuration (:func:`warp_config`'s form): the pair's two tiles, and
-    the grouped and persistent schedules' where it names them (an empty one takes their defaults).
-    ``weights``: an FP8 format, whose steps span whole scale groups. Raises :class:`ConfigError`
-    naming ``where``; returns ``cfg``."""
+    """Warp decode's config (:func:`warp_config`'s form; an empty grouped or fused part takes its
+    defaults; ``weights``: an FP8 format, whose steps span whole scale groups). Raises :class:`ConfigError`."""
     _object(cfg, where)
     gate_up, down = _part(cfg, "gate_up", "pair", where), _part(cfg, "down", "pair", where)
     if gate_up.get("SUB_H", gate_up["BLOCK_H"]) > gate_up["BLOCK_H"]:  # both powers of two: at most is divides
@@ -222,10 +204,8 @@ def check_warp(cfg, weights: str | None = None, where: str = "warp decode's conf
 
 
 def check_expert(cfg, fp8: bool = False, weights: str | None = None, where: str = "the expert path's config") -> dict:
-    """The expert path's launch configuration (:func:`expert_config`'s form): BLOCK_M and each
-    GEMM's tile. ``fp8``: FP8 activations (one scale per 128 columns); ``weights``: an FP8 weight
-    format (one scale per its group of columns). A tile must also fit this GPU's shared memory at the
-    least it can take. Raises :class:`ConfigError` naming ``where``; returns ``cfg``."""
+    """The expert path's config (:func:`expert_config`'s form; ``fp8``: FP8 activations, ``weights``: an
+    FP8 weight format), each tile within this GPU's shared memory. Raises :class:`ConfigError`."""
     block_m = check_tile(cfg, "expert", where)["BLOCK_M"]
     shared = _runtime.device_limits()["shared_per_block"]
     for part, accumulators in (("gate_up", 2), ("down", 1)):
@@ -296,8 +276,7 @@ _SHAPE_KEY = re.compile(r"H=[1-9]\d*,I=[1-9]\d*,E=[1-9]\d*,K=[1-9]\d*")
 
 
 def check_table(table, where: str = "tuned table") -> dict:
-    """Every entry of a tuned table: its families (:data:`FAMILIES`) keyed by :func:`shape_key`,
-    each entry by :data:`FAMILY_CHECKS`, and ``"triton"``, the release it was tuned on. Raises
+    """Every entry of a tuned table, by :data:`FAMILY_CHECKS`, and its ``"triton"`` release. Raises
     :class:`ConfigError` naming ``where`` and the entry; returns ``table``."""
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must hold a JSON object of families, got {type(table).__name__}")
@@ -321,9 +300,8 @@ def check_table(table, where: str = "tuned table") -> dict:
 
 
 def read_table(path: Path) -> dict:
-    """The tuned table at ``path`` with every entry checked (:func:`check_table`); {} where there
-    is no file. Raises :class:`ConfigError` naming the file where it cannot be read, is empty or
-    not JSON, or holds an entry the kernels cannot run."""
+    """The tuned table at ``path``, checked (:func:`check_table`); {} where there is no file. Raises
+    :class:`ConfigError` naming the file where it is unreadable, empty, not JSON or holds a bad entry."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -402,9 +380,8 @@ def _load(gpu: str | None, shipped: bool, cache: bool) -> dict:
 
 
 def load_tuned(gpu: str | None = None) -> dict:
-    """This GPU's tuned table (the shipped one, then the user's cache, as :func:`sources` says), or
-    an empty one in the interpreter. Read once per GPU and setting; ``load_tuned.cache_clear()``
-    makes the next call read the files again."""
+    """This GPU's merged table (as :func:`sources` says; empty in the interpreter), read once per GPU and
+    setting; ``load_tuned.cache_clear()`` reads the files again."""
     if _runtime.INTERPRET:
         return {}
     return _load(gpu, *sources())
@@ -415,8 +392,7 @@ load_tuned.cache_clear = _load.cache_clear
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    """An exclusive lock on ``path`` (``fcntl.flock`` on its sidecar ``.<name>.lock``): one writer at
-    a time reads, merges and writes the table."""
+    """An exclusive ``flock`` on ``path``'s sidecar ``.<name>.lock``: one writer at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(f".{path.name}.lock"), "a") as lock:
         if fcntl is not None:
@@ -425,8 +401,7 @@ def _locked(path: Path):
 
 
 def _write(path: Path, table: dict) -> None:
-    """Check ``table`` and write it in one replace: a file beside ``path`` (one per process, under the
-    lock), then ``os.replace``, so that a reader never sees half a file."""
+    """Check ``table`` and write it in one ``os.replace`` from a per-process file beside ``path``."""
     check_table(table, f"the table for {path}")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -438,12 +413,9 @@ def _write(path: Path, table: dict) -> None:
 
 
 def update_table(path: Path, update) -> dict:
-    """Merge ``update(current)`` into the tuned table at ``path``: ``current`` is the file as it is
-    now, read again under the file's lock, so concurrent writers (tuners, autotune) keep each
-    other's entries; the update's shapes replace the file's. The result is this Triton release's:
-    another release's warp entries and crossovers are dropped (:func:`for_this_release`). A file that
-    is not a valid table is overwritten, named in a warning. Checked and written in one replace;
-    returns the table written, and the next lookup reads the files again."""
+    """Merge ``update(current)`` into the table at ``path``, ``current`` read again under the file's lock
+    (concurrent writers keep each other's entries), dropping another release's :data:`RELEASE_BOUND`
+    entries; a bad file is overwritten with a warning. Returns the table written."""
     with _locked(path):
         try:
             current = for_this_release(read_table(path))
@@ -456,16 +428,14 @@ def update_table(path: Path, update) -> dict:
 
 
 def write_cache(table: dict, gpu: str | None = None) -> Path:
-    """Merge ``table`` into the user's cached table of ``gpu`` (its shapes replace the cached ones)
-    through :func:`update_table`: under the file's lock, in one replace, tagged with this release."""
+    """Merge ``table`` into the user's cached table of ``gpu`` through :func:`update_table`."""
     path = cache_file(gpu)
     update_table(path, lambda current: table)
     return path
 
 
 def write_table(path: Path, table: dict) -> None:
-    """Check ``table`` and write it whole, under the file's lock and in one replace (a reader never
-    sees half a file), and make the next lookup read the files again. :func:`update_table` merges instead."""
+    """Check ``table`` and write it whole, under the file's lock and in one replace."""
     with _locked(path):
         _write(path, table)
 
@@ -483,9 +453,8 @@ def _lookup(family: str, H, I, E, K, T):  # noqa: E741
 
 
 def tuning_note(shapes) -> str:
-    """One line on where this GPU's launch configurations for ``shapes`` (MoEShapes, or anything
-    with H, I, E, K) come from: a tuned table (the shipped one or the user's cache), or the defaults,
-    with the one command that tunes the shapes that have none. What a notebook prints first."""
+    """One line on where this GPU's launch configurations for ``shapes`` (anything with H, I, E, K) come
+    from, with the command that tunes the shapes that have none. What a notebook prints first."""
     shapes = list(shapes)
     if _runtime.INTERPRET:
         return "launch configurations: the CPU interpreter's small tiles (nothing to tune without a GPU)"
@@ -513,8 +482,7 @@ _autotune_warned: set = set()  # (GPU, shape key) warned about inside graph capt
 
 
 def autotune(on: bool | None = None) -> bool:
-    """Turn tuning-on-first-sight on or off (``WARPDECODE_AUTOTUNE=1`` sets it at import);
-    returns the setting. With no argument, only returns it."""
+    """Turn tuning-on-first-sight on or off (None: leave it); returns the setting."""
     global _autotune
     if on is not None:
         _autotune = bool(on)
@@ -522,8 +490,7 @@ def autotune(on: bool | None = None) -> bool:
 
 
 def read_env() -> None:
-    """Read ``WARPDECODE_TUNED`` and ``WARPDECODE_AUTOTUNE``: done once, when warpdecode is
-    imported (the lookups then read no environment); call it again after changing either."""
+    """Read ``WARPDECODE_TUNED`` and ``WARPDECODE_AUTOTUNE`` again (done once at import)."""
     global _env_sources, _autotune
     sources_in_env = env_choice("WARPDECODE_TUNED", _SOURCES, (True, True))  # both read before either is set
     _env_sources, _autotune = sources_in_env, env_switch("WARPDECODE_AUTOTUNE", False)
@@ -539,8 +506,8 @@ def token_bucket(T: int) -> int:
 
 
 def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # noqa: E741
-    """Whether autotune has work at T's bucket: the user's cache is read, the shipped table lacks
-    the shape for warp decode or the expert path, and the cache lacks that bucket for it."""
+    """Whether autotune has work at T's bucket: the cache is read, and neither table has the shape's
+    bucket for warp decode or the expert path."""
     shipped_on, cache_on = sources()
     if not cache_on:  # what it would write is not read
         return False
@@ -558,11 +525,8 @@ tuner = None
 
 
 def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> bool:  # noqa: E741
-    """With :func:`autotune` on: tune warp decode and the expert path for this shape at T's
-    bucket where :func:`needs_tuning`, through :data:`tuner`, which writes the result to the user's
-    cache. Inside CUDA-graph capture it tunes nothing (the defaults run) and warns once per shape;
-    in the CPU interpreter, off a CUDA device or without a tuner it does nothing. Returns whether
-    it tuned."""
+    """With :func:`autotune` on, tune this shape at T's bucket where :func:`needs_tuning`, through
+    :data:`tuner`; never in graph capture (warns once per shape) or the interpreter. Returns whether it tuned."""
     if not _autotune or tuner is None or _runtime.INTERPRET or getattr(device, "type", device) != "cuda":
         return False
     import torch
@@ -587,10 +551,9 @@ def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> boo
 
 
 def crossover_of(evidence: dict) -> int:
-    """The largest T up to which warp decode is no slower than the expert path at every measured
-    T; ``evidence`` is ``{"T": {"warp_us": …, "expert_us": …}}`` (a time of None: that path failed
-    there, counted as slower). 0 where the expert path wins from T = 1. The rule of every measured
-    crossover: the tuner's and the benchmarks' (``python -m bench report``)."""
+    """The largest T up to which warp decode is no slower than the expert path at every measured T
+    (``evidence``: ``{"T": {"warp_us", "expert_us"}}``, None: failed, counted slower); 0 if none.
+    The tuner's and the benchmarks' rule."""
     best = 0
     for T in sorted(evidence, key=int):
         warp, expert = evidence[T]["warp_us"], evidence[T]["expert_us"]
@@ -601,8 +564,8 @@ def crossover_of(evidence: dict) -> int:
 
 
 def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None = None) -> dict:  # noqa: E741
-    """Launch configuration of both warp-decode kernels: ``{"gate_up": {...}, "down": {...}}``.
-    ``weights``: None (weights in the activations' dtype), or the FP8 format (``warp_fp8_config``)."""
+    """Both warp-decode kernels' config, ``{"gate_up": {...}, "down": {...}}``: tuned, else the defaults.
+    ``weights``: an FP8 format (:func:`warp_fp8_config`), or None."""
     if weights is not None:
         return warp_fp8_config(H, I, E, K, T, weights)
     tuned = _lookup("warp", H, I, E, K, T)
@@ -658,8 +621,7 @@ def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
 
 
 def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dict:  # noqa: E741
-    """Launch configuration of warp decode's FP8-weight pair (``kernels/warp_fp8.py``): the tuned
-    table's ``warp_<format>`` entry, else :func:`default_warp_fp8`."""
+    """The FP8-weight pair's config: the ``warp_<format>`` entry, else :func:`default_warp_fp8`."""
     tuned = _lookup(f"warp_{weights}", H, I, E, K, T)
     if tuned:
         return tuned
@@ -706,8 +668,8 @@ def shares_experts(E: int, K: int, T: int) -> bool:
 
 
 def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """Launch configuration of the persistent one-kernel warp decode where no tuned one exists:
-    eight warps, one gate/up row per warp; the down tile kept to ≤ 64 elements per thread."""
+    """The persistent one-kernel warp decode's default: eight warps, one gate/up row per warp, the down
+    tile within 64 elements per thread."""
     if _runtime.INTERPRET:
         return {"gate_up": {"BLOCK_I": 4, "BLOCK_H": min(128, triton.next_power_of_2(H))},
                 "down": {"BLOCK_H": 4, "BLOCK_I": min(64, triton.next_power_of_2(I))},
@@ -719,11 +681,9 @@ def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
 
 
 def default_grouped(wide: bool = False) -> dict:
-    """The grouped gate/up kernel's launch configuration where no tuned one exists: 64 neurons ×
-    128 columns, four warps, three stages of loads in flight (the H200 tuner's most frequent pick
-    with the grouped down kernel, ``experiments/results/NVIDIA_H200/logs/tune_grouped_v12.log``). ``wide``
-    (FP32 weights, multiplied on FMAs, not tensor cores): 32 neurons × 32 columns, two stages.
-    Smaller tiles in the interpreter, so that the edges span several blocks."""
+    """The grouped gate/up kernel's default tile. Rule: 64 neurons × 128 columns, four warps, three
+    stages; ``wide`` (FP32 weights, on FMAs) 32 × 32, two stages; smaller in the interpreter. Data:
+    experiments/results/NVIDIA_H200/logs/tune_grouped_v12.log (the tuner's most frequent pick)."""
     if _runtime.INTERPRET:
         return {"BLOCK_I": 16, "BLOCK_H": 32, "num_warps": 4, "num_stages": 1}
     if wide:
@@ -732,12 +692,9 @@ def default_grouped(wide: bool = False) -> dict:
 
 
 def default_grouped_down(wide: bool = False) -> dict:
-    """The grouped down kernel's launch configuration where no tuned one exists: 128 hidden
-    outputs × 64 columns, four warps, four stages (its best tile at Mixtral T=8 and OLMoE T=4 on
-    the H200, ``experiments/results/NVIDIA_H200/grouped_down.csv``, and close to the tuner's picks,
-    ``logs/tune_grouped_v12.log``). ``wide`` (products on FMAs: FP32 weights, or fp16 weights with
-    an FP32 intermediate): 32 × 32, two stages, a tile no tensor core takes (at 128 rows Triton 3.6
-    gives FP32 operands to sm_100a's tensor cores as tf32, ``input_precision="ieee"`` or not)."""
+    """The grouped down kernel's default tile. Rule: 128 outputs × 64 columns, four warps, four stages;
+    ``wide`` (products on FMAs) 32 × 32, two stages, which no tensor core takes. Data:
+    experiments/results/NVIDIA_H200/grouped_down.csv; docs/design.md, "Launch configuration rules"."""
     if _runtime.INTERPRET:
         return {"BLOCK_H": 16, "BLOCK_I": 16, "num_warps": 4, "num_stages": 1}
     if wide:
@@ -751,12 +708,9 @@ FP8_GROUP_K = {"block128": 128, "mxfp8": 32}
 
 def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
                   weights: str | None = None) -> dict:
-    """Launch configuration of the expert-centric path: the shared BLOCK_M and each GEMM's tiles
-    (BLOCK_N, BLOCK_K, GROUP_M, warps, stages, and in tuned tables sometimes ``HALF_M``: see
-    ``warpdecode.expert._gemm_meta``). ``elem``: bytes per weight element (the default's stages
-    are fitted to shared memory). ``weights``: an FP8 weight format ("block128", "mxfp8") or None;
-    with FP8 weights each K step lies within one scale group (128 or 32 columns), and ``elem`` is
-    the activations' bytes (the stages are fitted as if the weights were as wide)."""
+    """The expert path's config: BLOCK_M and each GEMM's tile (``HALF_M``: see
+    ``warpdecode.expert._gemm_meta``): tuned, else :func:`default_expert`. ``elem``: bytes per weight
+    element (with FP8 ``weights``, "block128" or "mxfp8", the activations'; each K step within one scale group)."""
     family = "expert_fp8" if fp8 else "expert"
     tuned = _lookup(family if weights is None else f"{family}_{weights}", H, I, E, K, T)
     if tuned:

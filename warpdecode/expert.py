@@ -9,15 +9,11 @@
     7 scatter  per-(token, slot) outputs back to token order    moves data
     8 combine  sum over K, in the compute dtype (vLLM moe_sum)  moves data
 
-:func:`moe_expert` runs them as vLLM's ``fused_moe`` does: stage 3 inside the gate/up GEMM's loads
-(row r of a tile reads x[sorted_token_ids[r] // K]) and stage 7 inside the down GEMM's stores
-(row r lands at row sorted_token_ids[r] of a (T·K, H) buffer), four launches in all (align,
-gate/up, down, combine), chained with programmatic dependent launch on Hopper and newer as
-TensorRT-LLM launches its MoE kernels (``pdl``). ``fuse_gather_scatter=False`` runs all eight as
-their own kernels, the form the stage-by-stage benchmark times and notebook 2 shows; the numbers
-are bit for bit the same. Gather and scatter move T·K·H elements each, a small share of the bytes next to the
-weights, but as kernels of their own each is a launch, and at decode a launch costs more than
-its bytes.
+:func:`moe_expert` runs them as vLLM's ``fused_moe`` does: gather inside the gate/up GEMM's loads,
+scatter inside the down GEMM's stores, four launches (align, gate/up, down, combine) chained with
+PDL where the GPU has it. ``fuse_gather_scatter=False`` runs all eight as kernels of their own (the
+stage-by-stage benchmark, notebook 2), bit for bit the same: at decode a launch costs more than
+gather's or scatter's bytes.
 """
 
 from __future__ import annotations
@@ -228,22 +224,16 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
                fuse_gather_scatter: bool = True, pdl: bool | None = None):
     """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
-    act_format: ``"native"`` feeds the GEMMs the compute dtype; ``"fp8"`` quantizes the
-    activations and the intermediate to FP8 e4m3 with 1×128 power-of-two block scales, the rounding
-    of the blog's FP8 baseline. With weights in the compute dtype the bytes do not change; with FP8
-    weights (``warpdecode.quant``) it is the w8a8 form production engines run on Hopper (both GEMM
-    operands e4m3, FP8 tensor cores), and ``"native"`` the weight-only form (e4m3 weights widened
-    to the activations' dtype in registers, each K step's product scaled by its block scales).
-    fuse_gather_scatter: gather inside the gate/up GEMM's loads and scatter inside the down GEMM's
-    stores, as vLLM's ``fused_moe`` does (the default, and what the benchmark times as ``expert``);
-    False runs them as kernels of their own. The result is the same to the bit.
-    pdl: launch the gate/up GEMM, the down GEMM and combine with programmatic dependent launch
-    (Hopper and newer; the fused form with native activations only): each is on the GPU, waiting
-    in-kernel, before its predecessor ends, so the gaps between the four launches close, as
-    TensorRT-LLM launches its MoE kernels. None (the default): on where the GPU has it, unless
-    ``WARPDECODE_PDL=0`` (``_runtime.USE_PDL``); False: one launch after another, as vLLM's ``fused_moe`` does, 0.1-7 %
-    slower on the H200 (``experiments/expert_path.py --version pdl``). The result is the same to the bit.
-    """
+    act_format: ``"native"`` feeds the GEMMs the compute dtype; ``"fp8"`` quantizes the activations
+    and the intermediate to e4m3 with 1×128 power-of-two block scales. With FP8 weights
+    (``warpdecode.quant``) ``"fp8"`` is the w8a8 form (both operands e4m3, FP8 tensor cores) and
+    ``"native"`` the weight-only form (e4m3 widened in registers, each K step scaled by its block scales).
+    fuse_gather_scatter: gather inside the gate/up GEMM's loads, scatter inside the down GEMM's stores,
+    as vLLM's ``fused_moe`` (default True); False runs them as kernels of their own.
+    pdl: chain gate/up, down and combine with programmatic dependent launch (Hopper and newer; fused
+    form, native activations), as TensorRT-LLM does. None (default): where the GPU has it, unless
+    ``WARPDECODE_PDL=0``; False: one launch after another, as vLLM. Every option gives the same bits.
+    Data: experiments/expert_path.py --version pdl (PDL off 0.1–7 % slower on the H200)."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]

@@ -1,13 +1,10 @@
 """Search launch configurations on the GPU and write ``warpdecode/tuned/<GPU>.json`` (the presets,
-:func:`tune`) or the user's cache (any layer shape, :func:`tune_shape`, which also measures the
-``auto`` crossover; ``configs.cache_dir``).
+:func:`tune`) or the user's cache (any layer shape, :func:`tune_shape`, with the ``auto`` crossover).
 
-The same job as vLLM's ``benchmark_moe.py --tune`` for its ``fused_moe`` configs, for both
-paths: the expert-centric grouped GEMMs get the same tuning effort as warp decode's kernels, or
-the comparison would flatter warp decode. Each candidate is timed alone, in a CUDA graph over
-the layer copies (so weights come from HBM, not L2), and the fastest is kept per token bucket.
-Candidates are compiled in parallel worker processes first, which fills Triton's cache; a
-candidate the compiler rejects, or whose binary spills registers, is dropped there.
+vLLM's ``benchmark_moe.py --tune`` for both paths: the expert path's GEMMs get the same effort as
+warp decode's kernels, or the comparison would flatter warp decode. Each candidate is timed alone,
+in a CUDA graph over layer copies (weights from HBM, not L2); the fastest is kept per token bucket.
+Candidates are first compiled in parallel workers; one the compiler rejects, or that spills, is dropped.
 """
 
 from __future__ import annotations
@@ -58,17 +55,13 @@ def _timed_dtype(dtype):
 
 
 def _fits(rows: int, warps: int, columns: int) -> bool:
-    """Every warp has work: a row spreads over at most columns / 256 warps (8 bf16 per lane), the
-    rest stack over rows; with more warps than that the compiler spreads them over columns with
-    narrower loads (or they hold copies of each other)."""
+    """Every warp has work: a row spreads over at most columns / 256 warps (8 bf16 per lane)."""
     return warps <= rows * max(1, columns // 256)
 
 
 def warp_candidates(H: int, I: int, K: int):  # noqa: E741
-    """gate/up: (rows, warps) with one or two rows per warp, or a row spread over 2–8 warps (the
-    shape of the one-program-per-tile read), by column width and pipelining depth.
-    down: the same shapes, keeping the K [rows, columns] tiles of one step at ≤ 256 elements per
-    thread."""
+    """(gate/up, down) tiles: one or two rows per warp, or a row over 2–8 warps, by column width and
+    stages; the down tile's K [rows, columns] tiles of a step within 256 elements per thread."""
     rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8),
                   (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)]
     gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
@@ -82,9 +75,8 @@ def warp_candidates(H: int, I: int, K: int):  # noqa: E741
 
 
 def fused_candidates(H: int, I: int, K: int):  # noqa: E741
-    """The persistent kernel: warps per program, one gate/up row per warp (or two), a down tile
-    of ≤ 128 elements per thread, and how many programs to keep on each SM (the launcher lowers
-    that to what the compiled kernel's occupancy allows)."""
+    """The persistent kernel's configs: warps, one or two gate/up rows per warp, a down tile within 128
+    elements per thread, and programs per SM (the launcher lowers it to the occupancy)."""
     out = []
     for w, gu_rows, gu_cols in [(4, 4, 1024), (4, 8, 1024), (8, 8, 1024), (8, 8, 2048), (8, 16, 1024),
                                 (16, 16, 512), (16, 16, 1024)]:
@@ -101,32 +93,27 @@ def fused_candidates(H: int, I: int, K: int):  # noqa: E741
 
 
 def grouped_candidates():
-    """The grouped gate/up kernel (kernels/warp_grouped.py): 32–128 neurons × 64–256 columns,
-    4 or 8 warps, 2–4 stages of loads in flight (a small GEMM's tiles; the compiler drops what
-    does not fit in shared memory)."""
+    """The grouped gate/up kernel's tiles: 32–128 neurons × 64–256 columns, 4 or 8 warps, 2–4 stages."""
     return [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": st}
             for r, c, w, st in itertools.product([32, 64, 128], [64, 128, 256], [4, 8], [2, 3, 4])
             if not (r == 32 and w == 8)]
 
 
 def grouped_down_candidates():
-    """The grouped down kernel (kernels/warp_grouped.py): 32–128 hidden outputs × 64–256
-    columns, the tiles that won somewhere in ``experiments/results/NVIDIA_H200/grouped_down.csv`` and their
-    neighbours, 3 or 4 stages."""
+    """The grouped down kernel's tiles: those that won somewhere in
+    experiments/results/NVIDIA_H200/grouped_down.csv and their neighbours, 3 or 4 stages."""
     return [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": st}
             for (r, c, w), st in itertools.product(
                 [(32, 128, 2), (64, 64, 4), (64, 128, 4), (64, 256, 4), (128, 64, 4), (128, 128, 8)], [3, 4])]
 
 
 def grouped_worth_timing(shape: MoEShape, T: int) -> bool:
-    """Whether a bucket is worth timing the grouped schedule in: T ≥ 2 and T·K ≥ E/2, where tokens
-    start to share experts (below that each routed expert has one token, and the pair reads it once too)."""
+    """Rule: time the grouped schedule where T ≥ 2 and T·K ≥ E/2, where tokens start to share experts."""
     return T >= 2 and T * shape.K >= shape.E / 2
 
 
 def gemm_candidates(fp8: bool = False, group_m: int = 1):
-    """Tiles in the neighbourhood vLLM's tuned H100/H200 tables pick for decode and batch (for
-    Mixtral's shape at 128-256 tokens they pick 64-128 rows, 8 warps, 4 stages)."""
+    """Expert GEMM tiles near the ones vLLM's tuned H100/H200 tables pick for decode and batch."""
     out = [{"BLOCK_N": n, "BLOCK_K": k, "GROUP_M": group_m, "num_warps": 4, "num_stages": s}
            for n, k, s in itertools.product([64, 128], [64, 128, 256], [3, 4])
            if not (fp8 and k > 128)]
@@ -139,9 +126,7 @@ def gemm_candidates(fp8: bool = False, group_m: int = 1):
 
 
 def half_m_variants(timed, block_m: int, best: int = 4):
-    """The ``best`` fastest of ``timed`` [(µs, tile)] again with ``HALF_M`` (a block whose upper half
-    is padding runs as a half-height tile): worth timing where BLOCK_M ≥ 32, since at 16 rows no
-    smaller tile exists."""
+    """The ``best`` fastest of ``timed`` [(µs, tile)] again with ``HALF_M``; none at BLOCK_M 16."""
     if block_m < 32:
         return []
     ranked = sorted([tc for tc in timed if tc[0] is not None], key=lambda tc: tc[0])
@@ -160,9 +145,8 @@ def block_m_candidates(T: int, shape: MoEShape):
 
 
 def group_m_candidates(T: int, shape: MoEShape, block_m: int):
-    """GROUP_M > 1 orders the programs so that the row blocks of one expert that read the same
-    weight columns run side by side (the second reads them from L2): worth trying once experts
-    hold more than one block."""
+    """GROUP_M 8 as well once an expert holds more than one M block (its blocks then share weight
+    columns through L2)."""
     return [1, 8] if T * shape.K / shape.E > block_m / 2 else [1]
 
 
@@ -183,9 +167,8 @@ def _compiled_for(kernel) -> dict:
 
 
 def _warm(job):
-    """Launch one candidate on a tiny problem. Returns True, or why the candidate is dropped: the
-    compiler rejected it (e.g. out of shared memory), or its binary spills registers to local
-    memory (a spilled stream is slow in ways a short timing can miss)."""
+    """Launch one candidate on a tiny problem: True, or why it is dropped (the compiler rejects it, or
+    its binary spills registers, which a short timing can miss)."""
     kind, K, cfg = job
     torch.cuda.set_device(0)
     H = I = 272  # noqa: E741  divisible by 16 like every preset, small
@@ -279,8 +262,8 @@ def _grouped_pair(x, w13, w2, ids, tw, c_gu, c_dn):
 
 
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):
-    """The two-kernel pair per token bucket: the best gate/up config alone, then the down config
-    that makes the fastest pair with it. (:func:`tune_fused` then weighs the persistent schedule.)"""
+    """The pair per token bucket: the best gate/up config alone, then the down config that makes the
+    fastest pair with it (timed as a pair: the down kernel overlaps gate/up through PDL)."""
     gate_up_c, down_c = warp_candidates(shape.H, shape.I, shape.K)
     gate_up_c = [c for c in gate_up_c if _key("warp_gate_up", 2, c) not in dropped]
     down_c = [c for c in down_c if _key("warp_down", shape.K, c) not in dropped]
@@ -290,8 +273,6 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print)
         xs, ids, tws = _warp_inputs(shape, T, L)
         t_gu, c_gu = _best([(_time(_over_layers(partial(wp.warp_gate_up, cfg=c), xs, w13s, ids), reps), c)
                             for c in gate_up_c])
-        # the down kernel overlaps kernel 1 (programmatic dependent launch), so it is chosen by
-        # timing the pair: kernel 1 with its best config, then each down candidate
         t_pair, c_dn = _best([(_time(_over_layers(partial(_warp_pair, c_gu=c_gu, c_dn=c), xs, w13s, w2s, ids, tws),
                                      reps), c)
                               for c in down_c])
@@ -303,8 +284,7 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print)
 
 
 def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
-    """The persistent schedule only, against the two-kernel configs already in ``buckets``: for
-    each bucket's T, time that pair and every fused candidate; keep the fused config where it wins."""
+    """The persistent schedule against each bucket's tuned pair; kept where it is faster."""
     fused_c = [c for c in fused_candidates(shape.H, shape.I, shape.K) if _key("warp_fused", shape.K, c) not in dropped]
     L, w13s, w2s = _layer_copies(shape)
     out = []
@@ -326,11 +306,9 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
 
 
 def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
-    """The grouped schedule against the tuned pair, where :func:`grouped_worth_timing`: its gate/up
-    tile (with the default down tile), then its down tile (with that gate/up tile), on the tuner's
-    routing draw. The choice between the schedules is made on that draw and a second one (how many
-    experts the tokens share varies from draw to draw, and a single draw once flipped the choice):
-    the grouped configs are kept where their total over both is at least 1 % below the pair's."""
+    """The grouped schedule against the tuned pair where :func:`grouped_worth_timing`: its gate/up tile,
+    then its down tile. Rule: kept where its total over two routing draws is ≥ 1 % below the pair's.
+    Data: docs/design.md, "Launch configuration rules" (Tuner choices)."""
     gate_up_c = [c for c in grouped_candidates() if _key("grouped_gate_up", shape.K, c) not in dropped]
     down_c = [c for c in grouped_down_candidates() if _key("grouped_down", shape.K, c) not in dropped]
     L, w13s, w2s = _layer_copies(shape)
@@ -364,10 +342,8 @@ def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print
 
 
 def keep_schedules(old_buckets, new_buckets, retuned=()):
-    """The re-tuned pair's buckets, each with the other schedules (``fused``, ``grouped``) its old
-    bucket of the same T had, unless that schedule is re-tuned in this run (``retuned``) or its
-    measured time is no longer at least 1 % below the new pair's: re-tuning the pair alone must
-    not drop a schedule that still wins, nor keep one that the new pair beats."""
+    """The re-tuned pair's buckets with the old buckets' ``fused``/``grouped`` schedules kept where
+    not re-tuned (``retuned``) and still ≥ 1 % faster than the new pair."""
     old = {T: cfg for T, cfg in old_buckets}
     out = []
     for T, cfg in new_buckets:
@@ -385,8 +361,7 @@ def keep_schedules(old_buckets, new_buckets, retuned=()):
 
 
 def _time_tiles(gemm: str, block_m: int, fn, columns, tiles, reps: int, dropped):
-    """[(µs over the layer copies, tile)] of one expert GEMM ``fn(*row, cfg=tile)`` for each tile
-    the precompile kept."""
+    """[(µs over the layer copies, tile)] of ``fn(*row, cfg=tile)`` for each tile the precompile kept."""
     return [(_time(_over_layers(partial(fn, cfg=c), *columns), reps), c)
             for c in tiles if _key(gemm, 2, [block_m, c]) not in dropped]
 
@@ -426,8 +401,7 @@ SWAP_FORMS = {"plain": (), "swap gate/up": ("gate_up",), "swap down": ("down",),
 
 
 def with_swap(cfg: dict, gemms) -> dict:
-    """The expert config with ``SWAP_AB`` on the named GEMMs only (``kernels/expert.py``
-    ``_down_rows``); ``gemms=()`` gives the plain tiles."""
+    """The expert config with ``SWAP_AB`` on the named GEMMs only (``gemms=()``: plain)."""
     out = dict(cfg)
     for g in ("gate_up", "down"):
         tile = {k: v for k, v in cfg[g].items() if k != "SWAP_AB"}
@@ -436,13 +410,9 @@ def with_swap(cfg: dict, gemms) -> dict:
 
 
 def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, log=print):
-    """Each tuned expert bucket against the same tiles with SWAP_AB on the gate/up GEMM, the down
-    GEMM or both (the whole path timed, at the bucket's T). The forms are timed in ``rounds``
-    alternated rounds (every form once per round), and a form replaces the plain tiles only where
-    it is at least 1 % faster in every round; of those, the fastest over the rounds. (One timing
-    per form can flip a choice within a machine's noise: two runs on one H200 timed the plain tiles
-    at Qwen3-30B T=8 5 % apart, the swapped ones the same.) Run after ``expert``,
-    which tunes plain tiles (and so drops these choices)."""
+    """Each tuned expert bucket against the same tiles with SWAP_AB on gate/up, down or both. Rule: a
+    form wins where ≥ 1 % faster in every one of ``rounds`` alternated rounds; the fastest of those.
+    Run after ``expert``. Data: docs/design.md, "Launch configuration rules" (Tuner choices)."""
     L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
@@ -464,7 +434,7 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, 
 
 
 def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=print):
-    """Compile every candidate once, in parallel. Only the warp down kernel depends on K."""
+    """Compile every candidate once, in parallel; returns the dropped ones (only warp down depends on K)."""
     jobs = []
     H, I = max(s.H for s in shapes), max(s.I for s in shapes)  # noqa: E741
     if "warp" in paths:
@@ -488,8 +458,7 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=prin
 
 
 def require_gpu(what: str = "tune") -> None:
-    """Raise, naming what is missing, unless kernels compile for a CUDA GPU here: tuning times
-    launches, and the CPU interpreter times nothing."""
+    """Raise, naming what is missing, unless kernels compile for a CUDA GPU here."""
     if _runtime.DEFAULT_DEVICE.type == "cuda":
         return
     if not torch.cuda.is_available():
@@ -505,8 +474,7 @@ def shape_of(H: int, I: int, E: int, K: int) -> MoEShape:  # noqa: E741
 
 
 def _progress(steps: list, desc: str):
-    """(steps, log): a tqdm bar over ``steps`` and its ``write`` where tqdm is installed, else the
-    steps with one line printed as each starts, and print."""
+    """(steps, log): a tqdm bar and its ``write`` where tqdm is installed, else the steps printed."""
     try:
         from tqdm.auto import tqdm
     except ImportError:
@@ -521,8 +489,7 @@ def _progress(steps: list, desc: str):
 
 
 def _buckets(Ts):
-    """(warp T's, expert T's) to tune: the defaults, or the T's given (warp decode's up to 16, where
-    it runs; all of them for the expert path)."""
+    """(warp T's, expert T's): the defaults, or ``Ts`` (warp decode's up to 16)."""
     if not Ts:
         return WARP_T, EXPERT_T
     Ts = sorted(set(Ts))
@@ -530,13 +497,14 @@ def _buckets(Ts):
 
 
 def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, log=None) -> dict:
-    """Tune ``shapes`` (preset names or :class:`MoEShape`), merge each step's entries into the
-    table at ``path`` (default: this GPU's shipped table in the package, ``warpdecode/tuned/<GPU>.json``)
-    as soon as it ends, and return the table. Each write merges under the file's lock with the file as
-    it is then (``configs.update_table``), so concurrent tuners keep each other's shapes, and a
-    file that is not a valid table is overwritten. ``Ts`` restricts the token buckets (see :func:`_buckets`);
-    ``crossover``: then time warp decode against the expert path at those T's with the tuned
-    configs, and store ``crossover`` and ``crossover_evidence`` for the shape too."""
+    """Tune ``shapes`` (preset names or :class:`MoEShape`) and return the table.
+
+    Each step's entries are merged into the table at ``path`` (default: this GPU's shipped
+    ``warpdecode/tuned/<GPU>.json``) as it ends, under the file's lock (``configs.update_table``):
+    concurrent tuners keep each other's shapes; a file that is not a valid table is overwritten.
+    ``paths``: steps from :data:`PATHS`; ``Ts``: the token buckets (:func:`_buckets`); ``crossover``:
+    then time both paths at those T's and store ``crossover`` and ``crossover_evidence``; ``log``: a
+    print-like function (default: the progress bar's)."""
     shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
     path = path or tuned_file()
     table = configs._read(path)  # a bad file is named in a warning, and overwritten by the first write
@@ -582,9 +550,8 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
 
 
 def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
-    """(crossover, evidence): warp decode and the expert path, each as ``moe`` runs them with the
-    configs in ``path`` (the table just written; the shipped one is not read unless ``path`` is it),
-    at each T in ``Ts``; the crossover by :func:`warpdecode.configs.crossover_of`."""
+    """(crossover, evidence): both paths as ``moe`` runs them with the configs in ``path`` at each T
+    of ``Ts``; the crossover by :func:`warpdecode.configs.crossover_of`."""
 
     shipped = path == tuned_file()
     L, w13s, w2s = _layer_copies(shape)
@@ -606,11 +573,13 @@ def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
 
 
 def tune_shape(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None, paths=PATHS, log=None) -> dict:  # noqa: E741
-    """Tune one layer shape, any shape, on this GPU, and write it with its measured ``auto``
-    crossover into the user's cache (``configs.cache_file()``), which ``moe`` reads after the
-    shipped table. ``dtype``: ``"bf16"``/``"fp16"`` or the torch dtype timed. ``Ts``: the token
-    buckets (default warp decode's 1–16 and the expert path's 1–256). Returns the cached table.
-    Raises before writing anything where no CUDA GPU is."""
+    """Tune one layer shape on this GPU and write it, with its measured ``auto`` crossover, to the
+    user's cache (``configs.cache_file()``), which ``moe`` reads after the shipped table.
+
+    ``dtype``: ``"bf16"``/``"fp16"`` or the torch dtype timed. ``Ts``: the token buckets (default
+    warp decode's 1–16 and the expert path's 1–256). ``paths``: steps from :data:`PATHS`. Returns the
+    cached table. Raises RuntimeError before writing anything where no CUDA GPU is, ValueError for a
+    bad ``dtype`` or ``paths``."""
     require_gpu("warpdecode.tune")
     dtype = DTYPES.get(dtype, dtype)
     if dtype not in DTYPES.values():
@@ -632,10 +601,8 @@ def merge_buckets(kept, tuned):
 
 
 def autotune_shape(H: int, I: int, E: int, K: int, T: int, *, dtype=torch.bfloat16, reps: int = 5) -> None:  # noqa: E741
-    """What ``configs.maybe_autotune`` runs: the warp pair (at T ≤ 16) and the expert tiles at
-    the one bucket T, few repetitions, no parallel precompile (it runs inside the caller's
-    process), merged into the user's cache. No crossover is measured from one T: ``auto`` keeps
-    the cost model's for the shape."""
+    """What ``configs.maybe_autotune`` runs: the pair (T ≤ 16) and the expert tiles at bucket T, few
+    repetitions, in-process, merged into the user's cache; no crossover (``auto`` keeps the model's)."""
     shape = shape_of(H, I, E, K)
     key = shape_key(H, I, E, K)
     quiet = lambda *a: None  # noqa: E731

@@ -40,20 +40,8 @@ written K times: the default tile spills at K = 16, and at K = 61 compiling take
 
 Both read the same bytes in the same tiles, and both load their first weights before the wait.
 
-Instructions per weight byte. With 16 e4m3 per lane per load where bf16 has 8, a lane has twice the
-weights to turn into products per byte loaded: per weight half a ``cvt.rn.f16x2.e4m3x2`` (SASS
-``F2FP``, two weights), one ``cvt.f32.f16`` (``HADD2.F32``) and one FMA, 2.5 instructions per byte
-before anything else. An H200 SM issues 128 lane instructions a cycle and receives about 17 bytes
-a cycle of a full-bandwidth read, so a kernel much above 7 lane instructions per weight byte is
-held back by issue, not by HBM. On top of the 2.5 a step pays for x moved from its own load layout
-(8 bf16 per lane) into the weights' (16 per lane), in the down kernel each slot's intermediate row
-moved into every warp's layout through shared memory (a barrier each) where the warps go over rows,
-the address and mask arithmetic of each load, and the group sums across lanes; all but the last
-are per step, not per row, so a tile of several rows pays them once for all its rows, and a down
-step wider than what is left of I pays for its masked columns. ``experiments/fp8_warp.py --version
-count`` lists these per tile as compiled (``experiments/results/compiled/fp8_instructions.csv``).
-Building the FP32 bits with integer operations instead (sign << 31 | (b & 0x7F) << 20 is q · 2^-120)
-takes more than the 1.5 conversions per weight it replaces; that file times it too.
+Instructions per weight byte, not HBM, bound this pair (2.5 per byte before anything else, and
+several rows per program share the rest): docs/design.md, "FP8 pair: instructions per weight byte".
 
 The weights are loaded ``evict_first`` and the down kernel starts streaming its first chunk of
 weights (the slot loop: its first tile) before it waits for the gate/up kernel (``USE_PDL``), as

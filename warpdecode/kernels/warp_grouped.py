@@ -16,28 +16,15 @@ Byte ledger of one launch of ≤ T_PAD tokens (bf16 weights, U distinct experts 
   minimum  U·3·I·H·2 B: what this schedule reads of the weights. Past T_PAD tokens each launch reads
            its experts' rows again.
 
-The pair kernels (``warp_pair.py``) read an expert's rows once per (token, slot) routed to it.
-While T·K is well under E that is once per expert, but once tokens share experts (Mixtral's 8
-experts at any T > 1) the rows are read again for every token (from L2 at best). The grouped
-schedule's two kernels give each program one expert's rows and every token: the token axis becomes
-the N of a small matrix product on the tensor cores (padded to 16), tokens not routed to the expert
-are masked out, and the rows are read once. Still no sort, no padding of the weights' side, no
-gather or scatter pass: a program finds the tokens routed to its expert by comparing topk_ids
-with it.
-
-- gate/up: bf16 x times bf16 weights (exact products, FP32 sums), SiLU·up and the routing
-  weight applied in registers, and the FP32 result stored as three bf16 terms whose sum is it
-  exactly (8 + 8 + 8 significand bits): the down kernel's tensor cores take them as they are.
-- down: a program owns one expert's w2 rows for a block of hidden outputs and multiplies them by
-  the three terms (every product exact, every sum FP32). The sum over experts goes through an
-  FP32 scratch in global memory (atomic adds); the last of a block's E programs to arrive rounds
-  the block's sums to y, once. With K > 2 the order of those FP32 additions varies from run to
-  run, so the last bit of y may too. (A down kernel that walks every expert for a block of
-  outputs, and one that splits the FP32 intermediate itself at every step, both measure slower.)
-
-The tensor cores' work grows with the padded token count times the experts hit, not with T·K:
-the schedule is for small T where tokens share experts; the tuner decides where it wins.
-Weight loads are ``evict_first``, as in the pair: each weight byte is read once per launch.
+The pair (``warp_pair.py``) reads an expert's rows once per (token, slot); once tokens share
+experts that is again per token. Here a program takes one expert's rows and every token: the token
+axis is the N of a tensor-core product (padded to 16), tokens not routed to the expert are masked
+(found by comparing topk_ids with it), and the rows are read once. No sort, gather or scatter.
+Gate/up stores its FP32 result as three bf16 terms (8 + 8 + 8 significand bits) that the down
+kernel's tensor cores take as they are, every product exact. The sum over experts goes through FP32
+atomics in a scratch; the last of a block's E programs rounds it to y once, so at K > 2 the last
+bit of y may vary from run to run. The tensor cores' work grows with padded tokens × experts hit:
+the schedule is for small T where tokens share experts (the tuner decides). Weights ``evict_first``.
 """
 
 import triton

@@ -24,64 +24,18 @@ w2[e, h, :] of the token's K routed experts across I, multiplies them by the FP3
 with the routing weight folded in, sums over the K experts and over I in FP32 registers, and
 stores y[t, h] once. The top-K combine is gone: it is a sum over one axis of the tile.
 
-How "one warp per output" is written in Triton
-----------------------------------------------
-Triton programs are CTAs, not warps. A program here owns a [BLOCK_R, BLOCK_C] tile: BLOCK_R
-output rows (neurons, or hidden outputs) by BLOCK_C columns of the reduction axis, and runs
-with ``num_warps`` warps. Triton lays the tile out with sizePerThread [1, 8] × threadsPerWarp
-[1, 32]: each lane holds 8 consecutive bf16 (one 16-byte load) of a row, so one warp spans 256
-columns. With BLOCK_C = 256 (or one warp), warpsPerCTA is [num_warps, 1]: the warps stack over
-rows, each output row belongs to exactly one warp, and ``tl.sum(acc, axis=1)`` is a pure
-warp-shuffle reduction — literally one warp per output (BLOCK_R = 2·num_warps gives each warp
-two outputs: two independent load streams, more bytes in flight). A wider tile spreads each row
-over min(num_warps, BLOCK_C / 256) warps, and the row's sum crosses them through a few bytes of
-shared memory; the tuner picks that for some shapes, where more loads in flight per row beat the
-extra step. The down kernel's tile is [rows, K, columns]: the token's K routed experts stay inside
-each thread, so the combine over K is a sum in registers. ``tests/test_compile_sm90.py`` checks this
-rule on every tuned config; notebook 4 prints the layouts (``bench.compiled.layouts``).
+Layout: a program owns a [rows, columns] tile, each lane 8 consecutive bf16 of a row, warps stacked
+over rows, so a row's ``tl.sum`` is a warp shuffle (docs/design.md, "How one warp per output is
+written in Triton"). The down tile keeps the K experts inside each thread, in one of three forms
+by Triton release (``PER_SLOT``, ``K_FIRST``: docs/design.md, "The latest Triton releases"):
+Triton 3.6 runs ``_down_chunk_3d``/``_down_tile_3d``; 3.8 and later the ``_k_first`` or
+``_per_slot`` functions; ``_down_chunk`` and ``_down_tile`` only pick the form.
 
-That 3-D tile has two axes of equal contiguity (rows, experts), and the compiler's coalesce pass
-breaks the tie: Triton 3.6 orders rows first (warps over rows, as above); 3.8 and later order the
-experts first, so the warps go over K, every step's combine crosses warps through shared memory and
-the accumulator is copied into each K-warp (twice the registers, spills on the largest tiles, up
-to 15× slower; ``experiments/warp_down.py`` v17). Where that happens (``PER_SLOT``, chosen from the
-Triton release) the down tile is K 2-D [rows, columns] tiles instead, accumulated slot by slot: a
-2-D tile leaves no tie to break. On 3.6 that form takes up to 1.17× the 3-D tile's time (each
-slot's intermediate row takes its own trip through shared memory to the tile's layout), so 3.6
-keeps the 3-D tile.
-
-A third form (``K_FIRST``) puts the experts first: one [K, rows, columns] tile. The tie then breaks
-the other way on 3.8 (warps over rows, K inside each thread, as 3.6's [rows, K, columns] tile), the
-intermediate chunk of all K slots is loaded once as a [K, columns] tile (16-byte loads) and crosses
-to the tile's layout in one trip through shared memory per step, as on 3.6, and each slot's products
-are taken from the tile in registers (``_slots``: halving the K axis) and chained into the
-accumulator, one FMA per weight (a ``tl.sum`` over K would be a tree of multiplies and adds on 3.8).
-Compiled for sm_90a it has 3.6's barriers per step and load widths; ``experiments/warp_down.py`` v18
-times it against the per-slot form: 0.83–1.00× its time on 3.8, so ``LATE_DOWN_FORM`` is k-first,
-except for tiles whose threads would hold too many weights per step (``down_form``).
-
-The file reads one release at a time: the down tile Triton 3.6 runs is ``_down_chunk_3d`` and
-``_down_tile_3d``; 3.8 and later run ``_down_chunk_k_first``, ``_down_step_k_first`` and
-``_down_tile_k_first``, or the ``_per_slot`` functions; ``_down_chunk`` and ``_down_tile`` only pick
-the form.
-
-Every weight load is ``evict_first``: each weight byte is read once per call, so it streams past
-L2 and leaves L2 to the intermediate and to rows that tokens share.
-
-Overlapping the two kernels (programmatic dependent launch, sm_90+)
--------------------------------------------------------------------
-At T=1 each kernel moves only tens of MB, so its ramp-up and its last, half-empty wave cost as
-much as a fifth of its time. With ``USE_PDL`` the gate/up kernel lets the down kernel launch as
-soon as all of its own programs have started (``gdc_launch_dependents``); the down kernel then
-streams its w2 rows, which do not depend on kernel 1, and only waits (``gdc_wait``: kernel 1
-complete, its stores visible) before it touches the intermediate. The down kernel's weight stream
-fills the gate/up kernel's tail. (``warp_persistent.py`` runs both phases in one launch instead.)
-
-Token-dependent sizes (T, T*K) are not specialized, so one compiled kernel serves every T.
-
-Grid order: the pair (or token) index varies fastest, so the programs that run side by side
-work on the same rows of different tokens; tokens that share an expert then read its rows from
-L2 instead of HBM.
+Every weight load is ``evict_first`` (each weight byte is read once per call; L2 is left to the
+intermediate and to shared rows). With ``USE_PDL`` (sm_90+) the down kernel launches while gate/up
+finishes, streams its first w2 chunk, and waits (``gdc_wait``) before it reads the intermediate.
+T and T·K are not specialized: one compiled kernel serves every T. The grid runs the pair (or
+token) index fastest, so tokens that share an expert read its rows from L2.
 """
 
 import triton
@@ -95,10 +49,8 @@ from .ids import guarded, poisoned
 WARPS_OVER_K = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
 
 #: The down tile's form where the release needs another: "per-slot" (K 2-D [rows, columns] tiles) or
-#: "k-first" (one [K, rows, columns] tile). Triton 3.6 keeps the [rows, K, columns] tile either way.
-#: Measured on the H200 with Triton 3.8 (``experiments/warp_down.py`` v18, the pair at T = 1, 2, 4
-#: on the presets): k-first takes 0.83–1.00× the per-slot form's time (Qwen3-30B-A3B T = 1: 22.8
-#: against 27.1 µs, 3.6's 3-D tile 23.1).
+#: "k-first" (one [K, rows, columns] tile); 3.6 keeps [rows, K, columns]. k-first is faster on 3.8.
+#: Data: experiments/results/NVIDIA_H200/down_kfirst.csv; docs/design.md, "The latest Triton releases".
 LATE_DOWN_FORM = "k-first"
 
 #: Whether the down tile is K 2-D tiles, or (``K_FIRST``) one [K, rows, columns] tile; neither: one
@@ -106,21 +58,16 @@ LATE_DOWN_FORM = "k-first"
 PER_SLOT = WARPS_OVER_K and LATE_DOWN_FORM == "per-slot"
 K_FIRST = WARPS_OVER_K and LATE_DOWN_FORM == "k-first"
 
-#: The bytes of weights one thread holds of a k-first step (K_PAD · BLOCK_H · BLOCK_I · element
-#: size / (32 · num_warps)) past which that tile spills: compiled on Triton 3.8 for sm_90a, 512 B
-#: (bf16: the tuned [16, 512] on 8 warps and [8, 512] on 4 warps at K = 8) spill 28–56 B, 256 B
-#: (gpt-oss-20b's [8, 512] on 4 warps, K = 4) does not; on 3.9 for sm_100a an FP32 tile of 512 B
-#: spills 8 B. Past it the per-slot form runs, which holds one slot's tile at a time.
+#: The bytes of a k-first step's weights one thread may hold (K_PAD · BLOCK_H · BLOCK_I · element
+#: size / (32 · num_warps)) before the tile spills; past it the per-slot form runs. Data: ptxas on
+#: sm_90a and sm_100a; docs/design.md, "The latest Triton releases".
 K_FIRST_MAX_BYTES_PER_THREAD = 256
 
 
 def down_form(cfg: dict, K: int, elem_bytes: int, *, persistent: bool = False) -> tuple[bool, bool]:
-    """(PER_SLOT, K_FIRST) of a down tile with config ``cfg`` (its ``num_warps`` the launch's), K
-    routed experts and weights of ``elem_bytes`` bytes: the release's form, except that a k-first
-    tile whose thread would hold more than :data:`K_FIRST_MAX_BYTES_PER_THREAD` of a step's weights
-    runs per slot, and so does the ``persistent`` kernel's (``warp_persistent.py``: it holds gate/up's
-    state beside the down tile within 128 registers, where a k-first FP32 tile spilled 8 B on 3.9
-    for sm_100a)."""
+    """(PER_SLOT, K_FIRST) of a down tile with config ``cfg``, K experts and ``elem_bytes``-byte
+    weights: the release's form, but per slot where a k-first thread would hold more than
+    :data:`K_FIRST_MAX_BYTES_PER_THREAD` of a step, and for the ``persistent`` kernel (128 registers)."""
     if K_FIRST and (persistent or triton.next_power_of_2(K) * cfg["BLOCK_H"] * cfg["BLOCK_I"] * elem_bytes
                     > K_FIRST_MAX_BYTES_PER_THREAD * 32 * cfg["num_warps"]):
         return True, False
@@ -132,12 +79,9 @@ TREE_SUMS = WARPS_OVER_K
 
 
 def gate_up_slice(cfg: dict) -> int:
-    """SUB_H of a gate/up launch config: BLOCK_H (one load per step) where the compiler chains a
-    lane's products into FMAs by itself; else 256 columns per warp that spans a row (the tile's
-    layout, eight bf16 per lane), so that the step's slices keep its layout. A config may name its
-    own (``cfg["SUB_H"]``). Compiled for sm_90a (Qwen3-30B-A3B's 2048-column step, one warp): Triton
-    3.8 with slices 128 FMAs, 27 adds, 69 registers; without, 64 FMAs, 67 multiplies, 75 adds and
-    102 registers; Triton 3.6 without, 126 FMAs, 13 adds, 96 registers."""
+    """SUB_H of a gate/up config: BLOCK_H where the compiler chains a lane's products into FMAs itself,
+    else 256 columns per warp of a row (the tile's layout); ``cfg["SUB_H"]`` wins. Data: compiled
+    counts, docs/design.md, "The latest Triton releases" (Sums within a thread as a tree)."""
     if "SUB_H" in cfg:
         return cfg["SUB_H"]
     rows, cols, warps = cfg["BLOCK_I"], cfg["BLOCK_H"], cfg["num_warps"]

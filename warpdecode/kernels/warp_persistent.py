@@ -12,16 +12,12 @@ down rows, x and the routing, the FP32 intermediate written once (T·K·I·4 B) 
 every down program from L2; writes T·H·2 B of y. Plus the barrier: one atomic add per program and
 its polls, on 12 bytes. The minimum is the pair's: U·3·I·H·2 B for the U distinct routed experts.
 
-PDL overlaps only the down kernel's first columns with kernel 1's tail. This kernel runs both
-phases in one launch of exactly as many programs as the GPU holds at once (a persistent grid):
-each program loops over gate/up units, loads the w2 columns of its first down unit, then meets
-every other program at a grid barrier (an atomic counter in global memory) and loops over down
-units. One launch ramp instead of two, and a program that finishes its gate/up share early keeps
-HBM busy with its down rows while it waits. A grid barrier is only safe when every program is
-resident at once, so the launcher sizes the grid from the compiled kernel's occupancy; the spin
-gives up after ``MAX_SPINS`` polls and raises a flag rather than hang the GPU. The CPU interpreter
-runs programs one after another, where a barrier would never open, so there the same kernel runs
-as two launches (``PHASE`` 1, then 2).
+PDL overlaps only the down kernel's first columns with kernel 1's tail; here one launch ramp
+serves both phases, and a program done with its gate/up share early streams its down rows while it
+waits. The barrier (an atomic counter) is safe only with every program resident, so the launcher
+sizes the grid from the compiled kernel's occupancy; the spin gives up after ``MAX_SPINS`` polls
+and raises a flag rather than hang. The CPU interpreter, which runs programs one after another,
+runs the kernel as two launches (``PHASE`` 1, then 2).
 
 Token-dependent sizes (T, T*K) are not specialized, so one compiled kernel serves every T.
 """
