@@ -1,36 +1,27 @@
 """Warp decode across GPUs, over ``torch.distributed``: tensor parallel and expert parallel.
 
-    tensor parallel (tp ranks)  rank r holds every expert's neurons [r·I/tp, (r+1)·I/tp): w13's gate
-                                rows and up rows of that slice, w2's columns of it. SiLU·up is per
-                                neuron, so each rank's FP32 intermediate is exact and stays local:
-                                y_r = Σ_j w_j · W2[e_j, :, slice] · a_slice, FP32, unrounded
-    expert parallel (ep ranks)  rank r holds the whole experts [r·E/ep, (r+1)·E/ep); a slot routed
-                                elsewhere weighs 0 here (its id becomes 0: the contract transformers'
-                                expert parallelism uses): y_r = Σ_{j local} w_j · W2[e_j] · a_j, FP32
+    tensor parallel (tp ranks)  rank r holds every expert's neurons [r·I/tp, (r+1)·I/tp) (w13's
+                                gate and up rows, w2's columns); SiLU·up is per neuron, so
+                                y_r = Σ_j w_j · W2[e_j, :, slice] · a_slice, FP32, stays exact
+    expert parallel (ep ranks)  rank r holds experts [r·E/ep, (r+1)·E/ep); a slot routed elsewhere
+                                weighs 0 here (id 0, transformers' contract): y_r = Σ_{j local} …
     both                        y = Σ_r y_r: one all-reduce of (T, H) FP32 per layer, rounded once
 
-x, topk_weights and topk_ids are the same on every rank (the tokens of a decode step are few: an
-all-gather of them, where a data-parallel attention holds different tokens per rank, moves T·H
-values, next to weights of E·3·I·H). Byte ledger per rank and call, bf16 weights:
-  tensor parallel  the U distinct experts' rows of its slice, U·3·(I/tp)·H·2 B: 1/tp of the layer's
-  expert parallel  the distinct experts it holds, ≈ U/ep of them on average (routing decides);
-                   a rank whose experts no token chose reads nothing but the routing
+x, topk_weights and topk_ids are the same on every rank. Byte ledger per rank and call, bf16:
+  tensor parallel  U·3·(I/tp)·H·2 B, 1/tp of the layer's (U: distinct experts routed)
+  expert parallel  the distinct experts it holds, ≈ U/ep on average; none chosen: only the routing
   all-reduce       2·(tp − 1)/tp · T·H·4 B through the interconnect (ring)
-FP8 weights (``warpdecode.quantize_experts``) shard both ways: by experts, or, for tensor parallel,
-by slices of I that are whole scale groups (I/tp a multiple of 128 for block128, 32 for MXFP8).
+FP8 weights shard both ways; for tensor parallel I/tp must be whole scale groups (128 for
+block128, 32 for MXFP8).
 
-Before any data collective the ranks agree (:func:`agree`): each checks its own inputs (shapes,
-dtypes, ids in range), then one all-gather of a few int64 per rank (an error flag, T and the
-shapes, dtypes and layout) tells every rank whether all passed and match. A rank whose inputs fail
-raises its own error and every other rank raises one that names it, instead of waiting in a
-collective the failing rank never joins; ranks that disagree all raise, naming each rank's values.
-That costs one small collective and a host sync per call, skipped inside CUDA-graph capture and
-``torch.compile``, where nothing may read the device back. ``check_routing=True`` also checks that
-every rank holds the same topk_ids and topk_weights (bit for bit): one more all-gather of 2·T·K
-int64 per rank, world·16·T·K bytes received by each, off by default.
+Before any data collective the ranks agree (:func:`agree`): one all-gather of a few int64 per rank
+(an error flag, T, shapes, dtypes, layout), so that a rank whose inputs fail raises its own error
+and every other rank one naming it, instead of hanging in a collective. Skipped inside CUDA-graph
+capture and ``torch.compile``. ``check_routing=True`` (off by default) also compares every rank's
+topk_ids and topk_weights bit for bit: one more all-gather of 2·T·K int64 per rank.
 
-On one rank each call is ``warpdecode.warp.moe_warp`` (or, past the local shape's crossover with
-``method="auto"``, the expert path, whose partial sums are rounded to x's dtype before the reduce).
+On one rank each call is ``warpdecode.warp.moe_warp`` (or, past the crossover with
+``method="auto"``, the expert path, its partial sums rounded to x's dtype before the reduce).
 """
 
 from __future__ import annotations
@@ -238,10 +229,9 @@ def _begin(x, w13, w2, topk_weights, topk_ids, *, group, method, layout, num_exp
 
 def moe_tp(x, w13_r, w2_r, topk_weights, topk_ids, *, group=None, method: str = "auto",
            check_routing: bool = False) -> torch.Tensor:
-    """y (T, H) of the whole layer from this rank's tensor-parallel slice (:func:`shard_tp`):
-    the local FP32 partial, one all-reduce, rounded once to x's dtype. Every rank of ``group``
-    calls it with the same x and routing; the ranks agree on the inputs first (see the module),
-    and with ``check_routing`` on the routing too (one more all-gather)."""
+    """y (T, H) of the whole layer from this rank's slice (:func:`shard_tp`): the FP32 partial,
+    one all-reduce, rounded once. Every rank of ``group`` calls it with the same x and routing; inputs
+    are agreed first, and with ``check_routing`` the routing too (``method``: as :func:`warpdecode.moe`)."""
     E = w13_r.shape[0] if hasattr(w13_r, "shape") else 0
     _begin(x, w13_r, w2_r, topk_weights, topk_ids, group=group, method=method, layout="tp", num_experts=E,
            local=False, check_routing=check_routing)
@@ -255,9 +245,8 @@ def moe_tp(x, w13_r, w2_r, topk_weights, topk_ids, *, group=None, method: str = 
 def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_experts: int, group=None,
            method: str = "auto", check_routing: bool = False) -> torch.Tensor:
     """y (T, H) of the whole layer from this rank's experts [first_expert, first_expert + E_r)
-    (:func:`shard_ep`); topk_ids are global, in [0, num_experts). Slots routed to other ranks weigh
-    0 here; the FP32 partials are summed by one all-reduce and rounded once. The ranks agree on the
-    inputs first (see the module), and with ``check_routing`` on the routing too."""
+    (:func:`shard_ep`); topk_ids global in [0, num_experts), slots of other ranks weigh 0 here. One
+    all-reduce, rounded once; inputs agreed first, and with ``check_routing`` the routing too."""
     _begin(x, w13_r, w2_r, topk_weights, topk_ids, group=group, method=method, layout="ep", num_experts=num_experts,
            local=True, check_routing=check_routing, first_expert=first_expert)
     T, H = x.shape
@@ -275,13 +264,10 @@ def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_exp
 
 
 class ParallelMoE(nn.Module):
-    """One MoE layer's experts sharded over a process group: give it the layer's full weights (on
-    any rank's device; plain tensors or FP8 weights), the layout (``"tp"`` or ``"ep"``); it keeps
-    this rank's share and checks at construction, with one all-gather, that every rank of the group
-    could shard its weights and agrees on the layer's shape, dtype and the layout.
-    ``forward(x, topk_weights, topk_ids)`` returns the whole layer's y on every rank;
-    ``check_routing=True`` has every call check that the ranks hold the same routing (the cost is in
-    the module's doc)."""
+    """One MoE layer's experts sharded over ``group``: from the full w13, w2 (any device; plain or
+    FP8) and ``layout`` (``"tp"`` or ``"ep"``) it keeps this rank's share, checking with one all-gather
+    that every rank sharded and agrees on shape, dtype and layout. ``forward(x, topk_weights, topk_ids)``
+    returns the whole y on every rank; ``method`` and ``check_routing`` as :func:`moe_tp`."""
 
     def __init__(self, w13, w2, layout: str = "tp", *, group=None, method: str = "auto", check_routing: bool = False):
         super().__init__()

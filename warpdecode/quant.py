@@ -4,23 +4,17 @@
     block128   e4m3       128 rows × 128 columns (a block)    float32              q · s[r // 128, c // 128]
     mxfp8      e4m3       1 row × 32 columns (OCP MX)         e8m0 (uint8 bits)    q · 2^(bits[r, c // 32] − 127)
 
-``block128`` is how the DeepSeek-V3 and Qwen3 FP8 checkpoints store each linear layer: ``weight``
-(e4m3) and ``weight_scale_inv`` (float32, the factor that dequantizes: w ≈ q · s). A dimension that
-is not a multiple of 128 ends in a partial block. In ``w13`` the gate rows and the up rows are two
-projections of their own in a checkpoint, so their blocks restart at row I: w13's scales are
-(E, 2·⌈I/128⌉, ⌈H/128⌉), the gate's row blocks first (vLLM's ``w13_weight_scale_inv``); w2's are
-(E, ⌈H/128⌉, ⌈I/128⌉). ``mxfp8`` is the OCP microscaling format Blackwell's tensor cores read: one
-power-of-two scale per 32 consecutive elements of the reduction axis, (E, 2I, ⌈H/32⌉) for w13 and
-(E, H, ⌈I/32⌉) for w2.
-
+``block128`` is the DeepSeek-V3 / Qwen3 FP8 checkpoints' ``weight`` and ``weight_scale_inv``
+(w ≈ q · s; a partial block at a dimension's end). w13's gate and up rows are separate projections
+in a checkpoint, so their blocks restart at row I: scales (E, 2·⌈I/128⌉, ⌈H/128⌉), gate first (vLLM's
+``w13_weight_scale_inv``); w2's (E, ⌈H/128⌉, ⌈I/128⌉). ``mxfp8`` (Blackwell's tensor cores): one
+power-of-two scale per 32 elements of the reduction axis, (E, 2I, ⌈H/32⌉) and (E, H, ⌈I/32⌉).
 Bytes per weight: 1 + 4/16384 (block128), 1 + 1/32 (mxfp8), against 2 in bf16.
 
-:func:`quantize_experts` makes either format from bf16 (fp16, fp32) weights; ``from_checkpoint``
-wraps a checkpoint's tensors without copying them. Either validates everything it is given
-(dtypes, shapes, scales finite and non-zero) once, when it is built; ``warpdecode.moe`` checks
-shapes and dtypes again on every call, and takes the objects in place of ``w13`` and ``w2`` with
-every method. :meth:`FP8Weights.dequantize` gives the weights the kernels compute with (exact in
-float64), which is what the float64 reference reads.
+:func:`quantize_experts` makes either format; ``from_checkpoint`` wraps a checkpoint's tensors
+without copying. Both validate once when built (dtypes, shapes, scales finite and non-zero);
+``warpdecode.moe`` takes them in place of ``w13`` and ``w2`` with every method.
+:meth:`FP8Weights.dequantize` is exact in float64, what the reference reads.
 """
 
 from __future__ import annotations
