@@ -14,15 +14,11 @@ Byte ledger of one call with T tokens (bf16 weights and x, FP32 intermediate a):
            routing). At T = 1, U = K: the pair reads exactly that. Past T = 1, pairs that share an
            expert ask for its rows again; the grid order below serves those from L2 where it can.
 
-Kernel 1, gate/up: one warp owns one intermediate neuron i of one (token t, slot j) pair,
-e = topk_ids[t, j]. It streams that neuron's gate row w13[e, i, :] and up row w13[e, I + i, :]
-across H, reads the activation x[t, :] once for both, accumulates both dot products in FP32,
-reduces across the warp, and writes silu(g)·u. No sort, no padding, no gather.
-
-Kernel 2, down: one warp owns one hidden output h of one token t. It streams the rows
-w2[e, h, :] of the token's K routed experts across I, multiplies them by the FP32 intermediate
-with the routing weight folded in, sums over the K experts and over I in FP32 registers, and
-stores y[t, h] once. The top-K combine is gone: it is a sum over one axis of the tile.
+Kernel 1, gate/up: one warp per (token, slot, neuron i) streams the gate and up rows across H, reads
+x[t] once for both, sums both in FP32 and writes silu(g)·u: no sort, no padding, no gather.
+Kernel 2, down: one warp per (token, output h) streams the K routed experts' rows w2[e, h, :]
+across I against the intermediate (routing weight folded in) and stores y[t, h] once: the top-K
+combine is a sum over one axis of the tile.
 
 Layout: a program owns a [rows, columns] tile, each lane 8 consecutive bf16 of a row, warps stacked
 over rows, so a row's ``tl.sum`` is a warp shuffle (docs/design.md, "How one warp per output is
