@@ -132,13 +132,11 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     ``warpdecode.experts_from_checkpoint``: e4m3 with 128×128 block or MXFP8 scales); topk_weights
     (T, K) float32; topk_ids (T, K) int32 or int64 in [0, E). Returns y in x's dtype.
 
-    The call launches its path's kernels and never waits for the device: shapes, dtypes, devices and
-    strides are checked on the host; the ids inside the kernels that load them
-    (``warpdecode/kernels/ids.py``). An id outside [0, E) is never read through: its slot adds
-    nothing, and where its routing weight is not 0 its token's row is NaN (a slot of weight 0 adds
-    nothing whatever its id, as expert parallelism marks other ranks' experts). ``strict=True``
-    (default False) raises instead: on the host in eager mode (one device sync per call), through a
-    device-side assert under CUDA-graph capture or ``torch.compile``. For debugging.
+    The call never waits for the device: inputs are checked on the host, ids inside the kernels
+    (``warpdecode/kernels/ids.py``). An id outside [0, E) is never read through: its slot adds nothing,
+    and with a nonzero routing weight its token's row is NaN. ``strict=True`` (default False, for
+    debugging) raises instead: on the host in eager mode (one sync per call), through a device-side
+    assert under CUDA-graph capture or ``torch.compile``.
 
     method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages), ``"warp"``
     (warp decode), or ``"auto"`` (default: warp up to :func:`crossover`, measured where a table has
@@ -151,19 +149,16 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     tuned table's pick for the shape and T.
     deterministic: the same inputs give the same bits on every call; every path does but the grouped
     schedule (FP32 atomics), which then gives way to the pair. Default False.
-    batch_invariant: token t's output is the same bits whatever else shares the call: warp decode's
-    pair at T = 1's tiles at every T; slower where the expert path or grouped schedule would win
-    (T ≳ 8). Implies ``deterministic``. Default False.
+    batch_invariant: token t's output is the same bits whatever else shares the call (the pair at
+    T = 1's tiles at every T; slower past T ≈ 8). Implies ``deterministic``. Default False.
 
-    FP8 weights (compute capability 8.9 or newer): ``warp`` dequantizes in registers on the pair
-    (``schedule`` None or ``"split"``); ``expert`` runs FP8-weight GEMMs on bf16 activations, or with
-    ``act_format="fp8"`` w8a8 (activations quantized per token in groups of 128); ``loop`` dequantizes
-    first; ``auto`` weighs warp decode against the weight-only expert path.
+    FP8 weights (compute capability ≥ 8.9): ``warp`` dequantizes in registers on the pair (``schedule``
+    None or ``"split"``); ``expert`` runs FP8-weight GEMMs on bf16 activations, or w8a8 with
+    ``act_format="fp8"``; ``loop`` dequantizes first; ``auto`` weighs warp against weight-only expert.
 
     Under ``torch.compile`` (``fullgraph=True`` too) ``moe`` traces as one operator,
-    ``torch.ops.warpdecode.moe`` (FP8: ``moe_fp8``, each weight as its e4m3 tensor and scales): checks
-    at trace time, a fake kernel for the shape. Raises ValueError or TypeError for a bad option or
-    input, RuntimeError where grad mode is on and an input requires grad (only ``"loop"`` computes
+    ``torch.ops.warpdecode.moe`` (FP8: ``moe_fp8``). Raises ValueError or TypeError for a bad option
+    or input, RuntimeError where grad mode is on and an input requires grad (only ``"loop"`` computes
     gradients). Meta tensors give the shape without a kernel; views with a pending negation are
     refused; in the CPU interpreter concurrent calls run one at a time."""
     if method not in METHODS:
