@@ -1,30 +1,21 @@
 """Launch configurations: tuned tables measured on a GPU, and the defaults used elsewhere.
 
-A tuned table (``python -m warpdecode tune``, the search vLLM's ``benchmark_moe.py --tune`` does)
-keys entries by kernel family and layer shape; each holds ``[T_max, config]`` buckets, and a call
-with T tokens takes the first with T ≤ T_max, else the last. Without an entry the defaults below
-run: rules of the layer shape, T and the device (:func:`default_expert`, :func:`warp_config`); the
-CPU interpreter has its own small tiles. Two tables are merged per family and shape, the first
-that has a shape winning: the shipped ``warpdecode/tuned/<GPU>.json``, then the user's cache
-``<cache dir>/<GPU>.json`` (written by ``tune --shape``, :func:`warpdecode.tune` and autotune;
-:func:`cache_dir`).
+A tuned table (``python -m warpdecode tune``, as vLLM's ``benchmark_moe.py --tune``) keys entries by
+kernel family and layer shape, each ``[T_max, config]`` buckets: T tokens take the first with
+T ≤ T_max, else the last. Without an entry the defaults below run (:func:`default_expert`,
+:func:`warp_config`). Per family and shape the first table that has it wins: the shipped
+``warpdecode/tuned/<GPU>.json``, then the user's ``<cache dir>/<GPU>.json`` (:func:`cache_dir`).
+Reads are checked (:func:`check_table`): a bad file is named in one warning and skipped. Writes are
+checked, locked, merged with the file as it is then and replace it whole.
 
-Every entry is checked when read (:func:`check_table`, by :data:`RULES` and :data:`TILES`): a bad
-file is named in one warning and skipped. Writes (:func:`update_table`, :func:`write_cache`,
-:func:`write_table`) are checked, made under a lock on the file, merged with the file as it is
-then, and replace it whole: concurrent tuners keep each other's entries; no reader sees half a file.
+Switches (``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; unset or empty: default;
+else ValueError), read at import and by :func:`read_env`:
 
-Switches (``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``, any case; unset or empty:
-the default; anything else raises a ValueError naming the variable), read at import and again by
-:func:`read_env`:
-
-- ``WARPDECODE_TUNED``: on (default) both tables, ``cache`` the user's cache only, off neither
-  (every launch on the defaults). ``with configs.tables(shipped=False, cache=False): ...`` does
-  the same for a block and wins over the variable.
-- ``WARPDECODE_AUTOTUNE`` on (default off) or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes
-  a shape neither table has the first time a call meets it (at that call's token bucket) and
-  writes it to the cache; never inside CUDA-graph capture (the defaults run, one warning per
-  shape) nor in the CPU interpreter.
+- ``WARPDECODE_TUNED``: on (default) both tables, ``cache`` the cache only, off neither;
+  ``with configs.tables(shipped=False, cache=False): ...`` does the same for a block and wins.
+- ``WARPDECODE_AUTOTUNE`` on (default off) or :func:`autotune` ``(True)``: a shape neither table has
+  is tuned at its first call's token bucket and cached; never in CUDA-graph capture (one warning per
+  shape) nor in the interpreter.
 """
 
 from __future__ import annotations
@@ -344,9 +335,8 @@ def merge_tables(*tables_in_order: dict) -> dict:
     return out
 
 
-#: Families whose entries hold only on the Triton release they were tuned on (a table names it in
-#: ``"triton"``; elsewhere the defaults and the cost model run): warp decode compiles to another form
-#: on another release. Data: ``defaults_triton38.csv`` (docs/design.md, "Launch configuration rules").
+#: Families valid only on the Triton release they were tuned on (the table's ``"triton"``; elsewhere
+#: the defaults run): warp decode compiles differently per release. Data: docs/design.md.
 RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8", "crossover", "crossover_evidence",
                  "crossover_block128", "crossover_mxfp8")
 
@@ -506,8 +496,7 @@ def token_bucket(T: int) -> int:
 
 
 def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # noqa: E741
-    """Whether autotune has work at T's bucket: the cache is read, and neither table has the shape's
-    bucket for warp decode or the expert path."""
+    """Whether autotune has work at T's bucket: the cache is read and no table has the shape there."""
     shipped_on, cache_on = sources()
     if not cache_on:  # what it would write is not read
         return False
@@ -518,15 +507,14 @@ def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # n
                for f in ("warp", "expert"))
 
 
-#: What tunes a layer shape on first sight: ``tuner(H, I, E, K, bucket, dtype=...)`` measures it at
-#: that token bucket and writes it to the user's cache. This module imports no tuner: ``warpdecode.api``
-#: sets it (``warpdecode.tuner.autotune_shape``, imported with the first shape it tunes).
+#: ``tuner(H, I, E, K, bucket, dtype=...)`` tunes a shape on first sight into the user's cache; set by
+#: ``warpdecode.api`` (``warpdecode.tuner.autotune_shape``) so that this module imports no tuner.
 tuner = None
 
 
 def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> bool:  # noqa: E741
-    """With :func:`autotune` on, tune this shape at T's bucket where :func:`needs_tuning`, through
-    :data:`tuner`; never in graph capture (warns once per shape) or the interpreter. Returns whether it tuned."""
+    """With :func:`autotune` on, tune the shape at T's bucket where :func:`needs_tuning` (never in graph
+    capture, warning once, or the interpreter). Returns whether it tuned."""
     if not _autotune or tuner is None or _runtime.INTERPRET or getattr(device, "type", device) != "cuda":
         return False
     import torch
@@ -551,9 +539,8 @@ def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> boo
 
 
 def crossover_of(evidence: dict) -> int:
-    """The largest T up to which warp decode is no slower than the expert path at every measured T
-    (``evidence``: ``{"T": {"warp_us", "expert_us"}}``, None: failed, counted slower); 0 if none.
-    The tuner's and the benchmarks' rule."""
+    """The largest T up to which warp decode is no slower than the expert path at every measured T of
+    ``evidence`` (``{"T": {"warp_us", "expert_us"}}``, None counted slower); 0 if none."""
     best = 0
     for T in sorted(evidence, key=int):
         warp, expert = evidence[T]["warp_us"], evidence[T]["expert_us"]
@@ -587,31 +574,23 @@ def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None =
 
 
 def gate_up_columns(H: int) -> int:
-    """Columns per step of the default gate/up tile (one warp, one neuron).
-
-    Rule: 1024 or 2048, whichever leaves fewer masked columns in the last step; 512 where the
-    compiler sums a lane's products as a tree (``warp_pair.TREE_SUMS``, Triton ≥ 3.8), so that every
-    load of a step is issued before its products. Data: the H200 tuner's T = 1 picks (3.6),
-    ``gate_up_defaults_triton38.csv`` (3.8); docs/design.md, "Launch configuration rules"."""
+    """Columns per step of the default gate/up tile (one warp, one neuron): 1024 or 2048, whichever
+    masks fewer in the last step; 512 where ``warp_pair.TREE_SUMS`` (Triton ≥ 3.8), so that a step's
+    loads all issue before its products. Data: docs/design.md, "Launch configuration rules"."""
     if warp_pair.TREE_SUMS:
         return 512
     return min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
 
 
-#: The bytes of weight rows the down kernel's grid must have in flight to hold the read ceiling
-#: (Little's law: the read ceiling times a loaded HBM latency near 1.5 µs). Data: ``down_defaults.csv``.
+#: Weight bytes the down grid must have in flight to hold the read ceiling (Little's law, ~1.5 µs).
 DOWN_IN_FLIGHT = 7e6
 
 
 def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The down kernel's tile where no tuned one exists (one hidden output per warp).
-
-    Rule: 4 rows × 256 columns on four warps; 512 columns where each thread would otherwise hold too
-    few bytes in flight: few experts per token with long rows (K ≤ 4, I ≥ 1024: two warps), or a
-    first step under :data:`DOWN_IN_FLIGHT` (four warps). Where the release runs the k-first tile
-    (``warp_pair.K_FIRST``) the 512-column tiles are 8 rows on 8 warps, within the k-first tile's
-    bytes per thread. Data: ``down_defaults.csv``, ``down_defaults_triton38.csv``; docs/design.md,
-    "Launch configuration rules"."""
+    """The down kernel's default tile: 4 rows × 256 columns on four warps; 512 columns where a thread
+    would hold too few bytes in flight (K ≤ 4 and I ≥ 1024: two warps; a step under
+    :data:`DOWN_IN_FLIGHT`: four), 8 rows on 8 warps under ``warp_pair.K_FIRST``.
+    Data: docs/design.md, "Launch configuration rules"."""
     wide = ({"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 8, "num_stages": 1} if warp_pair.K_FIRST else None)
     if K <= 4 and I >= 1024:
         return wide or {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1}
@@ -632,13 +611,9 @@ def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dic
 
 
 def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The FP8 pair's tiles on a GPU where no tuned one exists.
-
-    Rule: several rows per program, which share the activation's and the addresses' instructions
-    (the pair is bound by instructions per weight byte): gate/up 4 rows of up to 1024 columns on one
-    warp, down 8 rows of 512 on four warps, or 4 of 1024 on two where few experts share long rows
-    (K ≤ 4, I ≥ 2048); every step whole scale groups. Data: ``fp8_tiles.csv``; docs/design.md,
-    "Launch configuration rules"."""
+    """The FP8 pair's default tiles: several rows per program share the activation's and addresses'
+    instructions: gate/up 4 rows × ≤ 1024 columns on one warp; down 8 × 512 on four warps, or 4 × 1024
+    on two where K ≤ 4 and I ≥ 2048. Data: docs/design.md, "Launch configuration rules"."""
     return {
         "gate_up": {"BLOCK_I": 4, "BLOCK_H": max(128, min(1024, triton.next_power_of_2(H))), "num_warps": 1,
                     "num_stages": 1},
@@ -647,9 +622,8 @@ def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
     }
 
 
-#: The sharing, (T·K) over the distinct experts named, past which the grouped schedule wins: between
-#: the tuner's last pair win and first grouped win, per down-tile form (the k-first pair is faster).
-#: Data: ``tuned/NVIDIA_H200.json``, ``tuned_shapes_cache_triton38.json``; docs/design.md.
+#: The sharing, T·K over distinct experts named, past which the grouped schedule wins, per down-tile
+#: form (the k-first pair is faster). Data: docs/design.md, "Launch configuration rules".
 GROUPED_SHARING_3D, GROUPED_SHARING_K_FIRST = 1.23, 1.25
 GROUPED_SHARING = GROUPED_SHARING_K_FIRST if warp_pair.K_FIRST else GROUPED_SHARING_3D
 
@@ -660,16 +634,13 @@ def expected_distinct(E: int, K: int, T: int) -> float:
 
 
 def shares_experts(E: int, K: int, T: int) -> bool:
-    """Whether warp decode's default is the grouped schedule: the (token, slot) pairs outnumber the
-    distinct experts they name by ``GROUPED_SHARING`` or more, so the pair's one read of an expert's
-    rows per pair costs more than the grouped schedule's one read per expert and its tensor-core
-    products. A host-side estimate from T, K and E: no look at the routing, no sync."""
+    """Whether warp decode defaults to the grouped schedule: T·K ≥ ``GROUPED_SHARING`` × the expected
+    distinct experts (a host-side estimate: no look at the routing, no sync)."""
     return T > 1 and T * K >= GROUPED_SHARING * expected_distinct(E, K, T)
 
 
 def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The persistent one-kernel warp decode's default: eight warps, one gate/up row per warp, the down
-    tile within 64 elements per thread."""
+    """The persistent kernel's default: eight warps, one gate/up row per warp, down within 64 elements a thread."""
     if _runtime.INTERPRET:
         return {"gate_up": {"BLOCK_I": 4, "BLOCK_H": min(128, triton.next_power_of_2(H))},
                 "down": {"BLOCK_H": 4, "BLOCK_I": min(64, triton.next_power_of_2(I))},
@@ -681,9 +652,8 @@ def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
 
 
 def default_grouped(wide: bool = False) -> dict:
-    """The grouped gate/up kernel's default tile. Rule: 64 neurons × 128 columns, four warps, three
-    stages; ``wide`` (FP32 weights, on FMAs) 32 × 32, two stages; smaller in the interpreter. Data:
-    experiments/results/NVIDIA_H200/logs/tune_grouped_v12.log (the tuner's most frequent pick)."""
+    """The grouped gate/up default: 64 neurons × 128 columns, four warps, three stages; ``wide`` (FP32,
+    on FMAs) 32 × 32, two stages. Data: the tuner's most frequent pick (docs/design.md)."""
     if _runtime.INTERPRET:
         return {"BLOCK_I": 16, "BLOCK_H": 32, "num_warps": 4, "num_stages": 1}
     if wide:
@@ -692,9 +662,8 @@ def default_grouped(wide: bool = False) -> dict:
 
 
 def default_grouped_down(wide: bool = False) -> dict:
-    """The grouped down kernel's default tile. Rule: 128 outputs × 64 columns, four warps, four stages;
-    ``wide`` (products on FMAs) 32 × 32, two stages, which no tensor core takes. Data:
-    experiments/results/NVIDIA_H200/grouped_down.csv; docs/design.md, "Launch configuration rules"."""
+    """The grouped down default: 128 outputs × 64 columns, four warps, four stages; ``wide`` (FMAs)
+    32 × 32, two stages. Data: docs/design.md, "Launch configuration rules"."""
     if _runtime.INTERPRET:
         return {"BLOCK_H": 16, "BLOCK_I": 16, "num_warps": 4, "num_stages": 1}
     if wide:
@@ -725,36 +694,29 @@ def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, 
 #: Shared memory a GEMM's epilogue and layout conversions take beside its pipelined tiles (bytes).
 EPILOGUE_SHARED = 16384
 
-#: What one thread may hold of a GEMM's FP32 accumulators before the tile spills (of the 255
-#: registers: room for the loads in flight and the addresses) where the tensor cores read both
-#: operands from shared memory: wgmma (sm_90), tcgen05 (sm_100, at the 64-row tiles where this binds).
+#: A GEMM's FP32 accumulators per thread before spilling (of 255 registers) where the tensor cores
+#: read both operands from shared memory: wgmma (sm_90), tcgen05 (sm_100).
 ACC_REGS_PER_THREAD = 128
 
 
 def acc_regs_per_thread(arch: int, elem: int) -> int:
-    """:data:`ACC_REGS_PER_THREAD` on a GPU of architecture ``arch`` (80, 90, 100, 120) with
-    ``elem``-byte weights: half where mma.sync holds both operands in registers (sm_80, sm_120), a
-    quarter for FP32 operands on FMAs. Data: ptxas's counts, tests/test_compile_arch.py;
-    docs/design.md, "Launch configuration rules"."""
+    """:data:`ACC_REGS_PER_THREAD` for ``arch`` (80, 90, 100, 120) and ``elem``-byte weights: half under
+    mma.sync (sm_80, sm_120), a quarter for FP32 on FMAs. Data: docs/design.md."""
     if elem == 4:
         return ACC_REGS_PER_THREAD // 4
     return ACC_REGS_PER_THREAD if 90 <= arch < 120 else ACC_REGS_PER_THREAD // 2
 
 
-#: Triton before 3.8 fails to pipeline the FP8 gate/up GEMM transposed (SWAP_AB) for sm_100a at any
-#: stage count (TritonGPUPipeline: "Operations must be in the schedule"); there it runs untransposed.
+#: Triton < 3.8 cannot pipeline the FP8 gate/up GEMM transposed (SWAP_AB) for sm_100a.
 SWAP_FP8_GATE_UP_SM100 = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
 
 
 def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
                    shared_per_block: int | None = None, group_k: int | None = None) -> dict:
-    """The expert path's launch configuration where no tuned one exists, from the layer shape, T
-    and the device. Rule: vLLM's batch-aware ``get_default_config`` tiles with each GEMM's own N and
-    K; BLOCK_M and GROUP_M by the pairs each expert sees, not T; the two-accumulator gate/up tile
-    kept at 64 columns; the accumulators within :func:`acc_regs_per_thread`; stages, then BLOCK_K,
-    fitted to this GPU's shared memory (``shared_per_block``, ``elem`` bytes per element).
-    ``group_k``: columns per FP8 weight scale (a K step stays within one). Data:
-    ``tuned/NVIDIA_H200.json``; docs/design.md, "Launch configuration rules"."""
+    """The expert path's default config from the shape, T and device: vLLM's batch-aware
+    ``get_default_config`` tiles per GEMM; BLOCK_M and GROUP_M by pairs per expert; accumulators within
+    :func:`acc_regs_per_thread`; stages, then BLOCK_K, fitted to ``shared_per_block`` at ``elem`` bytes;
+    ``group_k``: columns per FP8 weight scale. Data: docs/design.md, "Launch configuration rules"."""
     limits = _runtime.device_limits()
     arch = limits.get("arch", 90)
     budget = (shared_per_block or limits["shared_per_block"]) - EPILOGUE_SHARED
