@@ -1,10 +1,9 @@
-"""Search launch configurations on the GPU and write ``warpdecode/tuned/<GPU>.json`` (the presets,
-:func:`tune`) or the user's cache (any layer shape, :func:`tune_shape`, with the ``auto`` crossover).
+"""Search launch configurations on the GPU into ``warpdecode/tuned/<GPU>.json`` (the presets,
+:func:`tune`) or the user's cache (any shape, :func:`tune_shape`, with the ``auto`` crossover).
 
-vLLM's ``benchmark_moe.py --tune`` for both paths: the expert path's GEMMs get the same effort as
-warp decode's kernels, or the comparison would flatter warp decode. Each candidate is timed alone,
-in a CUDA graph over layer copies (weights from HBM, not L2); the fastest is kept per token bucket.
-Candidates are first compiled in parallel workers; one the compiler rejects, or that spills, is dropped.
+As vLLM's ``benchmark_moe.py --tune``, for both paths alike. Each candidate is compiled in parallel
+workers (dropped if rejected or spilling), then timed alone in a CUDA graph over layer copies
+(weights from HBM, not L2); the fastest is kept per token bucket.
 """
 
 from __future__ import annotations
@@ -306,9 +305,8 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
 
 
 def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
-    """The grouped schedule against the tuned pair where :func:`grouped_worth_timing`: its gate/up tile,
-    then its down tile. Rule: kept where its total over two routing draws is ≥ 1 % below the pair's.
-    Data: docs/design.md, "Launch configuration rules" (Tuner choices)."""
+    """The grouped schedule's gate/up, then down tile, kept where ≥ 1 % below the tuned pair over two
+    routing draws (docs/design.md, "Launch configuration rules")."""
     gate_up_c = [c for c in grouped_candidates() if _key("grouped_gate_up", shape.K, c) not in dropped]
     down_c = [c for c in grouped_down_candidates() if _key("grouped_down", shape.K, c) not in dropped]
     L, w13s, w2s = _layer_copies(shape)
@@ -410,9 +408,8 @@ def with_swap(cfg: dict, gemms) -> dict:
 
 
 def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, log=print):
-    """Each tuned expert bucket against the same tiles with SWAP_AB on gate/up, down or both. Rule: a
-    form wins where ≥ 1 % faster in every one of ``rounds`` alternated rounds; the fastest of those.
-    Run after ``expert``. Data: docs/design.md, "Launch configuration rules" (Tuner choices)."""
+    """SWAP_AB on gate/up, down or both per tuned expert bucket, kept where ≥ 1 % faster in all
+    ``rounds`` alternated rounds (docs/design.md, "Launch configuration rules")."""
     L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
@@ -499,11 +496,10 @@ def _buckets(Ts):
 def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, log=None) -> dict:
     """Tune ``shapes`` (preset names or :class:`MoEShape`) and return the table.
 
-    Each step's entries are merged into the table at ``path`` (default: this GPU's shipped
-    ``warpdecode/tuned/<GPU>.json``) as it ends, under the file's lock (``configs.update_table``):
-    concurrent tuners keep each other's shapes; a file that is not a valid table is overwritten.
+    Each step's entries merge into ``path`` (default: this GPU's shipped ``warpdecode/tuned/<GPU>.json``)
+    as it ends, under the file's lock (``configs.update_table``); an invalid file is overwritten.
     ``paths``: steps from :data:`PATHS`; ``Ts``: the token buckets (:func:`_buckets`); ``crossover``:
-    then time both paths at those T's and store ``crossover`` and ``crossover_evidence``; ``log``: a
+    also time both paths there and store ``crossover`` and ``crossover_evidence``; ``log``: a
     print-like function (default: the progress bar's)."""
     shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
     path = path or tuned_file()
@@ -573,13 +569,11 @@ def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
 
 
 def tune_shape(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None, paths=PATHS, log=None) -> dict:  # noqa: E741
-    """Tune one layer shape on this GPU and write it, with its measured ``auto`` crossover, to the
-    user's cache (``configs.cache_file()``), which ``moe`` reads after the shipped table.
-
-    ``dtype``: ``"bf16"``/``"fp16"`` or the torch dtype timed. ``Ts``: the token buckets (default
-    warp decode's 1–16 and the expert path's 1–256). ``paths``: steps from :data:`PATHS`. Returns the
-    cached table. Raises RuntimeError before writing anything where no CUDA GPU is, ValueError for a
-    bad ``dtype`` or ``paths``."""
+    """Tune one layer shape on this GPU into the user's cache (``configs.cache_file()``), with its
+    measured ``auto`` crossover. ``dtype``: ``"bf16"``/``"fp16"`` or the torch dtype. ``Ts``: the
+    token buckets (default warp decode's 1–16, the expert path's 1–256). ``paths``: steps from
+    :data:`PATHS`. Returns the cached table. Raises RuntimeError (before writing) without a CUDA GPU,
+    ValueError for a bad ``dtype`` or ``paths``."""
     require_gpu("warpdecode.tune")
     dtype = DTYPES.get(dtype, dtype)
     if dtype not in DTYPES.values():
