@@ -1,8 +1,6 @@
-"""The crossover: up to which T ``method="auto"`` runs warp decode, measured or modelled.
-
-A tuned table's measured crossover where it has the layer shape (``warpdecode/tuned/<GPU>.json``,
-the user's cache); elsewhere a cost model of both paths' bytes, launches and read rates, whose
-constants are the NVIDIA H200's (another GPU scales them).
+"""The crossover: up to which T ``method="auto"`` runs warp decode: a tuned table's measurement where
+it has the shape, else a cost model of both paths' bytes, launches and read rates (H200 constants,
+scaled on another GPU).
 """
 
 from __future__ import annotations
@@ -30,14 +28,12 @@ FP8_EXPERT_READ_FRACTION = 0.50  # the weight-only expert path's, rounded down s
 
 def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E741
              w_elem: int | None = None) -> tuple[float, float]:
-    """(warp decode, expert path) modelled µs for T tokens, where nothing is measured.
+    """(warp decode, expert path) modelled µs for T tokens.
 
-    Both read each distinct expert the tokens touch (:func:`warpdecode.configs.expected_distinct`)
-    from HBM once, 3·I·H·w_elem bytes each (``w_elem``: bytes per weight, default ``elem``). The pair
-    reads the T·K − distinct repeats at ``L2_REREAD_TBPS``; the expert path adds its activations'
-    bytes and more launches, and streams weights at ``EXPERT_READ_FRACTION`` of the ceiling. FP8
-    weights run at ``FP8_PAIR_READ_FRACTION`` / ``FP8_EXPERT_READ_FRACTION``. The grouped schedule is
-    not modelled (:func:`model_crossover` leaves it to the expert path)."""
+    Both read each distinct expert (:func:`warpdecode.configs.expected_distinct`) once from HBM,
+    3·I·H·w_elem B (``w_elem``: bytes per weight, default ``elem``); the pair re-reads repeats at
+    ``L2_REREAD_TBPS``; the expert path adds activations and launches at ``EXPERT_READ_FRACTION``;
+    FP8 at ``FP8_PAIR_READ_FRACTION`` / ``FP8_EXPERT_READ_FRACTION``. The grouped schedule is not modelled."""
     expert_bytes = 3 * I * H * (w_elem or elem)
     distinct = expected_distinct(E, K, T)
     hbm_us = distinct * expert_bytes / (READ_TBPS * 1e6)
@@ -53,11 +49,9 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E74
 
 @functools.cache
 def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2, w_elem: int | None = None) -> int:  # noqa: E741
-    """The largest T on :data:`T_GRID` up to which :func:`model_us` has warp decode no slower than the
-    expert path at every T (the measured crossover's rule); 0 if none. With 16-bit weights it also
-    ends before the first T whose defaults run the grouped schedule (:func:`warpdecode.configs.shares_experts`),
-    where the expert path is the faster. Data: schedule_draws.csv, defaults.csv; docs/design.md,
-    "Cost model constants"."""
+    """The largest T on :data:`T_GRID` up to which :func:`model_us` has warp decode no slower at every
+    T; 0 if none. With 16-bit weights it ends before the first T the defaults run grouped
+    (:func:`warpdecode.configs.shares_experts`). Data: docs/design.md, "Cost model constants"."""
     best = 0
     for T in T_GRID:
         warp, expert = model_us(H, I, E, K, T, elem, w_elem)
