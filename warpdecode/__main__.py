@@ -31,8 +31,7 @@ def on_gpu() -> bool:
 
 
 def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """The destinations of the options ``argv`` spells out for ``parser`` (as argparse accepts them), so
-    that a command can tell an option it cannot honour from its default."""
+    """The destinations of the options ``argv`` spells out, to tell an option given from its default."""
     given = set()
     for token in argv:
         if not token.startswith("--"):
@@ -58,8 +57,7 @@ def tune_argv(args, preset: str) -> list[str]:
 
 
 def each_in_own_process(argv_of, args, presets: list[str]):
-    """One process per preset (``tune``, ``python -m bench bench``): no preset inherits another's memory
-    history, which changes timings (docs/design.md)."""
+    """One process per preset, so that none inherits another's memory history (docs/design.md)."""
     for preset in presets:
         print(f"== {preset}, in a process of its own", flush=True)
         subprocess.run(argv_of(args, preset), check=True)

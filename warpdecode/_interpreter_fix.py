@@ -60,8 +60,7 @@ def apply():
 
 
 def reinterpret_language():
-    """Replace each ``@triton.jit`` helper of ``triton.language`` (functions and tensor methods), built
-    for the compiler because it was imported before ``TRITON_INTERPRET`` was set, by its interpreted twin."""
+    """Replace ``triton.language``'s compiler-built ``@triton.jit`` helpers by interpreted twins."""
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction

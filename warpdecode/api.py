@@ -89,8 +89,7 @@ def weight_format(w) -> str | None:
 
 
 def run_auto(x, w13, w2, topk_weights, topk_ids):
-    """``method="auto"`` on validated, contiguous inputs: warp decode up to the crossover, the
-    expert-centric path above it. No checks, no host sync."""
+    """``method="auto"`` on validated inputs: warp decode up to the crossover, else the expert path."""
     E, two_i, H = w13.shape
     m = pick_method(x.shape[0], H, two_i // 2, E, topk_ids.shape[1], x.element_size(), weight_format(w13))
     return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
@@ -102,8 +101,7 @@ FP8_CAPABILITY = (8, 9)
 
 def check_fp8_device(device: torch.device, what: str = "act_format='fp8'",
                      instead: str = "use act_format='native'") -> None:
-    """Raise before any launch where FP8 (``act_format="fp8"``, FP8 weights) meets a GPU older than
-    sm_89, for which Triton cannot compile e4m3. The interpreter emulates it anywhere."""
+    """Raise before any launch where FP8 meets a GPU older than sm_89 (the interpreter emulates it)."""
     if device.type == "cuda":
         cap, name = _gpu(device)
         if cap < FP8_CAPABILITY:
@@ -251,8 +249,7 @@ def _moe_fp8_op(x: torch.Tensor, w13_weight: torch.Tensor, w13_scale: torch.Tens
                 w2_scale: torch.Tensor, format: str, topk_weights: torch.Tensor, topk_ids: torch.Tensor, method: str,
                 act_dtype: Optional[torch.dtype], act_format: str, schedule: Optional[str],  # noqa: UP045
                 deterministic: bool, batch_invariant: bool) -> torch.Tensor:
-    """``warpdecode.moe`` with FP8 weights as one operator: each weight as its e4m3 tensor and scales
-    (float32 for "block128", e8m0 bits as uint8 for "mxfp8"), wrapped back without a read."""
+    """``moe`` with FP8 weights as one operator: each weight as its e4m3 tensor and scales, rewrapped."""
     if format not in CLASSES:
         raise ValueError(f"format must be one of {tuple(CLASSES)}, got {format!r}")
     cls = CLASSES[format]

@@ -99,8 +99,7 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, strict: bool = False
 
 
 def check_kernel_device(x: torch.Tensor) -> None:
-    """Inputs on the device the kernels run on: CUDA, or the CPU in the interpreter (a CPU tensor on a GPU
-    machine would hand the GPU host pointers: named instead)."""
+    """Inputs where the kernels run: CUDA, or the CPU in the interpreter; else an error naming them."""
     if x.device.type == "cpu" and not _runtime.INTERPRET:
         raise ValueError("the inputs are on the CPU (x: cpu), but warpdecode's kernels run on the GPU here: move them "
                          "to a CUDA device (or use method='loop'; TRITON_INTERPRET=1 runs the kernels on the CPU)")

@@ -81,8 +81,7 @@ _env_sources = _SOURCES["1"]  # what WARPDECODE_TUNED says, set by read_env()
 
 
 def sources() -> tuple[bool, bool]:
-    """(read the shipped table, read the user's cache): :func:`tables` where active, else
-    ``$WARPDECODE_TUNED`` as :func:`read_env` read it."""
+    """(read the shipped table, read the cache): :func:`tables` where active, else ``$WARPDECODE_TUNED``."""
     return _tables_override if _tables_override is not None else _env_sources
 
 
@@ -342,21 +341,18 @@ RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8", "crossover", "crossover_
 
 
 def release(version: str | None = None) -> str:
-    """The major.minor release of a Triton version (default: the running one's), what a tuned
-    table's ``"triton"`` is compared by."""
+    """The major.minor of a Triton version (default: the running one), as a table's ``"triton"`` compares."""
     return ".".join(str(version or triton.__version__).split(".")[:2])
 
 
 def other_release(table: dict) -> str | None:
-    """The Triton version ``table`` says it was tuned on, if that is another release than the running
-    one; None for this release or a table that names none."""
+    """The Triton version ``table`` was tuned on if another release than the running one, else None."""
     tuned_on = table.get("triton")
     return tuned_on if tuned_on and release(tuned_on) != release() else None
 
 
 def for_this_release(table: dict) -> dict:
-    """``table`` without its :data:`RELEASE_BOUND` families if it was tuned on another Triton
-    release (:func:`other_release`)."""
+    """``table`` without its :data:`RELEASE_BOUND` families if tuned on another release."""
     if other_release(table) is None:
         return table
     return {k: v for k, v in table.items() if k not in RELEASE_BOUND}
@@ -370,8 +366,7 @@ def _load(gpu: str | None, shipped: bool, cache: bool) -> dict:
 
 
 def load_tuned(gpu: str | None = None) -> dict:
-    """This GPU's merged table (as :func:`sources` says; empty in the interpreter), read once per GPU and
-    setting; ``load_tuned.cache_clear()`` reads the files again."""
+    """This GPU's merged table (per :func:`sources`; empty in the interpreter), cached; ``cache_clear()`` rereads."""
     if _runtime.INTERPRET:
         return {}
     return _load(gpu, *sources())
@@ -443,8 +438,7 @@ def _lookup(family: str, H, I, E, K, T):  # noqa: E741
 
 
 def tuning_note(shapes) -> str:
-    """One line on where this GPU's launch configurations for ``shapes`` (anything with H, I, E, K) come
-    from, with the command that tunes the shapes that have none. What a notebook prints first."""
+    """One line on where ``shapes``' configs come from, with the command that tunes those with none."""
     shapes = list(shapes)
     if _runtime.INTERPRET:
         return "launch configurations: the CPU interpreter's small tiles (nothing to tune without a GPU)"
@@ -513,8 +507,7 @@ tuner = None
 
 
 def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> bool:  # noqa: E741
-    """With :func:`autotune` on, tune the shape at T's bucket where :func:`needs_tuning` (never in graph
-    capture, warning once, or the interpreter). Returns whether it tuned."""
+    """Tune the shape at T's bucket where :func:`autotune` is on and :func:`needs_tuning`; whether it did."""
     if not _autotune or tuner is None or _runtime.INTERPRET or getattr(device, "type", device) != "cuda":
         return False
     import torch
@@ -634,8 +627,7 @@ def expected_distinct(E: int, K: int, T: int) -> float:
 
 
 def shares_experts(E: int, K: int, T: int) -> bool:
-    """Whether warp decode defaults to the grouped schedule: T·K ≥ ``GROUPED_SHARING`` × the expected
-    distinct experts (a host-side estimate: no look at the routing, no sync)."""
+    """Whether the default is grouped: T·K ≥ ``GROUPED_SHARING`` × expected distinct experts (no sync)."""
     return T > 1 and T * K >= GROUPED_SHARING * expected_distinct(E, K, T)
 
 
@@ -652,8 +644,7 @@ def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
 
 
 def default_grouped(wide: bool = False) -> dict:
-    """The grouped gate/up default: 64 neurons × 128 columns, four warps, three stages; ``wide`` (FP32,
-    on FMAs) 32 × 32, two stages. Data: the tuner's most frequent pick (docs/design.md)."""
+    """Grouped gate/up default: 64 × 128, 4 warps, 3 stages; ``wide`` (FMAs) 32 × 32, 2 stages."""
     if _runtime.INTERPRET:
         return {"BLOCK_I": 16, "BLOCK_H": 32, "num_warps": 4, "num_stages": 1}
     if wide:
@@ -662,8 +653,7 @@ def default_grouped(wide: bool = False) -> dict:
 
 
 def default_grouped_down(wide: bool = False) -> dict:
-    """The grouped down default: 128 outputs × 64 columns, four warps, four stages; ``wide`` (FMAs)
-    32 × 32, two stages. Data: docs/design.md, "Launch configuration rules"."""
+    """Grouped down default: 128 × 64, 4 warps, 4 stages; ``wide`` (FMAs) 32 × 32, 2 stages."""
     if _runtime.INTERPRET:
         return {"BLOCK_H": 16, "BLOCK_I": 16, "num_warps": 4, "num_stages": 1}
     if wide:
@@ -700,8 +690,7 @@ ACC_REGS_PER_THREAD = 128
 
 
 def acc_regs_per_thread(arch: int, elem: int) -> int:
-    """:data:`ACC_REGS_PER_THREAD` for ``arch`` (80, 90, 100, 120) and ``elem``-byte weights: half under
-    mma.sync (sm_80, sm_120), a quarter for FP32 on FMAs. Data: docs/design.md."""
+    """:data:`ACC_REGS_PER_THREAD`, halved under mma.sync (sm_80, sm_120), quartered for FP32 (FMAs)."""
     if elem == 4:
         return ACC_REGS_PER_THREAD // 4
     return ACC_REGS_PER_THREAD if 90 <= arch < 120 else ACC_REGS_PER_THREAD // 2

@@ -72,8 +72,7 @@ def crossover(H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None
 
 
 def measured_crossover(H: int, I: int, E: int, K: int, weights: str | None = None) -> int | None:  # noqa: E741
-    """The crossover a tuned table on this GPU holds for the shape (``weights``: as :func:`crossover`),
-    or None where none does."""
+    """The crossover a tuned table on this GPU holds for the shape, or None."""
     family = "crossover" if weights is None else f"crossover_{weights}"
     measured = load_tuned().get(family, {}).get(shape_key(H, I, E, K))
     return None if measured is None else int(measured)

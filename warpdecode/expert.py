@@ -54,8 +54,7 @@ def max_padded_rows(num_pairs: int, E: int, block_m: int) -> int:
 
 
 def _pdl(pdl: bool) -> dict:
-    """Meta-parameters of a kernel that, with ``pdl`` (and a GPU that has it), is launched while its
-    predecessor still runs and waits for it in-kernel (``USE_PDL``; see :func:`moe_expert`)."""
+    """Meta-parameters launching a kernel with PDL (``USE_PDL``) where ``pdl`` and the GPU allow."""
     use = pdl and _runtime.HAS_PDL
     return {"USE_PDL": use, **({"launch_pdl": True} if use else {})}
 
@@ -115,8 +114,7 @@ def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
 
 
 def _weight_operands(w) -> tuple:
-    """(weight tensor, scale tensor, S_UP, scale strides, meta-parameters) of a GEMM's B operand:
-    FP8 weights (``warpdecode.quant``) with their block scales, or a plain weight (no scales read)."""
+    """(weights, scales, S_UP, scale strides, meta) of a GEMM's B operand, FP8 or plain (no scales read)."""
     if not is_fp8(w):
         return w, w, 0, (0, 0, 0), {"W_FP8": False, "W_GROUP_N": 1, "W_GROUP_K": 128, "W_E8M0": False}
     s = w.kernel_scale()
@@ -166,8 +164,7 @@ def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_
 
 def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tensor, cfg: dict, *,
          scatter: bool = False, pdl: bool = False) -> torch.Tensor:
-    """Stage 6: grouped GEMM down, routing weight applied in the epilogue, rounded. Out: (EM, H)
-    expert-major, or with ``scatter`` (T*K, H) in token order (stage 7 fused into the stores, as vLLM does)."""
+    """Stage 6: grouped GEMM down × routing weight, rounded: (EM, H), or with ``scatter`` (T*K, H) (stage 7 fused)."""
     E, H, I = w2.shape
     out = _alloc.empty(al.num_pairs if scatter else al.EM, H, dtype=w2.dtype, device=w2.device)
     scales = h_scales if h_scales is not None else out
@@ -195,8 +192,7 @@ def scatter(o: torch.Tensor, al: Alignment) -> torch.Tensor:
 
 def combine(s: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, E: int, *,
             pdl: bool = False) -> torch.Tensor:
-    """Stage 8: y[t] = Σ_j s[t*K + j] in the compute dtype (vLLM's ``moe_sum``); a bad id's slot is
-    skipped and its token NaN if its weight is nonzero (``kernels/ids.py``)."""
+    """Stage 8: y[t] = Σ_j s[t*K + j] in the compute dtype (``moe_sum``); bad ids as ``kernels/ids.py``."""
     H = s.shape[1]
     T, K = topk_ids.shape
     y = _alloc.empty(T, H, dtype=s.dtype, device=s.device)

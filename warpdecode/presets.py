@@ -37,8 +37,7 @@ class MoEShape:
         return self.E * self.expert_bytes
 
     def weights(self, *, dtype=torch.bfloat16, device=None, seed: int = 0, scale: float | None = None):
-        """Random ``(w13, w2)`` scaled like a trained layer (std 1/sqrt(fan_in)), drawn on ``device`` in
-        ``dtype`` (a DeepSeek-V3 layer is 22 GB in bf16); the same seed gives the same weights per device kind."""
+        """Random ``(w13, w2)`` (std 1/sqrt(fan_in)) drawn on ``device`` in ``dtype``; seeded per device kind."""
         device = torch.device(device) if device is not None else torch.device("cpu")
         g = torch.Generator(device=device).manual_seed(seed)
         s13 = scale if scale is not None else self.H**-0.5

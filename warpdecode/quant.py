@@ -53,9 +53,7 @@ class FP8Weights:
 
     @classmethod
     def wrap(cls, weight: torch.Tensor, scale: torch.Tensor, *, dtype, gate_up: bool, name: str) -> FP8Weights:
-        """The object around tensors already validated, with no check and no read of the scales'
-        values (so no host sync): what the ``warpdecode::moe_fp8`` operator rebuilds from the
-        tensors ``warpdecode.moe`` took out of a checked pair."""
+        """The object around tensors already validated: no check, no read of the scales (no sync)."""
         self = cls.__new__(cls)
         self.weight, self.scale, self.dtype, self.gate_up, self.name = weight, scale, dtype, bool(gate_up), name
         return self
@@ -127,8 +125,7 @@ class FP8Weights:
         return w.to(dtype or self.dtype)
 
     def dequantize(self, dtype=None) -> torch.Tensor:
-        """The (E, N, C) weights in ``dtype`` (default: the original dtype, :attr:`dtype`), one
-        expert at a time through float64."""
+        """The (E, N, C) weights in ``dtype`` (default :attr:`dtype`), expert by expert in float64."""
         out = torch.empty(self.weight.shape, dtype=dtype or self.dtype, device=self.device)
         for e in range(self.weight.shape[0]):
             out[e] = self.expert(e, out.dtype)
@@ -175,8 +172,7 @@ class BlockFP8Weights(FP8Weights):
     @classmethod
     def from_checkpoint(cls, weight, weight_scale_inv, *, dtype=torch.bfloat16, gate_up: bool = False,
                         name: str = "weight") -> BlockFP8Weights:
-        """A checkpoint's ``weight`` (E, N, C) e4m3 and ``weight_scale_inv`` (float32 block scales),
-        stacked over experts, held as they are (no copy)."""
+        """``weight`` (E, N, C) e4m3 and ``weight_scale_inv`` (float32), held as they are."""
         return cls(weight, weight_scale_inv, dtype=dtype, gate_up=gate_up, name=name)
 
     def _shape_note(self) -> str:
@@ -204,8 +200,7 @@ class MXFP8Weights(FP8Weights):
     @classmethod
     def from_checkpoint(cls, weight, weight_scale, *, dtype=torch.bfloat16, gate_up: bool = False,
                         name: str = "weight") -> MXFP8Weights:
-        """``weight`` (E, N, C) e4m3 and ``weight_scale`` (E, N, ⌈C/32⌉) e8m0, as torch's
-        float8_e8m0fnu or its uint8 bits, held as they are (an e8m0 tensor is viewed as uint8)."""
+        """``weight`` (E, N, C) e4m3 and ``weight_scale`` (E, N, ⌈C/32⌉) e8m0 or uint8, uncopied."""
         return cls(weight, weight_scale, dtype=dtype, gate_up=gate_up, name=name)
 
     def __init__(self, weight, scale, **kwargs):
@@ -241,8 +236,7 @@ def _blocks(w: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def _quantize_block128(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One part (no gate/up split): s = amax / 448 per 128 × 128 block (1 where a block is all
-    zero), q = e4m3(w / s)."""
+    """One part: s = amax / 448 per 128 × 128 block (1 if all zero), q = e4m3(w / s)."""
     E, N, C = w.shape
     b = _blocks(w, 128, 128)
     amax = b.abs().amax(dim=(2, 4))  # (E, nb, cb)
@@ -252,8 +246,7 @@ def _quantize_block128(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _quantize_mxfp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """s = 2^⌈log2(amax / 448)⌉ per row per 32 columns (so no element saturates; 1 where a group is
-    all zero), stored as e8m0 bits, q = e4m3(w / s)."""
+    """s = 2^⌈log2(amax / 448)⌉ per row per 32 columns (1 if all zero) as e8m0 bits, q = e4m3(w / s)."""
     E, N, C = w.shape
     b = _blocks(w, 1, 32).view(E, N, -1, 32)
     amax = b.abs().amax(dim=-1)  # (E, N, groups)

@@ -28,8 +28,7 @@ def _stats(times_ms: list[float]) -> Timing:
 
 
 def capture(step):
-    """Run ``step`` once eagerly on a side stream (compiles kernels, allocates), then capture it.
-    Returns ``(graph, outputs)``: replaying the graph rewrites ``outputs`` in place."""
+    """Run ``step`` once eagerly on a side stream, then capture it: ``(graph, outputs)``, replays rewrite outputs."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):

@@ -59,8 +59,7 @@ def _fits(rows: int, warps: int, columns: int) -> bool:
 
 
 def warp_candidates(H: int, I: int, K: int):  # noqa: E741
-    """(gate/up, down) tiles: one or two rows per warp, or a row over 2–8 warps, by column width and
-    stages; the down tile's K [rows, columns] tiles of a step within 256 elements per thread."""
+    """(gate/up, down) tiles by rows per warp, column width and stages, down within 256 elements a thread."""
     rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8),
                   (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)]
     gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
@@ -74,8 +73,7 @@ def warp_candidates(H: int, I: int, K: int):  # noqa: E741
 
 
 def fused_candidates(H: int, I: int, K: int):  # noqa: E741
-    """The persistent kernel's configs: warps, one or two gate/up rows per warp, a down tile within 128
-    elements per thread, and programs per SM (the launcher lowers it to the occupancy)."""
+    """The persistent kernel's configs: warps, gate/up rows per warp, down tile, programs per SM."""
     out = []
     for w, gu_rows, gu_cols in [(4, 4, 1024), (4, 8, 1024), (8, 8, 1024), (8, 8, 2048), (8, 16, 1024),
                                 (16, 16, 512), (16, 16, 1024)]:
@@ -99,8 +97,7 @@ def grouped_candidates():
 
 
 def grouped_down_candidates():
-    """The grouped down kernel's tiles: those that won somewhere in
-    experiments/results/NVIDIA_H200/grouped_down.csv and their neighbours, 3 or 4 stages."""
+    """The grouped down tiles that won somewhere (docs/design.md) and their neighbours, 3 or 4 stages."""
     return [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": st}
             for (r, c, w), st in itertools.product(
                 [(32, 128, 2), (64, 64, 4), (64, 128, 4), (64, 256, 4), (128, 64, 4), (128, 128, 8)], [3, 4])]
@@ -144,8 +141,7 @@ def block_m_candidates(T: int, shape: MoEShape):
 
 
 def group_m_candidates(T: int, shape: MoEShape, block_m: int):
-    """GROUP_M 8 as well once an expert holds more than one M block (its blocks then share weight
-    columns through L2)."""
+    """GROUP_M 8 as well once an expert holds more than one M block (its blocks share weights via L2)."""
     return [1, 8] if T * shape.K / shape.E > block_m / 2 else [1]
 
 
@@ -166,8 +162,7 @@ def _compiled_for(kernel) -> dict:
 
 
 def _warm(job):
-    """Launch one candidate on a tiny problem: True, or why it is dropped (the compiler rejects it, or
-    its binary spills registers, which a short timing can miss)."""
+    """Launch one candidate on a tiny problem: True, or why it is dropped (rejected, or it spills)."""
     kind, K, cfg = job
     torch.cuda.set_device(0)
     H = I = 272  # noqa: E741  divisible by 16 like every preset, small
@@ -261,8 +256,7 @@ def _grouped_pair(x, w13, w2, ids, tw, c_gu, c_dn):
 
 
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):
-    """The pair per token bucket: the best gate/up config alone, then the down config that makes the
-    fastest pair with it (timed as a pair: the down kernel overlaps gate/up through PDL)."""
+    """The pair per bucket: the best gate/up alone, then the down config fastest with it (timed as a pair)."""
     gate_up_c, down_c = warp_candidates(shape.H, shape.I, shape.K)
     gate_up_c = [c for c in gate_up_c if _key("warp_gate_up", 2, c) not in dropped]
     down_c = [c for c in down_c if _key("warp_down", shape.K, c) not in dropped]
@@ -340,8 +334,7 @@ def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print
 
 
 def keep_schedules(old_buckets, new_buckets, retuned=()):
-    """The re-tuned pair's buckets with the old buckets' ``fused``/``grouped`` schedules kept where
-    not re-tuned (``retuned``) and still ≥ 1 % faster than the new pair."""
+    """The re-tuned buckets, old ``fused``/``grouped`` ones kept where not ``retuned`` and ≥ 1 % faster."""
     old = {T: cfg for T, cfg in old_buckets}
     out = []
     for T, cfg in new_buckets:
@@ -546,8 +539,7 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
 
 
 def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
-    """(crossover, evidence): both paths as ``moe`` runs them with the configs in ``path`` at each T
-    of ``Ts``; the crossover by :func:`warpdecode.configs.crossover_of`."""
+    """(crossover, evidence): both paths as ``moe`` runs them with ``path``'s configs at each T of ``Ts``."""
 
     shipped = path == tuned_file()
     L, w13s, w2s = _layer_copies(shape)
@@ -595,8 +587,7 @@ def merge_buckets(kept, tuned):
 
 
 def autotune_shape(H: int, I: int, E: int, K: int, T: int, *, dtype=torch.bfloat16, reps: int = 5) -> None:  # noqa: E741
-    """What ``configs.maybe_autotune`` runs: the pair (T ≤ 16) and the expert tiles at bucket T, few
-    repetitions, in-process, merged into the user's cache; no crossover (``auto`` keeps the model's)."""
+    """``configs.maybe_autotune``'s tuner: pair and expert tiles at bucket T, quickly, into the cache."""
     shape = shape_of(H, I, E, K)
     key = shape_key(H, I, E, K)
     quiet = lambda *a: None  # noqa: E731

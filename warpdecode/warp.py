@@ -142,8 +142,7 @@ def barrier_health() -> list[tuple]:
 
 def programs_per_sm(regs_per_thread: int, num_warps: int, shared: int, *, regs: int = 65536,
                     threads: int = 2048, smem: int = 233472, programs: int = 32) -> int:
-    """Programs of a compiled kernel one SM holds: by registers (per warp, units of 256), threads,
-    shared memory (+1 KB each) and the 32-program limit; defaults are Hopper's."""
+    """Programs one SM holds by registers (per warp, units of 256), threads, shared memory and 32."""
     regs_per_warp = -(-regs_per_thread * 32 // 256) * 256
     by_regs = regs // max(1, regs_per_warp * num_warps)
     by_warps = threads // (32 * num_warps)
@@ -214,8 +213,7 @@ GROUPED_TOKENS = 16
 
 
 def grouped_terms(w_dtype, act_dtype) -> int:
-    """Terms of the grouped intermediate: 3 bf16 summing exactly to an FP32 one with bf16 weights (for
-    the tensor cores), else 1 in ``act_dtype``."""
+    """Terms of the grouped intermediate: 3 bf16 summing exactly to FP32 with bf16 weights, else 1."""
     return 3 if (w_dtype == torch.bfloat16 and act_dtype == torch.float32) else 1
 
 
