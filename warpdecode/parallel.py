@@ -55,15 +55,14 @@ def _device(group) -> torch.device:
 
 
 def _unchecked(x) -> bool:
-    """Inside torch.compile or CUDA-graph capture nothing may be read back: the ranks are not compared."""
+    """Inside torch.compile or graph capture nothing can be read back: the ranks are not compared."""
     return torch.compiler.is_compiling() or (getattr(x, "is_cuda", False) and torch.cuda.is_current_stream_capturing())
 
 
 def agree(group, error: Exception | None, facts: dict, what: str) -> None:
-    """One all-gather of [no error, *facts] per rank, before any data collective. Raises on every
-    rank where any rank had an ``error`` in its own checks (that rank its own, the others a
-    ValueError naming it) or where the ranks' ``facts`` (ints, or words of :data:`WORDS`) differ (a
-    ValueError naming each rank's). ``what``: what the facts describe, for the message."""
+    """One all-gather of [no error, *facts] per rank before any data collective: every rank raises where one
+    had an ``error`` (that rank its own, the others a ValueError naming it) or the ``facts`` (ints, or
+    :data:`WORDS`) differ (naming each rank's). ``what``: what the facts describe."""
     _, world = _world(group)
     names = list(facts)
     sent = [-1] * len(names) if error else [WORDS.index(v) if isinstance(v, str) else int(v) for v in facts.values()]
@@ -120,9 +119,8 @@ def _wrap(w, weight: torch.Tensor, scale: torch.Tensor, validate: bool = True):
 
 
 def shard_tp(w13, w2, rank: int, world: int) -> tuple:
-    """Rank ``rank``'s tensor-parallel slice of a layer: (E, 2·I/world, H) gate rows then up rows of
-    its neurons, and (E, H, I/world). Copies (each rank keeps only its slice). FP8 weights are sliced
-    with their scales: I/world must then be whole scale groups (128 for block128, 32 for MXFP8)."""
+    """Rank ``rank``'s tensor-parallel slice, copied: (E, 2·I/world, H) gate then up rows, (E, H, I/world);
+    FP8 weights with their scales, I/world then whole scale groups (128 block128, 32 MXFP8)."""
     check_fp8_pair(w13, w2)
     E, two_i, H = w13.shape
     I = two_i // 2  # noqa: E741
@@ -147,8 +145,7 @@ def shard_tp(w13, w2, rank: int, world: int) -> tuple:
 
 
 def shard_ep(w13, w2, rank: int, world: int) -> tuple:
-    """Rank ``rank``'s expert-parallel share: experts [rank·E/world, (rank+1)·E/world) of w13 and w2
-    (views, contiguous; FP8 weights with their scales), and the first of them."""
+    """Rank ``rank``'s experts [rank·E/world, (rank+1)·E/world) of w13 and w2 (views, FP8 with scales) and the first."""
     check_fp8_pair(w13, w2)
     E = w13.shape[0]
     if world < 1 or E % world:
@@ -183,8 +180,7 @@ def _partial(x, w13, w2, topk_weights, topk_ids, method: str) -> torch.Tensor:
 
 
 def _check_call(x, w13, w2, topk_weights, topk_ids, method: str, num_experts: int, local: bool):
-    """This rank's own checks of a call: the options, the tensors (``check_moe_inputs``), and the ids in
-    [0, num_experts), read here rather than left to the kernels, so that the ranks can agree on them."""
+    """This rank's checks: options, tensors, and the ids' range (read here, so the ranks can agree on it)."""
     if method not in ("auto", "warp", "expert"):
         raise ValueError(f"method must be 'auto', 'warp' or 'expert', got {method!r}")
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (x, w13, w2, topk_weights)):

@@ -34,12 +34,9 @@ def _cdiv(a: int, b: int) -> int:
 
 class FP8Weights:
     """One stacked expert weight (E, N, C) in FP8 e4m3 with block scales; C is the reduction axis.
-
-    weight: (E, N, C) float8_e4m3fn, contiguous. scale: the format's scales (see the module doc);
-    any strides. dtype: the compute dtype it stands for (x's dtype in ``warpdecode.moe``, what
-    :meth:`dequantize` returns by default). gate_up: ``w13`` (its two halves of rows, gate then up,
-    are blocked separately). Built without copying either tensor; raises ValueError or TypeError,
-    naming ``name``, on anything the kernels could not read."""
+    weight: (E, N, C) float8_e4m3fn, contiguous; scale: the format's (module doc), any strides; dtype:
+    the compute dtype it stands for (:meth:`dequantize`'s default); gate_up: ``w13``, halves blocked
+    apart. No copies; ValueError or TypeError naming ``name`` on anything the kernels could not read."""
 
     FORMAT: str = ""
     GROUP_N: int = 1  # rows per scale
