@@ -115,8 +115,7 @@ def _gpu(device: torch.device) -> tuple[tuple[int, int], str]:
     return tuple(torch.cuda.get_device_capability(device)), torch.cuda.get_device_name(device)
 
 
-# torch.compiler.assume_constant_result(_gpu) without importing Dynamo at `import warpdecode`
-# (tests/test_operator_policy.py checks the decorator still sets just this)
+# assume_constant_result(_gpu) without importing Dynamo (tests/test_operator_policy.py checks it)
 _gpu._dynamo_marked_constant = True
 
 

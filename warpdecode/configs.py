@@ -68,8 +68,7 @@ def cache_file(gpu: str | None = None) -> Path:
 
 #: Families merged shape by shape; any other top-level key is taken whole from the first table with it.
 FAMILIES = ("warp", "expert", "expert_fp8", "crossover", "crossover_evidence",
-            # FP8 weights, one family per format (warpdecode.quant): warp decode, the weight-only
-            # expert path, the w8a8 expert path, auto's crossover
+            # FP8 weights, per format: warp decode, weight-only expert, w8a8 expert, auto's crossover
             *(f"{family}_{fmt}" for fmt in ("block128", "mxfp8")
               for family in ("warp", "expert", "expert_fp8", "crossover")))
 #: What ``WARPDECODE_TUNED`` takes: an on/off switch (both tables, or neither), or ``cache``.
@@ -98,8 +97,7 @@ def tables(shipped: bool = True, cache: bool = True):
         _tables_override = before
 
 
-# ---------------------------------------------------------------------------------------------
-# checks: every configuration, from a table or a caller, before a kernel sees it
+# --- checks: every configuration, from a table or a caller, before a kernel sees it
 
 
 class ConfigError(ValueError):
@@ -285,8 +283,7 @@ def check_table(table, where: str = "tuned table") -> dict:
     return table
 
 
-# ---------------------------------------------------------------------------------------------
-# reading and writing tables
+# --- reading and writing tables
 
 
 def read_table(path: Path) -> dict:
@@ -334,8 +331,7 @@ def merge_tables(*tables_in_order: dict) -> dict:
     return out
 
 
-#: Families valid only on the Triton release they were tuned on (the table's ``"triton"``; elsewhere
-#: the defaults run): warp decode compiles differently per release. Data: docs/design.md.
+#: Families valid only on the Triton release named by the table's ``"triton"`` (docs/design.md).
 RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8", "crossover", "crossover_evidence",
                  "crossover_block128", "crossover_mxfp8")
 
@@ -457,8 +453,7 @@ def tuning_note(shapes) -> str:
             f"shape, T and this GPU's limits); to tune them here, remembered in {cache_dir()}: {command}")
 
 
-# ---------------------------------------------------------------------------------------------
-# the autotune opt-in
+# --- the autotune opt-in
 
 _autotune = False  # what WARPDECODE_AUTOTUNE or autotune() says
 _autotune_seen: set = set()  # (GPU, shape key, T bucket) decided in this process: tuned, or no need
@@ -501,8 +496,7 @@ def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # n
                for f in ("warp", "expert"))
 
 
-#: ``tuner(H, I, E, K, bucket, dtype=...)`` tunes a shape on first sight into the user's cache; set by
-#: ``warpdecode.api`` (``warpdecode.tuner.autotune_shape``) so that this module imports no tuner.
+#: ``tuner(H, I, E, K, bucket, dtype=...)``, set by ``warpdecode.api``: tunes a shape into the cache.
 tuner = None
 
 
@@ -615,8 +609,7 @@ def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
     }
 
 
-#: The sharing, T·K over distinct experts named, past which the grouped schedule wins, per down-tile
-#: form (the k-first pair is faster). Data: docs/design.md, "Launch configuration rules".
+#: T·K over distinct experts past which grouped wins, per down-tile form (docs/design.md).
 GROUPED_SHARING_3D, GROUPED_SHARING_K_FIRST = 1.23, 1.25
 GROUPED_SHARING = GROUPED_SHARING_K_FIRST if warp_pair.K_FIRST else GROUPED_SHARING_3D
 
@@ -684,8 +677,7 @@ def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, 
 #: Shared memory a GEMM's epilogue and layout conversions take beside its pipelined tiles (bytes).
 EPILOGUE_SHARED = 16384
 
-#: A GEMM's FP32 accumulators per thread before spilling (of 255 registers) where the tensor cores
-#: read both operands from shared memory: wgmma (sm_90), tcgen05 (sm_100).
+#: FP32 accumulators per thread before spilling, operands from shared memory (wgmma, tcgen05).
 ACC_REGS_PER_THREAD = 128
 
 

@@ -12,16 +12,14 @@ from .configs import expected_distinct, load_tuned, shape_key, shares_experts
 #: The T grid of measured crossovers (speed.csv's token counts): the model answers on it too.
 T_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
-# The cost model's constants (NVIDIA H200; another GPU scales them). Data: experiments/results/NVIDIA_H200/
-# small_reads.csv, defaults.csv, fp8_speed.csv, tuned/NVIDIA_H200.json; docs/design.md, "Cost model constants".
+# The cost model's constants (NVIDIA H200; scaled elsewhere). Data: docs/design.md, "Cost model constants".
 READ_TBPS = 4.53  # HBM read ceiling (small_reads.csv ceiling_TBps)
 LAUNCH_US = 2.0  # one launch's fixed cost: the intercept of time against bytes (small_reads.csv)
 L2_REREAD_TBPS = 8.0  # an expert's rows read again by another token: between HBM's and L2's rates
 WARP_LAUNCHES = 2  # gate/up, down (warpdecode/warp.py)
 EXPERT_LAUNCHES = 4  # align, gate/up, down, reduce, overlapped by PDL (warpdecode/expert.py)
 EXPERT_READ_FRACTION = 0.91  # the expert path's GEMMs stream weights at this fraction of the ceiling
-# With FP8 weights both paths stream below the ceiling: the FP8 pair is issue-bound (kernels/warp_fp8.py),
-# the weight-only expert path widens each e4m3 tile to bf16 for the tensor cores.
+# FP8: the pair is issue-bound, the weight-only expert path widens e4m3 to bf16: both below the ceiling.
 FP8_PAIR_READ_FRACTION = 0.65  # the FP8 pair's weight bytes at the ceiling over its time less two launches
 FP8_EXPERT_READ_FRACTION = 0.50  # the weight-only expert path's, rounded down so the crossover errs late
 

@@ -102,8 +102,7 @@ def _same_routing(group, topk_weights, topk_ids) -> None:
                          "every rank must be given the same routing")
 
 
-# ---------------------------------------------------------------------------------------------
-# sharding
+# --- sharding
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -165,8 +164,7 @@ def _own(w):
     return _wrap(w, w.weight.clone(), w.scale.clone(), validate=False) if is_fp8(w) else w.clone()
 
 
-# ---------------------------------------------------------------------------------------------
-# one layer call
+# --- one layer call
 
 
 def _partial(x, w13, w2, topk_weights, topk_ids, method: str) -> torch.Tensor:

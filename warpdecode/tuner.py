@@ -38,8 +38,7 @@ EXPERT_T = [1, 8, 32, 128, 256]
 PATHS = ("warp", "fused", "grouped", "expert", "expert_swap")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
-#: The dtype of the weights and activations timed (bf16 unless :func:`tune_shape` says otherwise).
-#: Tables are keyed by shape alone: bf16 and fp16 move the same bytes through the same tiles.
+#: The dtype timed; tables are keyed by shape alone (bf16 and fp16 move the same bytes).
 _DTYPE = torch.bfloat16
 
 
@@ -145,9 +144,7 @@ def group_m_candidates(T: int, shape: MoEShape, block_m: int):
     return [1, 8] if T * shape.K / shape.E > block_m / 2 else [1]
 
 
-# ---------------------------------------------------------------------------------------------
-# parallel compilation: each worker launches every candidate once on a tiny problem with the same
-# specialization (dims divisible by 16, same K), which puts the binary in Triton's disk cache
+# --- parallel compilation: a tiny launch per candidate, same specialization, fills Triton's disk cache
 
 
 _KERNEL_OF = {"warp_gate_up": kp.warp_gate_up_kernel, "warp_down": kp.warp_down_kernel,

@@ -14,8 +14,7 @@ from .kernels import warp_pair as kp
 from .kernels import warp_persistent as kf
 from .quant import is_fp8
 
-#: Warp decode's schedules: two kernels per (token, slot); two kernels per routed expert; one
-#: persistent kernel. A tuned bucket names the one it runs by an entry of that name (see schedule_of).
+#: Warp decode's schedules; a tuned bucket names its own by an entry of that name (schedule_of).
 SCHEDULES = ("split", "grouped", "fused")
 
 
@@ -24,8 +23,7 @@ def schedule_of(cfg: dict) -> str:
     return next((s for s in ("fused", "grouped") if s in cfg), "split")
 
 
-#: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
-#: ``WARPDECODE_PDL=0`` turns it off, to measure what it buys (_runtime.USE_PDL).
+#: Programmatic dependent launch between the two kernels (Hopper+; ``WARPDECODE_PDL=0`` turns it off).
 USE_PDL = _runtime.USE_PDL
 
 
@@ -61,8 +59,7 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
     return y
 
 
-# ---------------------------------------------------------------------------------------------
-# The pair with FP8 weights, dequantized in registers (see warpdecode.kernels.warp_fp8)
+# --- The pair with FP8 weights, dequantized in registers (see warpdecode.kernels.warp_fp8)
 
 
 def _fp8_meta(w, block: int, name: str) -> dict:
@@ -88,8 +85,7 @@ def warp_gate_up_fp8(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> to
     return act
 
 
-#: The most routed slots the FP8 down kernel unrolls (every preset's K); past it a run-time slot loop,
-#: whose code does not grow with K (unrolled, K = 16 spills and K = 61 compiles for minutes).
+#: The most slots the FP8 down kernel unrolls (every preset's K); past it a loop whose code does not grow.
 STATIC_SLOTS_MAX = 8
 
 
@@ -116,8 +112,7 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
     return y
 
 
-# ---------------------------------------------------------------------------------------------
-# One persistent kernel: both phases, a grid barrier between them (see warpdecode.kernels.warp_persistent)
+# --- One persistent kernel: both phases, a grid barrier between them (see warpdecode.kernels.warp_persistent)
 
 #: Polls of the barrier before a program gives up (about a second): a safety net, never reached.
 MAX_SPINS = 1 << 20
@@ -205,8 +200,7 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
     return y
 
 
-# ---------------------------------------------------------------------------------------------
-# Tokens that share an expert read its rows once (see warpdecode.kernels.warp_grouped)
+# --- Tokens that share an expert read its rows once (see warpdecode.kernels.warp_grouped)
 
 #: Tokens per grouped launch: the N of its tensor-core tiles (padded to 16); more take several launches.
 GROUPED_TOKENS = 16
@@ -296,8 +290,7 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
         grouped = cfg.get("grouped", {})
         act = warp_gate_up_grouped(x, w13, topk_ids, topk_weights,
                                    grouped.get("gate_up") or default_grouped(x.dtype == torch.float32), act_dtype)
-        # the FMA tile wherever the down kernel's products run on FMAs (FP32 weights, or an intermediate
-        # stored in another dtype than the weights: kernels/warp_grouped.py _mma)
+        # the FMA tile wherever the down products run on FMAs (kernels/warp_grouped.py _mma)
         on_fmas = w2.dtype == torch.float32 or act.dtype != w2.dtype
         return warp_down_grouped(act, w2, topk_ids, topk_weights, grouped.get("down") or default_grouped_down(on_fmas),
                                  out_dtype)

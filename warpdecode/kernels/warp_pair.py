@@ -80,8 +80,7 @@ def gate_up_slice(cfg: dict) -> int:
     return min(cols, 256 * warps_per_row)
 
 
-# ---------------------------------------------------------------------------------------------
-# The two tiles both kernels (and warp_persistent.py's) are made of
+# --- The two tiles both kernels (and warp_persistent.py's) are made of
 
 
 @triton.jit
@@ -228,8 +227,7 @@ def _down_tile(
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
 
 
-# ---------------------------------------------------------------------------------------------
-# The down tile on Triton 3.6: one [rows, K, columns] tile
+# --- The down tile on Triton 3.6: one [rows, K, columns] tile
 
 
 @triton.jit
@@ -273,8 +271,7 @@ def _down_tile_3d(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stri
     return acc
 
 
-# ---------------------------------------------------------------------------------------------
-# The down tile on Triton 3.8 and later: one [K, rows, columns] tile (K_FIRST) ...
+# --- The down tile on Triton 3.8 and later: one [K, rows, columns] tile (K_FIRST) ...
 
 
 @triton.jit
@@ -352,8 +349,7 @@ def _down_tile_k_first(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E,
     return acc
 
 
-# ---------------------------------------------------------------------------------------------
-# ... or K [rows, columns] tiles, slot by slot (PER_SLOT; too-large k-first tiles; the persistent kernel)
+# --- ... or K [rows, columns] tiles, slot by slot (PER_SLOT; too-large k-first tiles; the persistent kernel)
 
 
 @triton.jit
@@ -402,8 +398,7 @@ def _down_tile_per_slot(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E
     return acc
 
 
-# ---------------------------------------------------------------------------------------------
-# The two kernels
+# --- The two kernels
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
