@@ -81,10 +81,7 @@ HOPPER_LIMITS = ARCH_LIMITS[90]
 
 
 def device_limits() -> dict:
-    """The launch limits of the GPU kernels run on (the keys of :data:`ARCH_LIMITS`: the compute
-    capability as major·10 + minor; the most shared memory one program may take, bytes, opt-in;
-    shared memory, registers and threads per SM; the SM count); Hopper's where there is no GPU, or
-    for what an older torch does not report."""
+    """This GPU's launch limits (:data:`ARCH_LIMITS`' keys); Hopper's without a GPU or where torch reports none."""
     if DEFAULT_DEVICE.type != "cuda":
         return dict(HOPPER_LIMITS)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -53,8 +53,7 @@ def tuned_file(gpu: str | None = None) -> Path:
 
 
 def cache_dir() -> Path:
-    """The user's cache of tuned tables: ``$WARPDECODE_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/warpdecode``, else ``~/.cache/warpdecode``."""
+    """The tuned-table cache: ``$WARPDECODE_CACHE_DIR``, ``$XDG_CACHE_HOME/warpdecode`` or ``~/.cache/warpdecode``."""
     if os.environ.get("WARPDECODE_CACHE_DIR"):
         return Path(os.environ["WARPDECODE_CACHE_DIR"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -86,8 +85,7 @@ def sources() -> tuple[bool, bool]:
 
 @contextlib.contextmanager
 def tables(shipped: bool = True, cache: bool = True):
-    """Within the block, read the shipped table only if ``shipped`` and the user's cache only if
-    ``cache``; ``tables(shipped=False, cache=False)`` runs every launch on the defaults."""
+    """Within the block, read the shipped table only if ``shipped``, the user's cache only if ``cache``."""
     global _tables_override
     before = _tables_override
     _tables_override = (bool(shipped), bool(cache))
@@ -166,8 +164,8 @@ def _part(cfg: dict, part: str, kind: str, where: str) -> dict:
 
 
 def check_warp(cfg, weights: str | None = None, where: str = "warp decode's config") -> dict:
-    """Warp decode's config (:func:`warp_config`'s form; an empty grouped or fused part takes its
-    defaults; ``weights``: an FP8 format, whose steps span whole scale groups). Raises :class:`ConfigError`."""
+    """Warp decode's config (:func:`warp_config`'s form; empty grouped/fused parts take defaults; ``weights``:
+    an FP8 format, steps spanning whole scale groups). Raises :class:`ConfigError`."""
     _object(cfg, where)
     gate_up, down = _part(cfg, "gate_up", "pair", where), _part(cfg, "down", "pair", where)
     if gate_up.get("SUB_H", gate_up["BLOCK_H"]) > gate_up["BLOCK_H"]:  # both powers of two: at most is divides
@@ -192,8 +190,8 @@ def check_warp(cfg, weights: str | None = None, where: str = "warp decode's conf
 
 
 def check_expert(cfg, fp8: bool = False, weights: str | None = None, where: str = "the expert path's config") -> dict:
-    """The expert path's config (:func:`expert_config`'s form; ``fp8``: FP8 activations, ``weights``: an
-    FP8 weight format), each tile within this GPU's shared memory. Raises :class:`ConfigError`."""
+    """The expert path's config (``fp8``: FP8 activations, ``weights``: an FP8 format), each tile within
+    this GPU's shared memory. Raises :class:`ConfigError`."""
     block_m = check_tile(cfg, "expert", where)["BLOCK_M"]
     shared = _runtime.device_limits()["shared_per_block"]
     for part, accumulators in (("gate_up", 2), ("down", 1)):
@@ -264,8 +262,7 @@ _SHAPE_KEY = re.compile(r"H=[1-9]\d*,I=[1-9]\d*,E=[1-9]\d*,K=[1-9]\d*")
 
 
 def check_table(table, where: str = "tuned table") -> dict:
-    """Every entry of a tuned table, by :data:`FAMILY_CHECKS`, and its ``"triton"`` release. Raises
-    :class:`ConfigError` naming ``where`` and the entry; returns ``table``."""
+    """Every entry of a tuned table and its ``"triton"``; returns it, else :class:`ConfigError` naming ``where``."""
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must hold a JSON object of families, got {type(table).__name__}")
     for family, entries in table.items():
@@ -287,8 +284,7 @@ def check_table(table, where: str = "tuned table") -> dict:
 
 
 def read_table(path: Path) -> dict:
-    """The tuned table at ``path``, checked (:func:`check_table`); {} where there is no file. Raises
-    :class:`ConfigError` naming the file where it is unreadable, empty, not JSON or holds a bad entry."""
+    """The checked table at ``path``, {} without a file; :class:`ConfigError` naming a bad or unreadable file."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -394,9 +390,8 @@ def _write(path: Path, table: dict) -> None:
 
 
 def update_table(path: Path, update) -> dict:
-    """Merge ``update(current)`` into the table at ``path``, ``current`` read again under the file's lock
-    (concurrent writers keep each other's entries), dropping another release's :data:`RELEASE_BOUND`
-    entries; a bad file is overwritten with a warning. Returns the table written."""
+    """Merge ``update(current)`` into ``path``, re-read under its lock, another release's :data:`RELEASE_BOUND`
+    entries dropped, a bad file overwritten with a warning. Returns the table written."""
     with _locked(path):
         try:
             current = for_this_release(read_table(path))
@@ -526,8 +521,7 @@ def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> boo
 
 
 def crossover_of(evidence: dict) -> int:
-    """The largest T up to which warp decode is no slower than the expert path at every measured T of
-    ``evidence`` (``{"T": {"warp_us", "expert_us"}}``, None counted slower); 0 if none."""
+    """The largest T to which warp decode is no slower at every measured T of ``evidence`` (None: slower); or 0."""
     best = 0
     for T in sorted(evidence, key=int):
         warp, expert = evidence[T]["warp_us"], evidence[T]["expert_us"]
@@ -538,8 +532,7 @@ def crossover_of(evidence: dict) -> int:
 
 
 def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None = None) -> dict:  # noqa: E741
-    """Both warp-decode kernels' config, ``{"gate_up": {...}, "down": {...}}``: tuned, else the defaults.
-    ``weights``: an FP8 format (:func:`warp_fp8_config`), or None."""
+    """Warp decode's ``{"gate_up": ..., "down": ...}`` config, tuned else default (``weights``: an FP8 format)."""
     if weights is not None:
         return warp_fp8_config(H, I, E, K, T, weights)
     tuned = _lookup("warp", H, I, E, K, T)
@@ -561,9 +554,8 @@ def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None =
 
 
 def gate_up_columns(H: int) -> int:
-    """Columns per step of the default gate/up tile (one warp, one neuron): 1024 or 2048, whichever
-    masks fewer in the last step; 512 where ``warp_pair.TREE_SUMS`` (Triton ≥ 3.8), so that a step's
-    loads all issue before its products. Data: docs/design.md, "Launch configuration rules"."""
+    """Default gate/up columns per step: 1024 or 2048, fewer masked in the last step; 512 under
+    ``warp_pair.TREE_SUMS``. Data: docs/design.md, "Launch configuration rules"."""
     if warp_pair.TREE_SUMS:
         return 512
     return min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
@@ -574,10 +566,8 @@ DOWN_IN_FLIGHT = 7e6
 
 
 def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The down kernel's default tile: 4 rows × 256 columns on four warps; 512 columns where a thread
-    would hold too few bytes in flight (K ≤ 4 and I ≥ 1024: two warps; a step under
-    :data:`DOWN_IN_FLIGHT`: four), 8 rows on 8 warps under ``warp_pair.K_FIRST``.
-    Data: docs/design.md, "Launch configuration rules"."""
+    """The down kernel's default: 4 × 256 on four warps; 512 columns where a thread holds too few bytes in
+    flight (K ≤ 4, I ≥ 1024: two warps; under :data:`DOWN_IN_FLIGHT`: four), 8 × 512 on 8 under ``K_FIRST``."""
     wide = ({"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 8, "num_stages": 1} if warp_pair.K_FIRST else None)
     if K <= 4 and I >= 1024:
         return wide or {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1}
@@ -598,9 +588,8 @@ def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dic
 
 
 def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The FP8 pair's default tiles: several rows per program share the activation's and addresses'
-    instructions: gate/up 4 rows × ≤ 1024 columns on one warp; down 8 × 512 on four warps, or 4 × 1024
-    on two where K ≤ 4 and I ≥ 2048. Data: docs/design.md, "Launch configuration rules"."""
+    """The FP8 pair's defaults (rows share instructions): gate/up 4 rows × ≤ 1024 columns, one warp; down
+    8 × 512 on four warps, or 4 × 1024 on two where K ≤ 4, I ≥ 2048. Data: docs/design.md."""
     return {
         "gate_up": {"BLOCK_I": 4, "BLOCK_H": max(128, min(1024, triton.next_power_of_2(H))), "num_warps": 1,
                     "num_stages": 1},
@@ -660,9 +649,8 @@ FP8_GROUP_K = {"block128": 128, "mxfp8": 32}
 
 def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
                   weights: str | None = None) -> dict:
-    """The expert path's config: BLOCK_M and each GEMM's tile (``HALF_M``: see
-    ``warpdecode.expert._gemm_meta``): tuned, else :func:`default_expert`. ``elem``: bytes per weight
-    element (with FP8 ``weights``, "block128" or "mxfp8", the activations'; each K step within one scale group)."""
+    """The expert path's config, BLOCK_M and each GEMM's tile: tuned, else :func:`default_expert`
+    (``elem``: bytes per weight element, the activations' with FP8 ``weights``)."""
     family = "expert_fp8" if fp8 else "expert"
     tuned = _lookup(family if weights is None else f"{family}_{weights}", H, I, E, K, T)
     if tuned:

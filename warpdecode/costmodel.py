@@ -26,12 +26,9 @@ FP8_EXPERT_READ_FRACTION = 0.50  # the weight-only expert path's, rounded down s
 
 def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E741
              w_elem: int | None = None) -> tuple[float, float]:
-    """(warp decode, expert path) modelled µs for T tokens.
-
-    Both read each distinct expert (:func:`warpdecode.configs.expected_distinct`) once from HBM,
-    3·I·H·w_elem B (``w_elem``: bytes per weight, default ``elem``); the pair re-reads repeats at
-    ``L2_REREAD_TBPS``; the expert path adds activations and launches at ``EXPERT_READ_FRACTION``;
-    FP8 at ``FP8_PAIR_READ_FRACTION`` / ``FP8_EXPERT_READ_FRACTION``. The grouped schedule is not modelled."""
+    """(warp decode, expert path) modelled µs for T tokens: each distinct expert read once from HBM,
+    3·I·H·w_elem B (``w_elem`` default ``elem``); the pair's repeats at ``L2_REREAD_TBPS``; the expert
+    path's activations, launches and ``EXPERT_READ_FRACTION``; FP8 at the ``FP8_*_READ_FRACTION``s."""
     expert_bytes = 3 * I * H * (w_elem or elem)
     distinct = expected_distinct(E, K, T)
     hbm_us = distinct * expert_bytes / (READ_TBPS * 1e6)
@@ -60,9 +57,8 @@ def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2, w_elem: int |
 
 
 def crossover(H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None = None) -> int:  # noqa: E741
-    """The largest T for which ``auto`` picks ``warp``: a tuned table's measured crossover on this GPU
-    (shipped or the user's cache), else :func:`model_crossover`. ``weights``: None, or an FP8 format
-    ("block128", "mxfp8"): the table's ``crossover_<format>``, else the model's with 1-byte weights."""
+    """The largest T ``auto`` runs ``warp`` at: this GPU's tuned crossover, else :func:`model_crossover`.
+    ``weights``: None or an FP8 format (the ``crossover_<format>`` entry, else the model with 1-byte weights)."""
     measured = measured_crossover(H, I, E, K, weights)
     if measured is not None:
         return measured
