@@ -33,9 +33,8 @@ expert_ids          (EM/BLOCK_M,) expert of each BLOCK_M-row block of sorted_tok
                                  blocks past num_tokens_post_padded
 num_tokens_post_padded (1,)      rows of sorted_token_ids in use; the rest is never read
 
-EM, the buffer length, is the worst case T*K + E*(BLOCK_M − 1) (vLLM's bound, capped at
-T*K*BLOCK_M when T*K < E): it is known on the host without a sync, so every grid below is sized
-for the worst case and programs past num_tokens_post_padded return at once, as vLLM's do.
+EM = T*K + E*(BLOCK_M − 1) (vLLM's bound; T*K*BLOCK_M when T*K < E), known without a sync: grids
+are sized for it, and programs past num_tokens_post_padded return at once.
 
 Each stage is its own kernel, so each can be timed: moe_align_kernel, gather_kernel,
 quant_fp8_kernel, grouped_gate_up_kernel, grouped_down_kernel, scatter_kernel, combine_kernel.

@@ -14,22 +14,16 @@ Byte ledger of one call with T tokens (bf16 weights and x, FP32 intermediate a):
            routing). At T = 1, U = K: the pair reads exactly that. Past T = 1, pairs that share an
            expert ask for its rows again; the grid order below serves those from L2 where it can.
 
-Kernel 1, gate/up: one warp per (token, slot, neuron i) streams the gate and up rows across H, reads
-x[t] once for both, sums both in FP32 and writes silu(g)·u: no sort, no padding, no gather.
-Kernel 2, down: one warp per (token, output h) streams the K routed experts' rows w2[e, h, :]
-across I against the intermediate (routing weight folded in) and stores y[t, h] once: the top-K
-combine is a sum over one axis of the tile.
+No sort, padding or gather: gate/up reads x[t] once for a neuron's two rows; down folds the routing
+weight in and sums the K experts as one axis of its tile, storing y[t, h] once.
 
-Layout: a [rows, columns] tile, each lane 8 consecutive bf16 of a row, warps over rows, so a row's
-``tl.sum`` is a warp shuffle. The down tile keeps the K experts inside each thread, in a form per
-Triton release: 3.6 the ``_3d`` functions, 3.8+ ``_k_first`` or ``_per_slot`` (``K_FIRST``,
-``PER_SLOT``); ``_down_chunk`` and ``_down_tile`` pick. Both: docs/design.md.
+Layout: a [rows, columns] tile, each lane 8 consecutive bf16 of a row, warps over rows (a row's
+``tl.sum`` is a warp shuffle). The down tile keeps the K experts in each thread, its form per Triton
+release (3.6 ``_3d``; 3.8+ ``_k_first`` or ``_per_slot``; docs/design.md).
 
-Every weight load is ``evict_first`` (each weight byte is read once per call; L2 is left to the
-intermediate and to shared rows). With ``USE_PDL`` (sm_90+) the down kernel launches while gate/up
-finishes, streams its first w2 chunk, and waits (``gdc_wait``) before it reads the intermediate.
-T and T·K are not specialized: one compiled kernel serves every T. The grid runs the pair (or
-token) index fastest, so tokens that share an expert read its rows from L2.
+Weight loads are ``evict_first`` (L2 is left to the intermediate and shared rows). With ``USE_PDL``
+the down kernel streams its first w2 chunk before ``gdc_wait``. T and T·K are not specialized. The
+pair (or token) index runs fastest, so tokens sharing an expert read its rows from L2.
 """
 
 import triton
