@@ -27,16 +27,9 @@ routed expert (each has its own scales). Up to ``warp.STATIC_SLOTS_MAX`` slots a
         w_0 … w_{K-1} = tiles(all K, c)       for n in 0 … K·chunks − 1:        slot j = n mod K, chunk c = n div K
         for j < K:  acc += step(j, c, w_j)        w' = tile(step n + 1);  acc += step(j, c, w);  w = w'
 
-Both read the same bytes in the same tiles, and both load their first weights before the wait.
-
-Instructions per weight byte, not HBM, bound this pair (2.5 per byte before anything else, and
-several rows per program share the rest): docs/design.md, "FP8 pair: instructions per weight byte".
-
-The weights are loaded ``evict_first`` and the down kernel starts streaming its first chunk of
-weights (the slot loop: its first tile) before it waits for the gate/up kernel (``USE_PDL``), as
-in ``warp_pair.py``. Token-dependent sizes are not specialized, so one compiled kernel serves every
-T. The grouped and persistent schedules (``warp_grouped.py``, ``warp_persistent.py``) read 16-bit
-weights only.
+Both read the same bytes in the same tiles. Instructions per weight byte, not HBM, bound this pair
+(docs/design.md, "FP8 pair: instructions per weight byte"). Loads ``evict_first``, PDL and unspecialized
+T as in ``warp_pair.py``; the grouped and persistent schedules read 16-bit weights only.
 """
 
 import triton
