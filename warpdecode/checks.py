@@ -37,8 +37,7 @@ def _ndim(name, t, n, shape_doc):
 
 
 def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, strict: bool = False, local: bool = False) -> Dims:
-    """Validate the layer's inputs and return its dimensions (TypeError/ValueError). ``strict``: the ids'
-    range too; ``local``: w13/w2 are one rank's experts, so K may exceed their number."""
+    """The layer's dimensions, or TypeError/ValueError; ``strict``: ids too; ``local``: one rank's experts."""
     for name, t in [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights), ("topk_ids", topk_ids)]:
         _tensor(name, t, fp8_ok=name in ("w13", "w2"))
     check_fp8_pair(w13, w2)
@@ -106,8 +105,7 @@ def check_kernel_device(x: torch.Tensor) -> None:
 
 
 def check_id_range(topk_ids: torch.Tensor, E: int, name: str = "E") -> None:
-    """Raise unless every id lies in [0, E) (``name``: what E is called): a read-back in eager mode, a
-    device-side assert (``torch._assert_async``) under capture or ``torch.compile``. Off the hot path."""
+    """Raise unless every id is in [0, E): a read-back in eager mode, a device assert under capture/compile."""
     if topk_ids.numel() == 0 or topk_ids.device.type == "meta":
         return
     if torch.compiler.is_compiling() or _capturing(topk_ids):

@@ -164,8 +164,7 @@ def _part(cfg: dict, part: str, kind: str, where: str) -> dict:
 
 
 def check_warp(cfg, weights: str | None = None, where: str = "warp decode's config") -> dict:
-    """Warp decode's config (:func:`warp_config`'s form; empty grouped/fused parts take defaults; ``weights``:
-    an FP8 format, steps spanning whole scale groups). Raises :class:`ConfigError`."""
+    """Warp decode's config (``weights``: an FP8 format, steps in whole scale groups); else :class:`ConfigError`."""
     _object(cfg, where)
     gate_up, down = _part(cfg, "gate_up", "pair", where), _part(cfg, "down", "pair", where)
     if gate_up.get("SUB_H", gate_up["BLOCK_H"]) > gate_up["BLOCK_H"]:  # both powers of two: at most is divides
@@ -190,8 +189,7 @@ def check_warp(cfg, weights: str | None = None, where: str = "warp decode's conf
 
 
 def check_expert(cfg, fp8: bool = False, weights: str | None = None, where: str = "the expert path's config") -> dict:
-    """The expert path's config (``fp8``: FP8 activations, ``weights``: an FP8 format), each tile within
-    this GPU's shared memory. Raises :class:`ConfigError`."""
+    """The expert config (``fp8``, ``weights`` FP8), tiles within shared memory; else :class:`ConfigError`."""
     block_m = check_tile(cfg, "expert", where)["BLOCK_M"]
     shared = _runtime.device_limits()["shared_per_block"]
     for part, accumulators in (("gate_up", 2), ("down", 1)):
@@ -390,8 +388,8 @@ def _write(path: Path, table: dict) -> None:
 
 
 def update_table(path: Path, update) -> dict:
-    """Merge ``update(current)`` into ``path``, re-read under its lock, another release's :data:`RELEASE_BOUND`
-    entries dropped, a bad file overwritten with a warning. Returns the table written."""
+    """Merge ``update(current)`` into ``path`` under its lock (other releases' :data:`RELEASE_BOUND`
+    entries dropped, a bad file overwritten with a warning); returns the table written."""
     with _locked(path):
         try:
             current = for_this_release(read_table(path))
@@ -649,8 +647,7 @@ FP8_GROUP_K = {"block128": 128, "mxfp8": 32}
 
 def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
                   weights: str | None = None) -> dict:
-    """The expert path's config, BLOCK_M and each GEMM's tile: tuned, else :func:`default_expert`
-    (``elem``: bytes per weight element, the activations' with FP8 ``weights``)."""
+    """The expert config (BLOCK_M, GEMM tiles): tuned, else :func:`default_expert`; ``elem``: bytes per element."""
     family = "expert_fp8" if fp8 else "expert"
     tuned = _lookup(family if weights is None else f"{family}_{weights}", H, I, E, K, T)
     if tuned:

@@ -61,8 +61,7 @@ def _pdl(pdl: bool) -> dict:
 
 def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False,
           block_c: int | None = None) -> Alignment:
-    """Stage 2: group (token, slot) pairs by expert, each run padded to ``block_m`` rows. Pairs per
-    program grow with the pairs (docs/design.md); ``block_c``, a power of two ≥ 16, sets them instead."""
+    """Stage 2: pairs by expert, runs padded to ``block_m``; ``block_c`` (power of two ≥ 16): pairs per program."""
     num_pairs = topk_ids.numel()
     EM = max_padded_rows(num_pairs, E, block_m)
     dev = topk_ids.device
@@ -97,9 +96,8 @@ def gather(x: torch.Tensor, al: Alignment, K: int) -> torch.Tensor:
 
 
 def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
-    """Stage 4: the GEMM's input: ``native`` returns ``(a, None)``; ``fp8`` e4m3 and one power-of-two
-    scale per row per 128 columns. ``al``: an expert-major ``a``'s alignment (rows past
-    ``num_tokens_post_padded`` skipped), or None for token rows (all quantized)."""
+    """Stage 4: ``native`` returns ``(a, None)``; ``fp8``: e4m3 and a power-of-two scale per row per 128 columns.
+    ``al``: an expert-major ``a``'s alignment (rows past the end skipped), or None for token rows."""
     if fmt == "native":
         return a, None
     EM, N = a.shape
@@ -123,9 +121,8 @@ def _weight_operands(w) -> tuple:
 
 
 def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype, w=None) -> dict:
-    """A GEMM's launch parameters from its tile. ``HALF_M`` (default off): a block whose upper half is
-    padding runs a BLOCK_M/2-row tile (weights read once, half the tensor-core work). ``SWAP_AB``
-    (default off): the tile transposed, weight rows on the tensor cores' M axis."""
+    """A GEMM's launch parameters: ``HALF_M`` (default off) runs a half-padding block as BLOCK_M/2 rows;
+    ``SWAP_AB`` (default off) transposes the tile, weight rows on the tensor cores' M axis."""
     half = bool(cfg.get("HALF_M", False))
     if half and block_m < 32:
         raise ValueError(f"HALF_M needs BLOCK_M >= 32 (tl.dot takes at least 16 rows), got BLOCK_M={block_m}")
@@ -145,8 +142,8 @@ def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype, w=None) -> dict:
 
 def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_k: int = 0,
             pdl: bool = False) -> torch.Tensor:
-    """Stage 5: grouped GEMM over gate and up rows, SiLU·up, rounded to w13's dtype. ``a``: stage 3's
-    (EM, H) buffer, or with ``gather_k = K`` the (T, H) token rows, gathered in the loads. Out: (EM, I)."""
+    """Stage 5: grouped GEMM, SiLU·up, rounded: (EM, I) from stage 3's (EM, H) ``a``, or with ``gather_k = K``
+    the (T, H) token rows gathered in the loads."""
     E, two_i, H = w13.shape
     I = two_i // 2  # noqa: E741
     out = _alloc.empty(al.EM, I, dtype=w13.dtype, device=w13.device)

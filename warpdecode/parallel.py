@@ -118,8 +118,8 @@ def _wrap(w, weight: torch.Tensor, scale: torch.Tensor, validate: bool = True):
 
 
 def shard_tp(w13, w2, rank: int, world: int) -> tuple:
-    """Rank ``rank``'s tensor-parallel slice, copied: (E, 2·I/world, H) gate then up rows, (E, H, I/world);
-    FP8 weights with their scales, I/world then whole scale groups (128 block128, 32 MXFP8)."""
+    """Rank ``rank``'s copied slice: (E, 2·I/world, H) gate then up rows, (E, H, I/world); FP8 with scales
+    (I/world whole scale groups)."""
     check_fp8_pair(w13, w2)
     E, two_i, H = w13.shape
     I = two_i // 2  # noqa: E741

@@ -109,8 +109,7 @@ class FP8Weights:
 
     # -- dequantization -----------------------------------------------------------------------------
     def expert(self, e: int, dtype=None) -> torch.Tensor:
-        """Expert e's (N, C) weight, q · s, in ``dtype`` (default: :attr:`dtype`). In float64 it is
-        exact: what the kernels multiply, and what the reference reads."""
+        """Expert e's (N, C) weight q · s in ``dtype`` (default :attr:`dtype`); exact in float64."""
         E, N, C = self.weight.shape
         s = self.scale_factors(e)  # (scale rows, column groups)
         parts = 2 if self.gate_up else 1

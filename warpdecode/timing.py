@@ -58,8 +58,7 @@ def _warm_up(run, warmup: int, min_ms: float):
 
 
 def time_replays(graph, *, reps: int = 100, warmup: int = 10, min_warmup_ms: float = 50.0) -> Timing:
-    """Median and 20th/80th percentiles of ``reps`` replays, each between its own events, after
-    :func:`_warm_up` (``warmup``, ``min_warmup_ms``)."""
+    """Median, 20th and 80th percentiles of ``reps`` event-timed replays after :func:`_warm_up`."""
     _warm_up(graph.replay, warmup, min_warmup_ms)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]

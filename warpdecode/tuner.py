@@ -296,8 +296,7 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
 
 
 def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
-    """The grouped schedule's gate/up, then down tile, kept where ≥ 1 % below the tuned pair over two
-    routing draws (docs/design.md, "Launch configuration rules")."""
+    """The grouped gate/up then down tile, kept where ≥ 1 % below the tuned pair over two routing draws."""
     gate_up_c = [c for c in grouped_candidates() if _key("grouped_gate_up", shape.K, c) not in dropped]
     down_c = [c for c in grouped_down_candidates() if _key("grouped_down", shape.K, c) not in dropped]
     L, w13s, w2s = _layer_copies(shape)
@@ -398,8 +397,7 @@ def with_swap(cfg: dict, gemms) -> dict:
 
 
 def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, log=print):
-    """SWAP_AB on gate/up, down or both per tuned expert bucket, kept where ≥ 1 % faster in all
-    ``rounds`` alternated rounds (docs/design.md, "Launch configuration rules")."""
+    """SWAP_AB per tuned expert bucket on gate/up, down or both, kept where ≥ 1 % faster in all ``rounds``."""
     L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:

@@ -122,8 +122,7 @@ _resident: dict = {}  # compiled-kernel key -> programs one SM holds at once
 
 
 def barrier_state(device=None) -> torch.Tensor:
-    """This device's grid-barrier buffer, zeroed on first use and shared by one stream's launches. Two
-    fused launches must never run concurrently on one device; use ``schedule="split"`` there."""
+    """This device's grid-barrier buffer (zeroed once); concurrent fused launches on one device must not run."""
     device = torch.device(device or torch.cuda.current_device())
     if device.index not in _barriers:
         _barriers[device.index] = torch.zeros(3, dtype=torch.int32, device=device)
@@ -168,9 +167,8 @@ def fused_grid(kernel, args, meta: dict, cfg: dict, device) -> tuple:
 
 
 def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torch.float32):
-    """Both phases in one launch of a persistent grid (GPU); in the interpreter, which cannot pass a
-    barrier, two launches. cfg: ``{"gate_up": {"BLOCK_I", "BLOCK_H"}, "down": {"BLOCK_H", "BLOCK_I"},
-    "num_warps", "programs_per_sm"}``; the grid is sized by :func:`fused_grid`."""
+    """Both phases in one persistent launch (two in the interpreter). cfg: ``{"gate_up": {"BLOCK_I",
+    "BLOCK_H"}, "down": {"BLOCK_H", "BLOCK_I"}, "num_warps", "programs_per_sm"}``; grid by :func:`fused_grid`."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     I = two_i // 2  # noqa: E741
@@ -212,9 +210,8 @@ def grouped_terms(w_dtype, act_dtype) -> int:
 
 
 def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
-    """Grouped kernel 1: (TERMS, T*K, I), each token's weighted silu(gate)·up in the row of its first
-    slot routed to the expert, one program per expert's rows. cfg: ``{"BLOCK_I", "BLOCK_H", "num_warps",
-    "num_stages"}``. One launch per ``GROUPED_TOKENS`` tokens: the schedule is for decode-sized T."""
+    """Grouped kernel 1: (TERMS, T*K, I) weighted silu(gate)·up, one program per expert's rows, one launch
+    per ``GROUPED_TOKENS`` tokens. cfg: ``{"BLOCK_I", "BLOCK_H", "num_warps", "num_stages"}``."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     I = two_i // 2  # noqa: E741
@@ -234,8 +231,7 @@ def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=to
 
 
 def warp_down_grouped(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Tensor:
-    """Grouped kernel 2: y (T, H) from the terms, one program per expert and block of outputs, summed in
-    FP32 scratch and rounded once. cfg: ``{"BLOCK_H", "BLOCK_I", "num_warps", "num_stages"}``."""
+    """Grouped kernel 2: y (T, H) from the terms, per expert and output block, FP32 scratch, rounded once."""
     E, H, I = w2.shape  # noqa: E741
     T, K = topk_ids.shape
     blocks = triton.cdiv(H, cfg["BLOCK_H"])
