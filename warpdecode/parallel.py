@@ -11,17 +11,13 @@ x, topk_weights and topk_ids are the same on every rank. Byte ledger per rank an
   tensor parallel  U·3·(I/tp)·H·2 B, 1/tp of the layer's (U: distinct experts routed)
   expert parallel  the distinct experts it holds, ≈ U/ep on average; none chosen: only the routing
   all-reduce       2·(tp − 1)/tp · T·H·4 B through the interconnect (ring)
-FP8 weights shard both ways; for tensor parallel I/tp must be whole scale groups (128 for
-block128, 32 for MXFP8).
+FP8 weights shard both ways (tensor parallel: I/tp in whole scale groups, 128 or 32 for MXFP8).
 
-Before any data collective the ranks agree (:func:`agree`): one all-gather of a few int64 per rank
-(an error flag, T, shapes, dtypes, layout), so that a rank whose inputs fail raises its own error
-and every other rank one naming it, instead of hanging in a collective. Skipped inside CUDA-graph
-capture and ``torch.compile``. ``check_routing=True`` (off by default) also compares every rank's
-topk_ids and topk_weights bit for bit: one more all-gather of 2·T·K int64 per rank.
-
-On one rank each call is ``warpdecode.warp.moe_warp`` (or, past the crossover with
-``method="auto"``, the expert path, its partial sums rounded to x's dtype before the reduce).
+Before any data collective the ranks agree (:func:`agree`, one small all-gather, skipped in graph
+capture and ``torch.compile``): a rank whose inputs fail raises its own error and every other one
+naming it, instead of hanging. ``check_routing=True`` also compares the routing bit for bit (one
+more all-gather of 2·T·K int64 per rank). Past the crossover ``"auto"`` runs the expert path,
+whose partial sums are rounded to x's dtype before the reduce.
 """
 
 from __future__ import annotations

@@ -4,17 +4,14 @@
     block128   e4m3       128 rows × 128 columns (a block)    float32              q · s[r // 128, c // 128]
     mxfp8      e4m3       1 row × 32 columns (OCP MX)         e8m0 (uint8 bits)    q · 2^(bits[r, c // 32] − 127)
 
-``block128`` is the DeepSeek-V3 / Qwen3 FP8 checkpoints' ``weight`` and ``weight_scale_inv``
-(w ≈ q · s; a partial block at a dimension's end). w13's gate and up rows are separate projections
-in a checkpoint, so their blocks restart at row I: scales (E, 2·⌈I/128⌉, ⌈H/128⌉), gate first (vLLM's
-``w13_weight_scale_inv``); w2's (E, ⌈H/128⌉, ⌈I/128⌉). ``mxfp8`` (Blackwell's tensor cores): one
-power-of-two scale per 32 elements of the reduction axis, (E, 2I, ⌈H/32⌉) and (E, H, ⌈I/32⌉).
-Bytes per weight: 1 + 4/16384 (block128), 1 + 1/32 (mxfp8), against 2 in bf16.
+``block128``: DeepSeek-V3 / Qwen3 FP8 ``weight`` and ``weight_scale_inv``; w13's gate and up blocks
+restart at row I: scales (E, 2·⌈I/128⌉, ⌈H/128⌉) (vLLM's ``w13_weight_scale_inv``), w2's (E, ⌈H/128⌉,
+⌈I/128⌉). ``mxfp8`` (Blackwell): (E, 2I, ⌈H/32⌉) and (E, H, ⌈I/32⌉). Bytes per weight: 1 + 4/16384
+(block128), 1 + 1/32 (mxfp8), against 2 in bf16.
 
-:func:`quantize_experts` makes either format; ``from_checkpoint`` wraps a checkpoint's tensors
-without copying. Both validate once when built (dtypes, shapes, scales finite and non-zero);
-``warpdecode.moe`` takes them in place of ``w13`` and ``w2`` with every method.
-:meth:`FP8Weights.dequantize` is exact in float64, what the reference reads.
+:func:`quantize_experts` makes either format, ``from_checkpoint`` wraps tensors uncopied; both
+validate once. ``warpdecode.moe`` takes them as ``w13``/``w2`` with every method;
+:meth:`FP8Weights.dequantize` is exact in float64, as the reference reads it.
 """
 
 from __future__ import annotations

@@ -5,15 +5,11 @@
     weight loads of slot (t, j):  masked by ok (an id outside [0, E) reads nothing, never out of bounds)
     y[t, :] = NaN  if some slot j has ¬ok and topk_weights[t, j] ≠ 0
 
-A slot of weight 0 adds nothing whatever its id (transformers' expert parallelism passes id E with
-weight 0); a nonzero weight on a bad id would silently drop its share, so the token is NaN instead.
-The guard rides on loads the kernels make anyway: no launch, no host sync (``strict=True`` reads
-the range back and raises instead). The pair's gate/up tile writes the slot's intermediate row as
-NaN (:func:`poisoned`), which the masked down tile multiplies in (0 · NaN = NaN); every other kernel
-that writes y re-reads the token's K ids and weights after its sums (:func:`dropped`).
-
-Bytes: one routing weight per gate/up program, or the token's K ids and weights once more per
-program that writes y (from L1/L2).
+A slot of weight 0 adds nothing whatever its id (transformers' expert parallelism passes id E);
+a nonzero weight on a bad id makes the token NaN rather than silently drop its share. No launch, no
+sync: the pair's gate/up writes the slot's row NaN (:func:`poisoned`), which the masked down tile
+multiplies in; other kernels that write y re-read the token's K ids and weights (:func:`dropped`).
+Bytes: one routing weight per gate/up program, or the token's K ids and weights once more (L1/L2).
 """
 
 import triton
