@@ -1,15 +1,12 @@
 """Three fixes to Triton's CPU interpreter (applied only when it is in use).
 
-1. Float rounding. Triton 3.6's interpreter truncates float32 → bfloat16 and rounds narrower types
-half up; the GPU rounds to nearest even, so accuracy tests would measure the interpreter. The
-conversions between float32, bfloat16, float16 and both FP8 formats become PyTorch's
-(``tests/test_interpreter.py`` checks it).
-
-2. NumPy >= 2.4 refuses ``int()`` of the one-element arrays that hold scalar kernel arguments, in
-``tl.tensor.__index__``; ``.item()`` works under any NumPy (as upstream triton-lang/triton#9172).
-
-3. Import order (:func:`reinterpret_language`): Triton's own helpers are rebuilt for the
-interpreter if ``triton.language`` was imported before it was switched on (``transformers`` does).
+1. Float rounding: Triton 3.6's interpreter truncates float32 → bfloat16 and rounds narrower types
+half up; the conversions between float32, bfloat16, float16 and both FP8 formats become PyTorch's
+(nearest even, as the GPU; ``tests/test_interpreter.py``).
+2. NumPy >= 2.4 refuses ``int()`` of the one-element arrays holding scalar kernel arguments in
+``tl.tensor.__index__``; ``.item()`` works under any NumPy (upstream triton-lang/triton#9172).
+3. Import order (:func:`reinterpret_language`): Triton's helpers are rebuilt for the interpreter
+if ``triton.language`` was imported before it was switched on (``transformers`` does).
 """
 
 import sys

@@ -1,21 +1,18 @@
 """Launch configurations: tuned tables measured on a GPU, and the defaults used elsewhere.
 
-A tuned table (``python -m warpdecode tune``, as vLLM's ``benchmark_moe.py --tune``) keys entries by
-kernel family and layer shape, each ``[T_max, config]`` buckets: T tokens take the first with
-T ≤ T_max, else the last. Without an entry the defaults below run (:func:`default_expert`,
-:func:`warp_config`). Per family and shape the first table that has it wins: the shipped
-``warpdecode/tuned/<GPU>.json``, then the user's ``<cache dir>/<GPU>.json`` (:func:`cache_dir`).
-Reads are checked (:func:`check_table`): a bad file is named in one warning and skipped. Writes are
-checked, locked, merged with the file as it is then and replace it whole.
+A tuned table (``python -m warpdecode tune``) keys ``[T_max, config]`` buckets by kernel family and
+layer shape; T tokens take the first bucket with T ≤ T_max, else the last; without an entry the
+defaults run. The shipped ``warpdecode/tuned/<GPU>.json`` wins over the user's ``<cache dir>/<GPU>.json``
+(:func:`cache_dir`) per family and shape. Reads are checked (:func:`check_table`; a bad file is
+skipped with one warning); writes are checked, locked, merged and replace the file whole.
 
 Switches (``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; unset or empty: default;
 else ValueError), read at import and by :func:`read_env`:
 
 - ``WARPDECODE_TUNED``: on (default) both tables, ``cache`` the cache only, off neither;
-  ``with configs.tables(shipped=False, cache=False): ...`` does the same for a block and wins.
-- ``WARPDECODE_AUTOTUNE`` on (default off) or :func:`autotune` ``(True)``: a shape neither table has
-  is tuned at its first call's token bucket and cached; never in CUDA-graph capture (one warning per
-  shape) nor in the interpreter.
+  :func:`tables` does the same for a block and wins.
+- ``WARPDECODE_AUTOTUNE`` (default off) or :func:`autotune`: a shape no table has is tuned at its
+  first call's bucket into the cache; never in graph capture (one warning) nor the interpreter.
 """
 
 from __future__ import annotations

@@ -9,9 +9,8 @@
     7 scatter  per-(token, slot) outputs back to token order    moves data
     8 combine  sum over K, in the compute dtype (vLLM moe_sum)  moves data
 
-:func:`moe_expert` runs them as vLLM's ``fused_moe``: gather and scatter inside the GEMMs, four
-launches chained with PDL where the GPU has it; ``fuse_gather_scatter=False`` runs all eight as
-kernels (notebook 2's stage-by-stage benchmark), bit for bit the same.
+:func:`moe_expert` runs them as vLLM's ``fused_moe`` (gather and scatter inside the GEMMs, four
+launches chained with PDL); ``fuse_gather_scatter=False`` runs all eight, bit for bit the same.
 """
 
 from __future__ import annotations
