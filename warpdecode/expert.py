@@ -203,13 +203,11 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
                fuse_gather_scatter: bool = True, pdl: bool | None = None):
     """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
-    act_format: ``"native"`` (compute dtype) or ``"fp8"`` (activations and intermediate e4m3, 1×128
-    power-of-two scales); with FP8 weights ``"fp8"`` is w8a8, ``"native"`` weight-only.
-    fuse_gather_scatter: gather in the gate/up GEMM's loads, scatter in the down GEMM's stores, as vLLM
-    (default True); False runs them as kernels of their own.
-    pdl: chain gate/up, down and combine with programmatic dependent launch (Hopper+, fused form,
-    native activations). None (default): where the GPU has it, unless ``WARPDECODE_PDL=0``; False: one
-    launch after another, as vLLM. Every option gives the same bits."""
+    act_format: ``"native"`` (default, compute dtype) or ``"fp8"`` (e4m3 activations and intermediate,
+    1×128 power-of-two scales; with FP8 weights w8a8, else weight-only). fuse_gather_scatter (default
+    True): gather and scatter inside the GEMMs, as vLLM; False: kernels of their own. pdl: chain gate/up,
+    down and combine with PDL (Hopper+, fused, native); None (default): where the GPU has it unless
+    ``WARPDECODE_PDL=0``; False: as vLLM. Every option gives the same bits."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]

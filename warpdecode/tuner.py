@@ -482,13 +482,10 @@ def _buckets(Ts):
 
 
 def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, log=None) -> dict:
-    """Tune ``shapes`` (preset names or :class:`MoEShape`) and return the table.
-
-    Each step's entries merge into ``path`` (default: this GPU's shipped ``warpdecode/tuned/<GPU>.json``)
-    as it ends, under the file's lock (``configs.update_table``); an invalid file is overwritten.
-    ``paths``: steps from :data:`PATHS`; ``Ts``: the token buckets (:func:`_buckets`); ``crossover``:
-    also time both paths there and store ``crossover`` and ``crossover_evidence``; ``log``: a
-    print-like function (default: the progress bar's)."""
+    """Tune ``shapes`` (preset names or :class:`MoEShape`) and return the table, each step merged into
+    ``path`` (default: the shipped ``warpdecode/tuned/<GPU>.json``) under its lock. ``paths``: steps of
+    :data:`PATHS`; ``Ts``: token buckets (:func:`_buckets`); ``crossover``: also time both paths there and
+    store ``crossover`` and ``crossover_evidence``; ``log``: print-like (default: the progress bar's)."""
     shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
     path = path or tuned_file()
     table = configs._read(path)  # a bad file is named in a warning, and overwritten by the first write
@@ -556,10 +553,9 @@ def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
 
 
 def tune_shape(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None, paths=PATHS, log=None) -> dict:  # noqa: E741
-    """Tune one layer shape on this GPU into the user's cache (``configs.cache_file()``), with its
-    measured ``auto`` crossover. ``dtype``: ``"bf16"``/``"fp16"`` or the torch dtype. ``Ts``: the
-    token buckets (default warp decode's 1–16, the expert path's 1–256). ``paths``: steps from
-    :data:`PATHS`. Returns the cached table. Raises RuntimeError (before writing) without a CUDA GPU,
+    """Tune one shape into the user's cache (``configs.cache_file()``) with its ``auto`` crossover. ``dtype``:
+    ``"bf16"``/``"fp16"`` or a torch dtype; ``Ts``: token buckets (default 1–16 warp, 1–256 expert); ``paths``:
+    steps of :data:`PATHS`. Returns the cached table. RuntimeError without a CUDA GPU (nothing written),
     ValueError for a bad ``dtype`` or ``paths``."""
     require_gpu("warpdecode.tune")
     dtype = DTYPES.get(dtype, dtype)

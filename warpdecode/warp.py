@@ -257,14 +257,11 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
              schedule: str | None = None, out_dtype=None):
     """Warp decode on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
-    act_dtype: the intermediate's dtype (default FP32: unrounded until y's one store; x.dtype rounds it).
-    config: a launch config (checked as the tables are); default: tuned, else the defaults.
-    schedule: ``"split"`` (two kernels, the down one launched early with PDL), ``"fused"`` (one
-    persistent kernel, a grid barrier), ``"grouped"`` (each routed expert's rows read once for all its
-    tokens), or None (default): the tuned config's, else ``"split"``.
-    out_dtype: y's dtype (default x's); FP32 keeps a partial sum unrounded (``warpdecode.parallel``),
-    where ``"fused"`` gives way to the pair. FP8 weights always run :mod:`warpdecode.kernels.warp_fp8`'s
-    pair with ``configs.warp_fp8_config``."""
+    act_dtype: the intermediate's dtype (default FP32, unrounded; x.dtype rounds it). config: a launch
+    config (checked as tables are; default tuned, else the defaults). schedule: ``"split"`` (two kernels,
+    PDL), ``"fused"`` (one persistent kernel), ``"grouped"`` (each expert's rows read once for all its
+    tokens), or None (default: the config's, else ``"split"``). out_dtype: y's dtype (default x's); FP32
+    keeps a partial unrounded (``"fused"`` then gives way to the pair). FP8 weights run the FP8 pair."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
