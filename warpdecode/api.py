@@ -125,39 +125,30 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     """y (T, H) = Σ_j topk_weights[:, j] · W2[e] (silu(Wg[e] x) ⊙ Wu[e] x), e = topk_ids[:, j].
 
     x (T, H) bf16/fp16/fp32; w13 (E, 2I, H) gate rows then up rows; w2 (E, H, I), both in x's dtype
-    and contiguous, or both FP8 weights for x's dtype (``warpdecode.quantize_experts``,
-    ``warpdecode.experts_from_checkpoint``: e4m3 with 128×128 block or MXFP8 scales); topk_weights
-    (T, K) float32; topk_ids (T, K) int32 or int64 in [0, E). Returns y in x's dtype.
-
-    The call never waits for the device: inputs are checked on the host, ids inside the kernels
-    (``warpdecode/kernels/ids.py``). An id outside [0, E) is never read through: its slot adds nothing,
-    and with a nonzero routing weight its token's row is NaN. ``strict=True`` (default False, for
-    debugging) raises instead: on the host in eager mode (one sync per call), through a device-side
-    assert under CUDA-graph capture or ``torch.compile``.
+    and contiguous, or both FP8 weights (``warpdecode.quantize_experts``, ``experts_from_checkpoint``);
+    topk_weights (T, K) float32; topk_ids (T, K) int32 or int64 in [0, E). Returns y in x's dtype.
+    Inputs are checked on the host, ids in the kernels, with no wait: a bad id's slot adds nothing, and
+    with a nonzero weight its token is NaN. ``strict=True`` (default False, for debugging) raises
+    instead: one sync per call in eager mode, a device-side assert under graph capture or compile.
 
     method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages), ``"warp"``
     (warp decode), or ``"auto"`` (default: warp up to :func:`crossover`, measured where a table has
-    the shape, else the cost model's). With ``configs.autotune(True)`` a shape no table has is tuned
-    on the first call that meets it.
+    the shape, else modelled; with ``configs.autotune(True)`` an untuned shape is tuned on first call).
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
     act_format: expert only, ``"native"`` (default) or ``"fp8"`` (e4m3 activations, 1×128 block scales).
-    schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel, a grid
-    barrier) or ``"grouped"`` (each routed expert's rows read once for all its tokens); default: the
-    tuned table's pick for the shape and T.
-    deterministic: the same inputs give the same bits on every call; every path does but the grouped
-    schedule (FP32 atomics), which then gives way to the pair. Default False.
-    batch_invariant: token t's output is the same bits whatever else shares the call (the pair at
-    T = 1's tiles at every T; slower past T ≈ 8). Implies ``deterministic``. Default False.
+    schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel) or
+    ``"grouped"`` (each routed expert's rows read once for all its tokens); default: the tuned pick.
+    deterministic: the same bits on every call; every path but the grouped schedule (FP32 atomics),
+    which then gives way to the pair. Default False.
+    batch_invariant: token t's bits do not depend on what shares the call (the pair at T = 1's tiles;
+    slower past T ≈ 8). Implies ``deterministic``. Default False.
 
-    FP8 weights (compute capability ≥ 8.9): ``warp`` dequantizes in registers on the pair (``schedule``
-    None or ``"split"``); ``expert`` runs FP8-weight GEMMs on bf16 activations, or w8a8 with
-    ``act_format="fp8"``; ``loop`` dequantizes first; ``auto`` weighs warp against weight-only expert.
-
-    Under ``torch.compile`` (``fullgraph=True`` too) ``moe`` traces as one operator,
-    ``torch.ops.warpdecode.moe`` (FP8: ``moe_fp8``). Raises ValueError or TypeError for a bad option
-    or input, RuntimeError where grad mode is on and an input requires grad (only ``"loop"`` computes
-    gradients). Meta tensors give the shape without a kernel; views with a pending negation are
-    refused; in the CPU interpreter concurrent calls run one at a time."""
+    FP8 weights (compute capability ≥ 8.9): ``warp`` dequantizes in registers on the pair; ``expert``
+    runs weight-only GEMMs, or w8a8 with ``act_format="fp8"``; ``loop`` dequantizes first.
+    Under ``torch.compile`` it traces as one operator, ``torch.ops.warpdecode.moe`` (FP8: ``moe_fp8``).
+    Raises ValueError or TypeError for a bad option or input, RuntimeError where grad mode is on and an
+    input requires grad (only ``"loop"`` computes gradients). Meta tensors give the shape without a
+    kernel; views with a pending negation are refused; the interpreter runs concurrent calls one at a time."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if act_format not in ("native", "fp8"):
