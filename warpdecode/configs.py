@@ -676,10 +676,9 @@ SWAP_FP8_GATE_UP_SM100 = tuple(int(v) for v in triton.__version__.split(".")[:2]
 
 def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
                    shared_per_block: int | None = None, group_k: int | None = None) -> dict:
-    """The expert path's default config from the shape, T and device: vLLM's batch-aware
-    ``get_default_config`` tiles per GEMM; BLOCK_M and GROUP_M by pairs per expert; accumulators within
-    :func:`acc_regs_per_thread`; stages, then BLOCK_K, fitted to ``shared_per_block`` at ``elem`` bytes;
-    ``group_k``: columns per FP8 weight scale. Data: docs/design.md, "Launch configuration rules"."""
+    """The expert path's default from shape, T and device: vLLM's ``get_default_config`` tiles per GEMM,
+    BLOCK_M and GROUP_M by pairs per expert, accumulators within :func:`acc_regs_per_thread`, stages then
+    BLOCK_K fitted to ``shared_per_block`` at ``elem`` bytes, K steps within ``group_k`` (docs/design.md)."""
     limits = _runtime.device_limits()
     arch = limits.get("arch", 90)
     budget = (shared_per_block or limits["shared_per_block"]) - EPILOGUE_SHARED

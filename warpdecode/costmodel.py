@@ -44,9 +44,8 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E74
 
 @functools.cache
 def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2, w_elem: int | None = None) -> int:  # noqa: E741
-    """The largest T on :data:`T_GRID` up to which :func:`model_us` has warp decode no slower at every
-    T; 0 if none. With 16-bit weights it ends before the first T the defaults run grouped
-    (:func:`warpdecode.configs.shares_experts`). Data: docs/design.md, "Cost model constants"."""
+    """The largest T of :data:`T_GRID` to which :func:`model_us` has warp no slower at every T, or 0; with
+    16-bit weights, before the first T whose default is grouped. Data: docs/design.md."""
     best = 0
     for T in T_GRID:
         warp, expert = model_us(H, I, E, K, T, elem, w_elem)

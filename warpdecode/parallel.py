@@ -56,9 +56,8 @@ def _unchecked(x) -> bool:
 
 
 def agree(group, error: Exception | None, facts: dict, what: str) -> None:
-    """One all-gather of [no error, *facts] per rank before any data collective: every rank raises where one
-    had an ``error`` (that rank its own, the others a ValueError naming it) or the ``facts`` (ints, or
-    :data:`WORDS`) differ (naming each rank's). ``what``: what the facts describe."""
+    """One all-gather of [no error, *facts] per rank: all raise where one had an ``error`` (it its own, the
+    others naming it) or the ``facts`` (ints, :data:`WORDS`) differ. ``what``: what the facts describe."""
     _, world = _world(group)
     names = list(facts)
     sent = [-1] * len(names) if error else [WORDS.index(v) if isinstance(v, str) else int(v) for v in facts.values()]

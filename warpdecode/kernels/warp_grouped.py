@@ -16,11 +16,9 @@ Byte ledger of one launch of ≤ T_PAD tokens (bf16 weights, U distinct experts 
   minimum  U·3·I·H·2 B: what this schedule reads of the weights. Past T_PAD tokens each launch reads
            its experts' rows again.
 
-The pair reads an expert's rows once per (token, slot); here one program takes one expert's rows
-for every token, the token axis the N of a tensor-core product (padded to 16), tokens not routed to
-it masked: rows read once, no sort, gather or scatter. The three bf16 terms (8 + 8 + 8 significand
-bits) make every tensor-core product exact; the FP32 atomics make y's last bit vary at K > 2. Work
-grows with padded tokens × experts hit: for small T that shares experts. Weights ``evict_first``.
+One program takes one expert's rows for every token (the N of a tensor-core product, padded to 16,
+tokens not routed masked): rows read once, no sort, gather or scatter. The three bf16 terms make each
+product exact; FP32 atomics make y's last bit vary at K > 2. For small T that shares experts.
 """
 
 import triton

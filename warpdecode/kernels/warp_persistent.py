@@ -10,11 +10,9 @@ barrier between them (schedule ``"fused"``).
 Byte ledger: the pair's (``warp_pair.py``), plus the barrier: one atomic add per program and its
 polls, on 12 bytes. Minimum: U·3·I·H·2 B for the U distinct routed experts.
 
-One launch ramp serves both phases, and a program done with its gate/up share streams its down
-rows while it waits (PDL overlaps only the first columns). The barrier is safe only with every
-program resident: the launcher sizes the grid from the compiled occupancy, and the spin gives up
-after ``MAX_SPINS`` polls with a flag. The interpreter runs two launches (``PHASE`` 1, then 2).
-T and T*K are not specialized: one compiled kernel serves every T.
+One launch ramp serves both phases; a program done with gate/up streams its down rows while it
+waits. The barrier needs every program resident (the grid is sized from the compiled occupancy) and
+gives up after ``MAX_SPINS`` polls with a flag. The interpreter runs ``PHASE`` 1, then 2. T unspecialized.
 """
 
 import triton
