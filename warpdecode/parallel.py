@@ -253,10 +253,9 @@ def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_exp
 
 
 class ParallelMoE(nn.Module):
-    """One MoE layer's experts sharded over ``group``: from the full w13, w2 (any device; plain or
-    FP8) and ``layout`` (``"tp"`` or ``"ep"``) it keeps this rank's share, checking with one all-gather
-    that every rank sharded and agrees on shape, dtype and layout. ``forward(x, topk_weights, topk_ids)``
-    returns the whole y on every rank; ``method`` and ``check_routing`` as :func:`moe_tp`."""
+    """One MoE layer's experts sharded over ``group``: keeps this rank's share of the full w13, w2 (plain
+    or FP8) by ``layout`` (``"tp"`` or ``"ep"``), checked with one all-gather; ``forward(x, topk_weights,
+    topk_ids)`` returns the whole y on every rank. ``method``, ``check_routing``: as :func:`moe_tp`."""
 
     def __init__(self, w13, w2, layout: str = "tp", *, group=None, method: str = "auto", check_routing: bool = False):
         super().__init__()

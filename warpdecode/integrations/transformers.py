@@ -1,13 +1,13 @@
-"""Warp decode as a Hugging Face transformers 5 experts implementation (``ExpertsInterface``)::
+"""Warp decode as a transformers 5 experts implementation (``ExpertsInterface``)::
 
     import warpdecode.integrations.transformers as wd_hf
     wd_hf.register()                                   # explicit: importing registers nothing
     model.set_experts_implementation("warpdecode")
 
-Warp decode up to this shape's crossover (``warpdecode.crossover``), the expert path above it. The
-experts must be in the fused layout: ``gate_up_proj`` (E, 2I, H) gate rows then up rows,
-``down_proj`` (E, H, I), no bias, not transposed.
+``method="auto"`` per call; experts in the fused layout: ``gate_up_proj`` (E, 2I, H) gate rows then
+up rows, ``down_proj`` (E, H, I), no bias, not transposed.
 """
+
 from __future__ import annotations
 
 import torch

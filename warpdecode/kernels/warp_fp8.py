@@ -16,11 +16,10 @@ Byte ledger of one call with T tokens (e4m3 weights, bf16 x, FP32 intermediate):
   minimum  the U distinct routed experts' rows and scales once: U·3·I·H·(1 + scale share) B, half
            the bf16 pair's bytes (``warp_pair.py``); at T = 1, U = K and the pair reads exactly that.
 
-The tile is warp_pair's, each lane loading 16 bytes (16 e4m3; a warp spans 512 columns). A step's
-products are reshaped to [rows, groups, GROUP_K], summed per group, multiplied by the [rows, groups]
-scales and accumulated; the groups are summed once at the end. The down tile is K 2-D tiles, one per
-routed expert (each has its own scales). Up to ``warp.STATIC_SLOTS_MAX`` slots are unrolled; past it
-(``SLOT_LOOP``, ``warp.fp8_slot_loop``) a run-time loop keeps code and registers from growing with K:
+The tile is warp_pair's at 16 e4m3 a lane (512 columns a warp); a step's products are summed per
+[rows, groups, GROUP_K] group, scaled by the [rows, groups] scales and accumulated, the groups summed
+at the end. The down tile is one 2-D tile per routed expert (own scales): up to
+``warp.STATIC_SLOTS_MAX`` unrolled, past it (``SLOT_LOOP``) a run-time loop that does not grow with K:
 
     unrolled (K ≤ STATIC_SLOTS_MAX)           slot loop (K > STATIC_SLOTS_MAX)
     for c in chunks of I:                     w = tile(slot 0, chunk 0)
