@@ -1,6 +1,5 @@
-"""Every buffer a path allocates comes from :func:`empty`, so that tests can poison them all: inside
-``with poisoned():`` float buffers are NaN and integer ones a value no kernel may read as an index,
-so an element a kernel forgot to write shows up in the result.
+"""Every buffer a path allocates comes from :func:`empty`: inside ``with poisoned():`` float buffers are
+NaN and integer ones an index no kernel may read, so an element never written shows up.
 """
 
 from __future__ import annotations

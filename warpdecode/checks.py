@@ -1,6 +1,5 @@
-"""Input validation shared by every public entry point: host-side, metadata only (no device work, no
-sync), every error naming the argument. Ids are checked in the kernels (``kernels/ids.py``);
-``strict=True`` also reads their range back (a host sync, or a device assert under capture).
+"""Input validation for every public entry point: host-side metadata only, errors naming the argument.
+Ids are checked in the kernels (``kernels/ids.py``), and with ``strict=True`` read back as well.
 """
 
 from __future__ import annotations

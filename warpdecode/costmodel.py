@@ -1,6 +1,5 @@
-"""The crossover: up to which T ``method="auto"`` runs warp decode: a tuned table's measurement where
-it has the shape, else a cost model of both paths' bytes, launches and read rates (H200 constants,
-scaled on another GPU).
+"""The crossover up to which ``method="auto"`` runs warp decode: a tuned table's where it has the
+shape, else a cost model of bytes, launches and read rates (H200 constants, scaled elsewhere).
 """
 
 from __future__ import annotations

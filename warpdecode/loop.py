@@ -1,9 +1,7 @@
-"""Rung 1: the eager expert loop, as a PyTorch user (and Hugging Face's eager experts) writes it.
-
-Per hit expert: gather its tokens, two matmuls, SiLU·up, × routing weight, ``index_add_``; all in
-the compute dtype (rounded at each step). The hit set costs a device→host sync per call and about
-eight small launches per expert. FP8 weights are dequantized first; bad ids follow the kernels'
-rule (``kernels/ids.py``).
+"""Rung 1: the eager expert loop, as a PyTorch user (and Hugging Face's eager experts) writes it: per
+hit expert gather, two matmuls, SiLU·up, × weight, ``index_add_``, rounded to the compute dtype at
+each step; one device→host sync and about eight launches per expert. FP8 weights are dequantized
+first; bad ids follow ``kernels/ids.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Timing at microsecond scale, the tuner's: :func:`capture` puts a step in a CUDA graph (no Python or
-launch gaps), :func:`time_replays` times each replay between CUDA events after a warm-up. The
-benchmarks' timing is the checkout's ``bench/timing.py``.
+"""Timing at microsecond scale: :func:`capture` puts a step in a CUDA graph, :func:`time_replays` times
+replays between CUDA events after a warm-up (the benchmarks': the checkout's ``bench/timing.py``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Search launch configurations on the GPU into ``warpdecode/tuned/<GPU>.json`` (the presets,
-:func:`tune`) or the user's cache (any shape, :func:`tune_shape`, with the ``auto`` crossover).
-
-As vLLM's ``benchmark_moe.py --tune``, for both paths alike. Each candidate is compiled in parallel
-workers (dropped if rejected or spilling), then timed alone in a CUDA graph over layer copies
-(weights from HBM, not L2); the fastest is kept per token bucket.
+"""Search launch configurations on the GPU into ``warpdecode/tuned/<GPU>.json`` (:func:`tune`) or the
+user's cache (:func:`tune_shape`), as vLLM's ``benchmark_moe.py --tune`` for both paths alike:
+candidates compiled in parallel (dropped if rejected or spilling), timed alone in a CUDA graph over
+layer copies (weights from HBM), the fastest kept per token bucket.
 """
 
 from __future__ import annotations
