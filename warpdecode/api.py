@@ -36,9 +36,8 @@ class Plan:
 
 def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedule: str | None = None,
             deterministic: bool = False, batch_invariant: bool = False) -> Plan:
-    """Which path and schedule ``moe`` takes for these inputs and options, and why, without launching
-    anything: ``print(warpdecode.explain(x, w13, w2, topk_weights, topk_ids))``. The inputs are checked
-    as ``moe`` checks their metadata; any tensor of the right shape and dtype serves, a meta one too."""
+    """Which path and schedule ``moe`` takes, and why, launching nothing (options as in ``moe``); inputs
+    checked as ``moe`` checks them, meta tensors too: ``print(warpdecode.explain(x, w13, w2, w, ids))``."""
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

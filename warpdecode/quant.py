@@ -284,9 +284,8 @@ def quantize_experts(w13: torch.Tensor, w2: torch.Tensor, format: str = "block12
 
 def experts_from_checkpoint(w13, w13_scale, w2, w2_scale, *, format: str = "block128",
                             dtype=torch.bfloat16) -> tuple[FP8Weights, FP8Weights]:
-    """A checkpoint's stacked FP8 expert tensors and their scales (block128: ``weight_scale_inv``,
-    float32; mxfp8: e8m0) as the pair ``warpdecode.moe`` takes, without copies. w13 is (E, 2I, H)
-    gate rows then up rows, w2 (E, H, I); ``dtype`` is the activations' dtype."""
+    """A checkpoint's stacked FP8 tensors w13 (E, 2I, H, gate then up), w2 (E, H, I) and scales (w13_scale,
+    w2_scale: block128 ``weight_scale_inv``, or mxfp8 e8m0) in ``format``, uncopied; ``dtype``: the activations'."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     cls = CLASSES[format]

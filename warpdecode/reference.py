@@ -23,9 +23,8 @@ def reference_moe(
     topk_ids: torch.Tensor,  # (T, K) expert of each (token, slot)
 ) -> torch.Tensor:  # (T, H) float64
     """y[t] = Σ_j topk_weights[t, j] · W2[e] (silu(Wg[e] x[t]) ⊙ Wu[e] x[t]),  e = topk_ids[t, j].
-
-    In float64 on x's device, one routed expert at a time, from the inputs exactly as given (bf16
-    widened; FP8 dequantized exactly, so a kernel's error measures its rounding, not quantization)."""
+    In float64 on x's device, expert by expert, from the inputs exactly as given (bf16 widened; FP8
+    dequantized exactly, so a kernel's error measures its rounding, not quantization)."""
     T, H = x.shape
     I = w13.shape[1] // 2  # noqa: E741
     x64 = x.double()
