@@ -1,6 +1,4 @@
-"""Command line of the installed package: ``python -m warpdecode tune …`` (``--help`` explains each
-option). Benchmarks, the report and end-to-end runs need a checkout: ``python -m bench <command>``.
-"""
+"""Command line: ``python -m warpdecode tune …`` (``--help``); benchmarks need a checkout (``python -m bench``)."""
 
 from __future__ import annotations
 

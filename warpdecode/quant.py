@@ -30,10 +30,9 @@ def _cdiv(a: int, b: int) -> int:
 
 
 class FP8Weights:
-    """One stacked expert weight (E, N, C) in FP8 e4m3 with block scales; C is the reduction axis.
-    weight: (E, N, C) float8_e4m3fn, contiguous; scale: the format's (module doc), any strides; dtype:
-    the compute dtype it stands for (:meth:`dequantize`'s default); gate_up: ``w13``, halves blocked
-    apart. No copies; ValueError or TypeError naming ``name`` on anything the kernels could not read."""
+    """One stacked expert weight (E, N, C), C the reduction axis: ``weight`` float8_e4m3fn, contiguous; ``scale``
+    the format's (module doc), any strides; ``dtype`` the compute dtype it stands for; ``gate_up``: ``w13``'s
+    halves blocked apart. No copies; ValueError or TypeError naming ``name`` on anything the kernels cannot read."""
 
     FORMAT: str = ""
     GROUP_N: int = 1  # rows per scale

@@ -1,6 +1,4 @@
-"""The executable spec: the MoE layer in float64, plain PyTorch; every error is measured against it as
-``‖y − ref‖ / ‖ref‖`` (:func:`rel_error`).
-"""
+"""The executable spec: the MoE layer in float64, plain PyTorch; errors are :func:`rel_error` against it."""
 
 from __future__ import annotations
 

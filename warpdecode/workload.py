@@ -1,6 +1,4 @@
-"""Benchmark workloads: copies of one layer, enough that a step's weights are at least 3× the L2 (as
-in a real model, where the other layers stream past between visits), each with its own routing.
-"""
+"""Benchmark workloads: layer copies, a step's weights at least 3× the L2, each copy its own routing."""
 
 from __future__ import annotations
 
