@@ -1,4 +1,4 @@
-"""Command line: ``python -m warpdecode tune …`` (``--help``); benchmarks need a checkout (``python -m bench``)."""
+"""The installed command line, ``python -m warpdecode tune``; the benchmarks need a checkout: ``python -m bench``."""
 
 from __future__ import annotations
 
