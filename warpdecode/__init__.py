@@ -12,12 +12,10 @@ from .routing import route
 
 def tune(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None,  # noqa: E741
          paths=("warp", "fused", "grouped", "expert", "expert_swap")) -> dict:
-    """Tune one MoE layer shape on this GPU, any shape, and remember it: the fastest launch
-    configurations per token bucket and the measured ``auto`` crossover, written to the user's
-    cache (``warpdecode.configs.cache_file()``), which ``moe`` reads after the shipped tables.
-    ``Ts``: the token buckets (default 1–16 for warp decode, 1–256 for the expert path).
-    Needs a CUDA GPU (raises before writing anything without one); takes minutes. Returns the
-    cached table. The same as ``python -m warpdecode tune --shape H I E K``."""
+    """Tune one MoE layer shape on this GPU into the user's cache (read after the shipped tables): the
+    fastest configs per token bucket and the ``auto`` crossover. ``Ts``: token buckets (default 1–16 for
+    warp decode, 1–256 for the expert path). Raises without a CUDA GPU, before writing; takes minutes.
+    ``dtype``, ``paths``: as :func:`warpdecode.tuner.tune_shape`. Returns the cached table (CLI: ``tune --shape``)."""
     from .tuner import tune_shape
 
     return tune_shape(H, I, E, K, dtype=dtype, Ts=Ts, paths=paths)

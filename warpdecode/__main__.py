@@ -1,9 +1,4 @@
-"""Command line of the installed package: ``python -m warpdecode tune …`` measures launch
-configurations on this GPU (``python -m warpdecode tune --help`` explains each option).
-
-The benchmarks, the report and the end-to-end runs need a checkout of the repository: run them
-from its root as ``python -m bench <command>`` (``python -m bench --help`` lists them).
-"""
+"""The installed command line, ``python -m warpdecode tune``; the benchmarks need a checkout: ``python -m bench``."""
 
 from __future__ import annotations
 
@@ -34,9 +29,7 @@ def on_gpu() -> bool:
 
 
 def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """The destinations of the options ``argv`` spells out for ``parser`` (``--opt v`` or
-    ``--opt=v``, or an unambiguous prefix of ``--opt``, as argparse accepts), so that a command
-    can tell an option it cannot honour from the option's default."""
+    """The destinations of the options ``argv`` spells out, to tell an option given from its default."""
     given = set()
     for token in argv:
         if not token.startswith("--"):
@@ -57,15 +50,12 @@ def say_ignored(args, why: dict[str, str]) -> None:
 
 
 def tune_argv(args, preset: str) -> list[str]:
-    """The command line that tunes one preset, in a process of its own (it merges its buckets into
-    the table file and writes it)."""
+    """The command line that tunes one preset in a process of its own."""
     return [sys.executable, "-m", "warpdecode", "tune", "--presets", preset, "--in-process", "--paths", *args.paths]
 
 
 def each_in_own_process(argv_of, args, presets: list[str]):
-    """One process per preset, for ``tune`` and ``python -m bench bench``: what a process
-    allocated and freed before changes later timings (docs/design.md), so no preset inherits
-    another's memory history."""
+    """One process per preset, so that none inherits another's memory history (docs/design.md)."""
     for preset in presets:
         print(f"== {preset}, in a process of its own", flush=True)
         subprocess.run(argv_of(args, preset), check=True)

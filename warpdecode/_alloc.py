@@ -1,8 +1,5 @@
-"""Every buffer a path allocates comes from :func:`empty`, so tests can poison them all.
-
-Inside ``with poisoned():`` new float buffers are filled with NaN and integer buffers with a
-value no kernel may read as an index, so an element a kernel forgot to write shows up in the
-result (NaN never passes a check) instead of hiding behind whatever the allocator returned.
+"""Every buffer a path allocates comes from :func:`empty`: inside ``with poisoned():`` float buffers are
+NaN and integer ones an index no kernel may read, so an element never written shows up.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Three fixes to Triton's CPU interpreter (applied only when it is in use).
 
-1. Float rounding. Triton 3.6's interpreter truncates float32 → bfloat16 and rounds narrower types
-half up, dropping the carry; the GPU rounds to nearest even. Left alone, bf16 outputs on the CPU
-carry about twice the GPU's rounding error and FP8 values can be wrong, so accuracy tests would
-measure the interpreter. The conversions between float32, bfloat16, float16 and both FP8 formats
-become PyTorch's (nearest even); ``tests/test_interpreter.py`` checks it.
-
-2. NumPy >= 2.4. The interpreter holds scalar kernel arguments as one-element 1-D arrays and its
-``tl.tensor.__index__`` (``_patch_lang_tensor``) is ``int(self.handle.data)``, which NumPy 2.4
-refuses for ndim > 0: every loop over a runtime bound failed. ``.item()`` works under any NumPy (as
-upstream triton-lang/triton#9172, not in 3.6.0); it is the only such conversion our kernels reach.
-
-3. Import order (:func:`reinterpret_language`). ``@triton.jit`` picks compiler or interpreter
-when it decorates, so if anything imported ``triton.language`` before warpdecode switched the
-interpreter on (``transformers`` does, when it loads a model class), Triton's own helpers
-(``tl.cdiv``, ``tl.sum``, ...) are compiler objects and every interpreted kernel fails. They are
-rebuilt for the interpreter.
+1. Float rounding: Triton 3.6's interpreter truncates float32 → bfloat16 and rounds narrower types
+half up; the conversions between float32, bfloat16, float16 and both FP8 formats become PyTorch's
+(nearest even, as the GPU; ``tests/test_interpreter.py``).
+2. NumPy >= 2.4 refuses ``int()`` of the one-element arrays holding scalar kernel arguments in
+``tl.tensor.__index__``; ``.item()`` works under any NumPy (upstream triton-lang/triton#9172).
+3. Import order (:func:`reinterpret_language`): Triton's helpers are rebuilt for the interpreter
+if ``triton.language`` was imported before it was switched on (``transformers`` does).
 """
 
 import sys
@@ -66,13 +57,7 @@ def apply():
 
 
 def reinterpret_language():
-    """Re-wrap Triton's own ``@triton.jit`` helpers for the interpreter.
-
-    ``@triton.jit`` decides between compiler and interpreter when it decorates, so helpers like
-    ``tl.cdiv`` or ``tl.sum`` are compiler objects if ``triton.language`` was imported before
-    ``TRITON_INTERPRET`` was set, and every interpreted kernel calling them fails. Each such helper
-    in ``triton.language`` (module functions and tensor methods) is replaced by its interpreted twin.
-    """
+    """Replace ``triton.language``'s compiler-built ``@triton.jit`` helpers by interpreted twins."""
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction

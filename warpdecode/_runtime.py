@@ -1,11 +1,7 @@
-"""Where kernels run, decided once, before any Triton kernel is defined.
-
-Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a function, so this module
-must be imported before any module under ``warpdecode.kernels``. ``warpdecode/__init__.py``
-imports it first. On a machine without a CUDA GPU every kernel then runs through Triton's CPU
-interpreter, with no action from the user, also when another library imported Triton first
-(see :mod:`warpdecode._interpreter_fix`); set ``TRITON_INTERPRET=1`` yourself to force the
-interpreter on a GPU machine (tensors must then live on the CPU).
+"""Where kernels run, decided once, before any Triton kernel is defined (Triton reads
+``TRITON_INTERPRET`` at ``@triton.jit``; ``warpdecode/__init__.py`` imports this first). Without a
+CUDA GPU every kernel runs in Triton's CPU interpreter, also when another library imported Triton
+first (:mod:`warpdecode._interpreter_fix`); ``TRITON_INTERPRET=1`` forces it on a GPU machine.
 """
 
 import os
@@ -25,12 +21,10 @@ if INTERPRET:
 
     _interpreter_fix.apply()
     if _triton_first:
-        # Something (transformers does) imported triton.language before the interpreter was on, so
-        # its own helpers (tl.cdiv, tl.sum, ...) were built for the GPU compiler; rebuild them.
+        # triton.language was imported first (transformers does): rebuild its helpers for the interpreter
         _interpreter_fix.reinterpret_language()
 
-#: Programmatic dependent launch (a kernel launched while its predecessor still runs, waiting for it
-#: with ``gdc_wait``): Hopper and newer, not the interpreter.
+#: Programmatic dependent launch (launched while its predecessor runs, ``gdc_wait``): Hopper and newer.
 HAS_PDL = not INTERPRET and HAS_GPU and torch.cuda.get_device_capability()[0] >= 9
 
 #: The values a ``WARPDECODE_*`` switch takes, in any case; unset or empty, a switch takes its default.
@@ -38,8 +32,7 @@ ON_OFF = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false":
 
 
 def env_choice(name: str, choices: dict, default):
-    """The value ``choices`` maps the variable ``name`` to (its text in lower case), ``default``
-    where it is unset or empty; anything else raises ValueError naming the variable and what it takes."""
+    """``choices[$name.lower()]``, ``default`` where unset or empty, else ValueError naming the variable."""
     raw = os.environ.get(name, "")
     if raw == "":
         return default
@@ -55,9 +48,7 @@ def env_switch(name: str, default: bool) -> bool:
     return env_choice(name, ON_OFF, default)
 
 
-#: Whether the kernels use it: ``WARPDECODE_PDL=0`` turns it off in both paths, to measure what it
-#: buys (warp decode's two kernels, warpdecode.warp.USE_PDL; the expert path's four launches). Read
-#: on every machine, so that a value it does not take fails there too.
+#: Whether both paths use PDL: ``WARPDECODE_PDL=0`` turns it off (read everywhere, so a bad value fails).
 USE_PDL = env_switch("WARPDECODE_PDL", True) and HAS_PDL
 
 #: The device new tensors go to when the caller does not say: the GPU when kernels compile for it.
@@ -71,11 +62,9 @@ def gpu_name() -> str:
     return "CPU (Triton interpreter)"
 
 
-#: Launch limits by architecture (compute capability as 80, 90, 100, 120), for where no GPU reports its
-#: own (the interpreter, compile checks for another GPU): the most shared memory one program may take
-#: (opt-in) and one SM holds, registers and threads per SM, and the SM count of one GPU of each
-#: (A100, H100/H200, B200, RTX 5090). From the CUDA C++ Programming Guide's "Technical Specifications
-#: per Compute Capability" table, the values cudaDeviceProp and Triton's driver report.
+#: Launch limits by architecture (80, 90, 100, 120) where no GPU reports its own: shared memory per
+#: program (opt-in) and per SM, registers and threads per SM, SMs of the A100, H100/H200, B200, RTX 5090
+#: (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability").
 ARCH_LIMITS = {
     80: {"arch": 80, "shared_per_block": 166912, "shared_per_sm": 167936, "regs_per_sm": 65536,
          "threads_per_sm": 2048, "sms": 108},
@@ -92,10 +81,7 @@ HOPPER_LIMITS = ARCH_LIMITS[90]
 
 
 def device_limits() -> dict:
-    """The launch limits of the GPU kernels run on (the keys of :data:`ARCH_LIMITS`: the compute
-    capability as major·10 + minor; the most shared memory one program may take, bytes, opt-in;
-    shared memory, registers and threads per SM; the SM count); Hopper's where there is no GPU, or
-    for what an older torch does not report."""
+    """This GPU's launch limits (:data:`ARCH_LIMITS`' keys); Hopper's without a GPU or where torch reports none."""
     if DEFAULT_DEVICE.type != "cuda":
         return dict(HOPPER_LIMITS)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())

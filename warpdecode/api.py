@@ -36,9 +36,8 @@ class Plan:
 
 def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedule: str | None = None,
             deterministic: bool = False, batch_invariant: bool = False) -> Plan:
-    """Which path and schedule ``moe`` takes for these inputs and options, and why, without launching
-    anything: ``print(warpdecode.explain(x, w13, w2, topk_weights, topk_ids))``. The inputs are checked
-    as ``moe`` checks their metadata; any tensor of the right shape and dtype serves, a meta one too."""
+    """Which path and schedule ``moe`` takes, and why, launching nothing (options as in ``moe``); inputs
+    checked as ``moe`` checks them, meta tensors too: ``print(warpdecode.explain(x, w13, w2, w, ids))``."""
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -89,8 +88,7 @@ def weight_format(w) -> str | None:
 
 
 def run_auto(x, w13, w2, topk_weights, topk_ids):
-    """``method="auto"`` on validated, contiguous inputs: warp decode up to the crossover, the
-    expert-centric path above it. No checks, no host sync."""
+    """``method="auto"`` on validated inputs: warp decode up to the crossover, else the expert path."""
     E, two_i, H = w13.shape
     m = pick_method(x.shape[0], H, two_i // 2, E, topk_ids.shape[1], x.element_size(), weight_format(w13))
     return (moe_warp if m == "warp" else moe_expert)(x, w13, w2, topk_weights, topk_ids)
@@ -102,8 +100,7 @@ FP8_CAPABILITY = (8, 9)
 
 def check_fp8_device(device: torch.device, what: str = "act_format='fp8'",
                      instead: str = "use act_format='native'") -> None:
-    """Raise before any launch where FP8 (``act_format="fp8"``, FP8 weights) meets a GPU older than
-    sm_89, for which Triton cannot compile e4m3. The interpreter emulates it anywhere."""
+    """Raise before any launch where FP8 meets a GPU older than sm_89 (the interpreter emulates it)."""
     if device.type == "cuda":
         cap, name = _gpu(device)
         if cap < FP8_CAPABILITY:
@@ -117,8 +114,7 @@ def _gpu(device: torch.device) -> tuple[tuple[int, int], str]:
     return tuple(torch.cuda.get_device_capability(device)), torch.cuda.get_device_name(device)
 
 
-# torch.compiler.assume_constant_result(_gpu) without importing Dynamo at `import warpdecode`
-# (tests/test_operator_policy.py checks the decorator still sets just this)
+# assume_constant_result(_gpu) without importing Dynamo (tests/test_operator_policy.py checks it)
 _gpu._dynamo_marked_constant = True
 
 
@@ -128,44 +124,30 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     """y (T, H) = Σ_j topk_weights[:, j] · W2[e] (silu(Wg[e] x) ⊙ Wu[e] x), e = topk_ids[:, j].
 
     x (T, H) bf16/fp16/fp32; w13 (E, 2I, H) gate rows then up rows; w2 (E, H, I), both in x's dtype
-    and contiguous, or both FP8 weights for x's dtype (``warpdecode.quantize_experts``,
-    ``warpdecode.experts_from_checkpoint``: e4m3 with 128×128 block or MXFP8 scales); topk_weights
-    (T, K) float32; topk_ids (T, K) int32 or int64 in [0, E). Returns y in x's dtype.
-
-    The call launches its path's kernels and never waits for the device: shapes, dtypes, devices and
-    strides are checked on the host; the ids inside the kernels that load them
-    (``warpdecode/kernels/ids.py``). An id outside [0, E) is never read through: its slot adds
-    nothing, and where its routing weight is not 0 its token's row is NaN (a slot of weight 0 adds
-    nothing whatever its id, as expert parallelism marks other ranks' experts). ``strict=True``
-    (default False) raises instead: on the host in eager mode (one device sync per call), through a
-    device-side assert under CUDA-graph capture or ``torch.compile``. For debugging.
+    and contiguous, or both FP8 weights (``warpdecode.quantize_experts``, ``experts_from_checkpoint``);
+    topk_weights (T, K) float32; topk_ids (T, K) int32 or int64 in [0, E). Returns y in x's dtype.
+    Inputs are checked on the host, ids in the kernels, with no wait: a bad id's slot adds nothing, and
+    with a nonzero weight its token is NaN. ``strict=True`` (default False, for debugging) raises
+    instead: one sync per call in eager mode, a device-side assert under graph capture or compile.
 
     method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages), ``"warp"``
     (warp decode), or ``"auto"`` (default: warp up to :func:`crossover`, measured where a table has
-    the shape, else the cost model's). With ``configs.autotune(True)`` a shape no table has is tuned
-    on the first call that meets it.
+    the shape, else modelled; with ``configs.autotune(True)`` an untuned shape is tuned on first call).
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
     act_format: expert only, ``"native"`` (default) or ``"fp8"`` (e4m3 activations, 1×128 block scales).
-    schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel, a grid
-    barrier) or ``"grouped"`` (each routed expert's rows read once for all its tokens); default: the
-    tuned table's pick for the shape and T.
-    deterministic: the same inputs give the same bits on every call; every path does but the grouped
-    schedule (FP32 atomics), which then gives way to the pair. Default False.
-    batch_invariant: token t's output is the same bits whatever else shares the call: warp decode's
-    pair at T = 1's tiles at every T; slower where the expert path or grouped schedule would win
-    (T ≳ 8). Implies ``deterministic``. Default False.
+    schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel) or
+    ``"grouped"`` (each routed expert's rows read once for all its tokens); default: the tuned pick.
+    deterministic: the same bits on every call; every path but the grouped schedule (FP32 atomics),
+    which then gives way to the pair. Default False.
+    batch_invariant: token t's bits do not depend on what shares the call (the pair at T = 1's tiles;
+    slower past T ≈ 8). Implies ``deterministic``. Default False.
 
-    FP8 weights (compute capability 8.9 or newer): ``warp`` dequantizes in registers on the pair
-    (``schedule`` None or ``"split"``); ``expert`` runs FP8-weight GEMMs on bf16 activations, or with
-    ``act_format="fp8"`` w8a8 (activations quantized per token in groups of 128); ``loop`` dequantizes
-    first; ``auto`` weighs warp decode against the weight-only expert path.
-
-    Under ``torch.compile`` (``fullgraph=True`` too) ``moe`` traces as one operator,
-    ``torch.ops.warpdecode.moe`` (FP8: ``moe_fp8``, each weight as its e4m3 tensor and scales): checks
-    at trace time, a fake kernel for the shape. Raises ValueError or TypeError for a bad option or
-    input, RuntimeError where grad mode is on and an input requires grad (only ``"loop"`` computes
-    gradients). Meta tensors give the shape without a kernel; views with a pending negation are
-    refused; in the CPU interpreter concurrent calls run one at a time."""
+    FP8 weights (compute capability ≥ 8.9): ``warp`` dequantizes in registers on the pair; ``expert``
+    runs weight-only GEMMs, or w8a8 with ``act_format="fp8"``; ``loop`` dequantizes first.
+    Under ``torch.compile`` it traces as one operator, ``torch.ops.warpdecode.moe`` (FP8: ``moe_fp8``).
+    Raises ValueError or TypeError for a bad option or input, RuntimeError where grad mode is on and an
+    input requires grad (only ``"loop"`` computes gradients). Meta tensors give the shape without a
+    kernel; views with a pending negation are refused; the interpreter runs concurrent calls one at a time."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if act_format not in ("native", "fp8"):
@@ -256,8 +238,7 @@ def _moe_fp8_op(x: torch.Tensor, w13_weight: torch.Tensor, w13_scale: torch.Tens
                 w2_scale: torch.Tensor, format: str, topk_weights: torch.Tensor, topk_ids: torch.Tensor, method: str,
                 act_dtype: Optional[torch.dtype], act_format: str, schedule: Optional[str],  # noqa: UP045
                 deterministic: bool, batch_invariant: bool) -> torch.Tensor:
-    """``warpdecode.moe`` with FP8 weights as one operator: each weight as its e4m3 tensor and scales
-    (float32 for "block128", e8m0 bits as uint8 for "mxfp8"), wrapped back without a read."""
+    """``moe`` with FP8 weights as one operator: each weight as its e4m3 tensor and scales, rewrapped."""
     if format not in CLASSES:
         raise ValueError(f"format must be one of {tuple(CLASSES)}, got {format!r}")
     cls = CLASSES[format]

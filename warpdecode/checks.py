@@ -1,11 +1,5 @@
-"""Input validation shared by every public entry point.
-
-Everything here runs on the host before a kernel launches, reads only tensors' metadata (shapes,
-dtypes, devices, strides: no device work, no sync), and every error names the argument and what
-was expected. The ids' values are the device's to check: every kernel that loads an id guards it
-(``warpdecode/kernels/ids.py``: no read out of bounds, a token whose slot names an id outside
-[0, E) with a nonzero weight comes out NaN). ``strict=True`` reads their range back as well, for
-debugging: a host sync in eager mode, a device-side assert under capture or ``torch.compile``.
+"""Input validation for every public entry point: host-side metadata only, errors naming the argument.
+Ids are checked in the kernels (``kernels/ids.py``), and with ``strict=True`` read back as well.
 """
 
 from __future__ import annotations
@@ -42,9 +36,7 @@ def _ndim(name, t, n, shape_doc):
 
 
 def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, strict: bool = False, local: bool = False) -> Dims:
-    """Validate the layer's inputs and return its dimensions. Raises TypeError/ValueError. ``strict``:
-    check the ids' range too (:func:`check_id_range`). ``local``: w13/w2 are one rank's share of the
-    experts, so K may exceed their number."""
+    """The layer's dimensions, or TypeError/ValueError; ``strict``: ids too; ``local``: one rank's experts."""
     for name, t in [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights), ("topk_ids", topk_ids)]:
         _tensor(name, t, fp8_ok=name in ("w13", "w2"))
     check_fp8_pair(w13, w2)
@@ -105,19 +97,14 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, strict: bool = False
 
 
 def check_kernel_device(x: torch.Tensor) -> None:
-    """The kernels run where Triton runs them: on a CUDA device, or, in the CPU interpreter (no GPU
-    visible, or ``TRITON_INTERPRET=1``), on the CPU. Inputs on the CPU of a machine whose kernels
-    compile for the GPU would hand the GPU host pointers: say so by name instead."""
+    """Inputs where the kernels run: CUDA, or the CPU in the interpreter; else an error naming them."""
     if x.device.type == "cpu" and not _runtime.INTERPRET:
         raise ValueError("the inputs are on the CPU (x: cpu), but warpdecode's kernels run on the GPU here: move them "
                          "to a CUDA device (or use method='loop'; TRITON_INTERPRET=1 runs the kernels on the CPU)")
 
 
 def check_id_range(topk_ids: torch.Tensor, E: int, name: str = "E") -> None:
-    """Raise unless every id lies in [0, E) (``name``: what the message calls E): in eager mode by
-    reading the range back (a host sync); under CUDA-graph capture or ``torch.compile``, where no
-    value can be read, by a device-side assert (``torch._assert_async``: extra kernels in the graph).
-    Off the hot path: ``strict=True``, and ``warpdecode.parallel``'s agreement between ranks."""
+    """Raise unless every id is in [0, E): a read-back in eager mode, a device assert under capture/compile."""
     if topk_ids.numel() == 0 or topk_ids.device.type == "meta":
         return
     if torch.compiler.is_compiling() or _capturing(topk_ids):
@@ -129,9 +116,7 @@ def check_id_range(topk_ids: torch.Tensor, E: int, name: str = "E") -> None:
 
 
 def check_fp8_pair(w13, w2) -> None:
-    """FP8 weights come as a pair of one format, w13 blocked as gate/up (its halves apart), and
-    their scales still match their weights (shapes and dtypes: the values were checked when the
-    objects were built)."""
+    """FP8 weights are a pair of one format, w13 blocked as gate/up, their scales matching the weights."""
     if is_fp8(w13) != is_fp8(w2):
         fp8, other = ("w13", "w2") if is_fp8(w13) else ("w2", "w13")
         raise TypeError(f"{fp8} is FP8 weights but {other} is not: pass both from warpdecode.quantize_experts "

@@ -1,30 +1,18 @@
 """Launch configurations: tuned tables measured on a GPU, and the defaults used elsewhere.
 
-A tuned table (``python -m warpdecode tune``, the search vLLM's ``benchmark_moe.py --tune`` does)
-keys entries by kernel family and layer shape; each holds ``[T_max, config]`` buckets, and a call
-with T tokens takes the first with T ≤ T_max, else the last. Without an entry the defaults below
-run: rules of the layer shape, T and the device (:func:`default_expert`, :func:`warp_config`); the
-CPU interpreter has its own small tiles. Two tables are merged per family and shape, the first
-that has a shape winning: the shipped ``warpdecode/tuned/<GPU>.json``, then the user's cache
-``<cache dir>/<GPU>.json`` (written by ``tune --shape``, :func:`warpdecode.tune` and autotune;
-:func:`cache_dir`).
+A tuned table (``python -m warpdecode tune``) keys ``[T_max, config]`` buckets by kernel family and
+layer shape; T tokens take the first bucket with T ≤ T_max, else the last; without an entry the
+defaults run. The shipped ``warpdecode/tuned/<GPU>.json`` wins over the user's ``<cache dir>/<GPU>.json``
+(:func:`cache_dir`) per family and shape. Reads are checked (:func:`check_table`; a bad file is
+skipped with one warning); writes are checked, locked, merged and replace the file whole.
 
-Every entry is checked when read (:func:`check_table`, by :data:`RULES` and :data:`TILES`): a bad
-file is named in one warning and skipped. Writes (:func:`update_table`, :func:`write_cache`,
-:func:`write_table`) are checked, made under a lock on the file, merged with the file as it is
-then, and replace it whole: concurrent tuners keep each other's entries; no reader sees half a file.
+Switches (``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; unset or empty: default;
+else ValueError), read at import and by :func:`read_env`:
 
-Switches (``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``, any case; unset or empty:
-the default; anything else raises a ValueError naming the variable), read at import and again by
-:func:`read_env`:
-
-- ``WARPDECODE_TUNED``: on (default) both tables, ``cache`` the user's cache only, off neither
-  (every launch on the defaults). ``with configs.tables(shipped=False, cache=False): ...`` does
-  the same for a block and wins over the variable.
-- ``WARPDECODE_AUTOTUNE`` on (default off) or :func:`autotune` ``(True)``: ``warpdecode.moe`` tunes
-  a shape neither table has the first time a call meets it (at that call's token bucket) and
-  writes it to the cache; never inside CUDA-graph capture (the defaults run, one warning per
-  shape) nor in the CPU interpreter.
+- ``WARPDECODE_TUNED``: on (default) both tables, ``cache`` the cache only, off neither;
+  :func:`tables` does the same for a block and wins.
+- ``WARPDECODE_AUTOTUNE`` (default off) or :func:`autotune`: a shape no table has is tuned at its
+  first call's bucket into the cache; never in graph capture (one warning) nor the interpreter.
 """
 
 from __future__ import annotations
@@ -62,8 +50,7 @@ def tuned_file(gpu: str | None = None) -> Path:
 
 
 def cache_dir() -> Path:
-    """The user's cache of tuned tables: ``$WARPDECODE_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/warpdecode``, else ``~/.cache/warpdecode``."""
+    """The tuned-table cache: ``$WARPDECODE_CACHE_DIR``, ``$XDG_CACHE_HOME/warpdecode`` or ``~/.cache/warpdecode``."""
     if os.environ.get("WARPDECODE_CACHE_DIR"):
         return Path(os.environ["WARPDECODE_CACHE_DIR"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -77,8 +64,7 @@ def cache_file(gpu: str | None = None) -> Path:
 
 #: Families merged shape by shape; any other top-level key is taken whole from the first table with it.
 FAMILIES = ("warp", "expert", "expert_fp8", "crossover", "crossover_evidence",
-            # FP8 weights, one family per format (warpdecode.quant): warp decode, the weight-only
-            # expert path, the w8a8 expert path, auto's crossover
+            # FP8 weights, per format: warp decode, weight-only expert, w8a8 expert, auto's crossover
             *(f"{family}_{fmt}" for fmt in ("block128", "mxfp8")
               for family in ("warp", "expert", "expert_fp8", "crossover")))
 #: What ``WARPDECODE_TUNED`` takes: an on/off switch (both tables, or neither), or ``cache``.
@@ -90,15 +76,13 @@ _env_sources = _SOURCES["1"]  # what WARPDECODE_TUNED says, set by read_env()
 
 
 def sources() -> tuple[bool, bool]:
-    """(read the shipped table, read the user's cache): :func:`tables` where active, else
-    ``$WARPDECODE_TUNED`` as :func:`read_env` read it."""
+    """(read the shipped table, read the cache): :func:`tables` where active, else ``$WARPDECODE_TUNED``."""
     return _tables_override if _tables_override is not None else _env_sources
 
 
 @contextlib.contextmanager
 def tables(shipped: bool = True, cache: bool = True):
-    """Within the block, read the shipped table only if ``shipped`` and the user's cache only if
-    ``cache``; ``tables(shipped=False, cache=False)`` runs every launch on the defaults."""
+    """Within the block, read the shipped table only if ``shipped``, the user's cache only if ``cache``."""
     global _tables_override
     before = _tables_override
     _tables_override = (bool(shipped), bool(cache))
@@ -108,8 +92,7 @@ def tables(shipped: bool = True, cache: bool = True):
         _tables_override = before
 
 
-# ---------------------------------------------------------------------------------------------
-# checks: every configuration, from a table or a caller, before a kernel sees it
+# --- checks: every configuration, from a table or a caller, before a kernel sees it
 
 
 class ConfigError(ValueError):
@@ -178,8 +161,7 @@ def _part(cfg: dict, part: str, kind: str, where: str) -> dict:
 
 
 def check_warp(cfg, weights: str | None = None, where: str = "warp decode's config") -> dict:
-    """Warp decode's config (:func:`warp_config`'s form; an empty grouped or fused part takes its
-    defaults; ``weights``: an FP8 format, whose steps span whole scale groups). Raises :class:`ConfigError`."""
+    """Warp decode's config (``weights``: an FP8 format, steps in whole scale groups); else :class:`ConfigError`."""
     _object(cfg, where)
     gate_up, down = _part(cfg, "gate_up", "pair", where), _part(cfg, "down", "pair", where)
     if gate_up.get("SUB_H", gate_up["BLOCK_H"]) > gate_up["BLOCK_H"]:  # both powers of two: at most is divides
@@ -204,8 +186,7 @@ def check_warp(cfg, weights: str | None = None, where: str = "warp decode's conf
 
 
 def check_expert(cfg, fp8: bool = False, weights: str | None = None, where: str = "the expert path's config") -> dict:
-    """The expert path's config (:func:`expert_config`'s form; ``fp8``: FP8 activations, ``weights``: an
-    FP8 weight format), each tile within this GPU's shared memory. Raises :class:`ConfigError`."""
+    """The expert config (``fp8``, ``weights`` FP8), tiles within shared memory; else :class:`ConfigError`."""
     block_m = check_tile(cfg, "expert", where)["BLOCK_M"]
     shared = _runtime.device_limits()["shared_per_block"]
     for part, accumulators in (("gate_up", 2), ("down", 1)):
@@ -276,8 +257,7 @@ _SHAPE_KEY = re.compile(r"H=[1-9]\d*,I=[1-9]\d*,E=[1-9]\d*,K=[1-9]\d*")
 
 
 def check_table(table, where: str = "tuned table") -> dict:
-    """Every entry of a tuned table, by :data:`FAMILY_CHECKS`, and its ``"triton"`` release. Raises
-    :class:`ConfigError` naming ``where`` and the entry; returns ``table``."""
+    """Every entry of a tuned table and its ``"triton"``; returns it, else :class:`ConfigError` naming ``where``."""
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must hold a JSON object of families, got {type(table).__name__}")
     for family, entries in table.items():
@@ -295,13 +275,11 @@ def check_table(table, where: str = "tuned table") -> dict:
     return table
 
 
-# ---------------------------------------------------------------------------------------------
-# reading and writing tables
+# --- reading and writing tables
 
 
 def read_table(path: Path) -> dict:
-    """The tuned table at ``path``, checked (:func:`check_table`); {} where there is no file. Raises
-    :class:`ConfigError` naming the file where it is unreadable, empty, not JSON or holds a bad entry."""
+    """The checked table at ``path``, {} without a file; :class:`ConfigError` naming a bad or unreadable file."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -344,29 +322,24 @@ def merge_tables(*tables_in_order: dict) -> dict:
     return out
 
 
-#: Families whose entries hold only on the Triton release they were tuned on (a table names it in
-#: ``"triton"``; elsewhere the defaults and the cost model run): warp decode compiles to another form
-#: on another release. Data: ``defaults_triton38.csv`` (docs/design.md, "Launch configuration rules").
+#: Families valid only on the Triton release named by the table's ``"triton"`` (docs/design.md).
 RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8", "crossover", "crossover_evidence",
                  "crossover_block128", "crossover_mxfp8")
 
 
 def release(version: str | None = None) -> str:
-    """The major.minor release of a Triton version (default: the running one's), what a tuned
-    table's ``"triton"`` is compared by."""
+    """The major.minor of a Triton version (default: the running one), as a table's ``"triton"`` compares."""
     return ".".join(str(version or triton.__version__).split(".")[:2])
 
 
 def other_release(table: dict) -> str | None:
-    """The Triton version ``table`` says it was tuned on, if that is another release than the running
-    one; None for this release or a table that names none."""
+    """The Triton version ``table`` was tuned on if another release than the running one, else None."""
     tuned_on = table.get("triton")
     return tuned_on if tuned_on and release(tuned_on) != release() else None
 
 
 def for_this_release(table: dict) -> dict:
-    """``table`` without its :data:`RELEASE_BOUND` families if it was tuned on another Triton
-    release (:func:`other_release`)."""
+    """``table`` without its :data:`RELEASE_BOUND` families if tuned on another release."""
     if other_release(table) is None:
         return table
     return {k: v for k, v in table.items() if k not in RELEASE_BOUND}
@@ -380,8 +353,7 @@ def _load(gpu: str | None, shipped: bool, cache: bool) -> dict:
 
 
 def load_tuned(gpu: str | None = None) -> dict:
-    """This GPU's merged table (as :func:`sources` says; empty in the interpreter), read once per GPU and
-    setting; ``load_tuned.cache_clear()`` reads the files again."""
+    """This GPU's merged table (per :func:`sources`; empty in the interpreter), cached; ``cache_clear()`` rereads."""
     if _runtime.INTERPRET:
         return {}
     return _load(gpu, *sources())
@@ -413,9 +385,8 @@ def _write(path: Path, table: dict) -> None:
 
 
 def update_table(path: Path, update) -> dict:
-    """Merge ``update(current)`` into the table at ``path``, ``current`` read again under the file's lock
-    (concurrent writers keep each other's entries), dropping another release's :data:`RELEASE_BOUND`
-    entries; a bad file is overwritten with a warning. Returns the table written."""
+    """Merge ``update(current)`` into ``path`` under its lock (other releases' :data:`RELEASE_BOUND`
+    entries dropped, a bad file overwritten with a warning); returns the table written."""
     with _locked(path):
         try:
             current = for_this_release(read_table(path))
@@ -453,8 +424,7 @@ def _lookup(family: str, H, I, E, K, T):  # noqa: E741
 
 
 def tuning_note(shapes) -> str:
-    """One line on where this GPU's launch configurations for ``shapes`` (anything with H, I, E, K) come
-    from, with the command that tunes the shapes that have none. What a notebook prints first."""
+    """One line on where ``shapes``' configs come from, with the command that tunes those with none."""
     shapes = list(shapes)
     if _runtime.INTERPRET:
         return "launch configurations: the CPU interpreter's small tiles (nothing to tune without a GPU)"
@@ -473,8 +443,7 @@ def tuning_note(shapes) -> str:
             f"shape, T and this GPU's limits); to tune them here, remembered in {cache_dir()}: {command}")
 
 
-# ---------------------------------------------------------------------------------------------
-# the autotune opt-in
+# --- the autotune opt-in
 
 _autotune = False  # what WARPDECODE_AUTOTUNE or autotune() says
 _autotune_seen: set = set()  # (GPU, shape key, T bucket) decided in this process: tuned, or no need
@@ -506,8 +475,7 @@ def token_bucket(T: int) -> int:
 
 
 def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # noqa: E741
-    """Whether autotune has work at T's bucket: the cache is read, and neither table has the shape's
-    bucket for warp decode or the expert path."""
+    """Whether autotune has work at T's bucket: the cache is read and no table has the shape there."""
     shipped_on, cache_on = sources()
     if not cache_on:  # what it would write is not read
         return False
@@ -518,15 +486,12 @@ def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # n
                for f in ("warp", "expert"))
 
 
-#: What tunes a layer shape on first sight: ``tuner(H, I, E, K, bucket, dtype=...)`` measures it at
-#: that token bucket and writes it to the user's cache. This module imports no tuner: ``warpdecode.api``
-#: sets it (``warpdecode.tuner.autotune_shape``, imported with the first shape it tunes).
+#: ``tuner(H, I, E, K, bucket, dtype=...)``, set by ``warpdecode.api``: tunes a shape into the cache.
 tuner = None
 
 
 def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> bool:  # noqa: E741
-    """With :func:`autotune` on, tune this shape at T's bucket where :func:`needs_tuning`, through
-    :data:`tuner`; never in graph capture (warns once per shape) or the interpreter. Returns whether it tuned."""
+    """Tune the shape at T's bucket where :func:`autotune` is on and :func:`needs_tuning`; whether it did."""
     if not _autotune or tuner is None or _runtime.INTERPRET or getattr(device, "type", device) != "cuda":
         return False
     import torch
@@ -551,9 +516,7 @@ def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> boo
 
 
 def crossover_of(evidence: dict) -> int:
-    """The largest T up to which warp decode is no slower than the expert path at every measured T
-    (``evidence``: ``{"T": {"warp_us", "expert_us"}}``, None: failed, counted slower); 0 if none.
-    The tuner's and the benchmarks' rule."""
+    """The largest T to which warp decode is no slower at every measured T of ``evidence`` (None: slower); or 0."""
     best = 0
     for T in sorted(evidence, key=int):
         warp, expert = evidence[T]["warp_us"], evidence[T]["expert_us"]
@@ -564,8 +527,7 @@ def crossover_of(evidence: dict) -> int:
 
 
 def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None = None) -> dict:  # noqa: E741
-    """Both warp-decode kernels' config, ``{"gate_up": {...}, "down": {...}}``: tuned, else the defaults.
-    ``weights``: an FP8 format (:func:`warp_fp8_config`), or None."""
+    """Warp decode's ``{"gate_up": ..., "down": ...}`` config, tuned else default (``weights``: an FP8 format)."""
     if weights is not None:
         return warp_fp8_config(H, I, E, K, T, weights)
     tuned = _lookup("warp", H, I, E, K, T)
@@ -587,31 +549,20 @@ def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None =
 
 
 def gate_up_columns(H: int) -> int:
-    """Columns per step of the default gate/up tile (one warp, one neuron).
-
-    Rule: 1024 or 2048, whichever leaves fewer masked columns in the last step; 512 where the
-    compiler sums a lane's products as a tree (``warp_pair.TREE_SUMS``, Triton ≥ 3.8), so that every
-    load of a step is issued before its products. Data: the H200 tuner's T = 1 picks (3.6),
-    ``gate_up_defaults_triton38.csv`` (3.8); docs/design.md, "Launch configuration rules"."""
+    """Default gate/up columns per step: 1024 or 2048, fewer masked in the last step; 512 under
+    ``warp_pair.TREE_SUMS``. Data: docs/design.md, "Launch configuration rules"."""
     if warp_pair.TREE_SUMS:
         return 512
     return min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
 
 
-#: The bytes of weight rows the down kernel's grid must have in flight to hold the read ceiling
-#: (Little's law: the read ceiling times a loaded HBM latency near 1.5 µs). Data: ``down_defaults.csv``.
+#: Weight bytes the down grid must have in flight to hold the read ceiling (Little's law, ~1.5 µs).
 DOWN_IN_FLIGHT = 7e6
 
 
 def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The down kernel's tile where no tuned one exists (one hidden output per warp).
-
-    Rule: 4 rows × 256 columns on four warps; 512 columns where each thread would otherwise hold too
-    few bytes in flight: few experts per token with long rows (K ≤ 4, I ≥ 1024: two warps), or a
-    first step under :data:`DOWN_IN_FLIGHT` (four warps). Where the release runs the k-first tile
-    (``warp_pair.K_FIRST``) the 512-column tiles are 8 rows on 8 warps, within the k-first tile's
-    bytes per thread. Data: ``down_defaults.csv``, ``down_defaults_triton38.csv``; docs/design.md,
-    "Launch configuration rules"."""
+    """The down kernel's default: 4 × 256 on four warps; 512 columns where a thread holds too few bytes in
+    flight (K ≤ 4, I ≥ 1024: two warps; under :data:`DOWN_IN_FLIGHT`: four), 8 × 512 on 8 under ``K_FIRST``."""
     wide = ({"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 8, "num_stages": 1} if warp_pair.K_FIRST else None)
     if K <= 4 and I >= 1024:
         return wide or {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1}
@@ -632,13 +583,8 @@ def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dic
 
 
 def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The FP8 pair's tiles on a GPU where no tuned one exists.
-
-    Rule: several rows per program, which share the activation's and the addresses' instructions
-    (the pair is bound by instructions per weight byte): gate/up 4 rows of up to 1024 columns on one
-    warp, down 8 rows of 512 on four warps, or 4 of 1024 on two where few experts share long rows
-    (K ≤ 4, I ≥ 2048); every step whole scale groups. Data: ``fp8_tiles.csv``; docs/design.md,
-    "Launch configuration rules"."""
+    """The FP8 pair's defaults (rows share instructions): gate/up 4 rows × ≤ 1024 columns, one warp; down
+    8 × 512 on four warps, or 4 × 1024 on two where K ≤ 4, I ≥ 2048. Data: docs/design.md."""
     return {
         "gate_up": {"BLOCK_I": 4, "BLOCK_H": max(128, min(1024, triton.next_power_of_2(H))), "num_warps": 1,
                     "num_stages": 1},
@@ -647,9 +593,7 @@ def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
     }
 
 
-#: The sharing, (T·K) over the distinct experts named, past which the grouped schedule wins: between
-#: the tuner's last pair win and first grouped win, per down-tile form (the k-first pair is faster).
-#: Data: ``tuned/NVIDIA_H200.json``, ``tuned_shapes_cache_triton38.json``; docs/design.md.
+#: T·K over distinct experts past which grouped wins, per down-tile form (docs/design.md).
 GROUPED_SHARING_3D, GROUPED_SHARING_K_FIRST = 1.23, 1.25
 GROUPED_SHARING = GROUPED_SHARING_K_FIRST if warp_pair.K_FIRST else GROUPED_SHARING_3D
 
@@ -660,16 +604,12 @@ def expected_distinct(E: int, K: int, T: int) -> float:
 
 
 def shares_experts(E: int, K: int, T: int) -> bool:
-    """Whether warp decode's default is the grouped schedule: the (token, slot) pairs outnumber the
-    distinct experts they name by ``GROUPED_SHARING`` or more, so the pair's one read of an expert's
-    rows per pair costs more than the grouped schedule's one read per expert and its tensor-core
-    products. A host-side estimate from T, K and E: no look at the routing, no sync."""
+    """Whether the default is grouped: T·K ≥ ``GROUPED_SHARING`` × expected distinct experts (no sync)."""
     return T > 1 and T * K >= GROUPED_SHARING * expected_distinct(E, K, T)
 
 
 def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The persistent one-kernel warp decode's default: eight warps, one gate/up row per warp, the down
-    tile within 64 elements per thread."""
+    """The persistent kernel's default: eight warps, one gate/up row per warp, down within 64 elements a thread."""
     if _runtime.INTERPRET:
         return {"gate_up": {"BLOCK_I": 4, "BLOCK_H": min(128, triton.next_power_of_2(H))},
                 "down": {"BLOCK_H": 4, "BLOCK_I": min(64, triton.next_power_of_2(I))},
@@ -681,9 +621,7 @@ def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
 
 
 def default_grouped(wide: bool = False) -> dict:
-    """The grouped gate/up kernel's default tile. Rule: 64 neurons × 128 columns, four warps, three
-    stages; ``wide`` (FP32 weights, on FMAs) 32 × 32, two stages; smaller in the interpreter. Data:
-    experiments/results/NVIDIA_H200/logs/tune_grouped_v12.log (the tuner's most frequent pick)."""
+    """Grouped gate/up default: 64 × 128, 4 warps, 3 stages; ``wide`` (FMAs) 32 × 32, 2 stages."""
     if _runtime.INTERPRET:
         return {"BLOCK_I": 16, "BLOCK_H": 32, "num_warps": 4, "num_stages": 1}
     if wide:
@@ -692,9 +630,7 @@ def default_grouped(wide: bool = False) -> dict:
 
 
 def default_grouped_down(wide: bool = False) -> dict:
-    """The grouped down kernel's default tile. Rule: 128 outputs × 64 columns, four warps, four stages;
-    ``wide`` (products on FMAs) 32 × 32, two stages, which no tensor core takes. Data:
-    experiments/results/NVIDIA_H200/grouped_down.csv; docs/design.md, "Launch configuration rules"."""
+    """Grouped down default: 128 × 64, 4 warps, 4 stages; ``wide`` (FMAs) 32 × 32, 2 stages."""
     if _runtime.INTERPRET:
         return {"BLOCK_H": 16, "BLOCK_I": 16, "num_warps": 4, "num_stages": 1}
     if wide:
@@ -708,9 +644,7 @@ FP8_GROUP_K = {"block128": 128, "mxfp8": 32}
 
 def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
                   weights: str | None = None) -> dict:
-    """The expert path's config: BLOCK_M and each GEMM's tile (``HALF_M``: see
-    ``warpdecode.expert._gemm_meta``): tuned, else :func:`default_expert`. ``elem``: bytes per weight
-    element (with FP8 ``weights``, "block128" or "mxfp8", the activations'; each K step within one scale group)."""
+    """The expert config (BLOCK_M, GEMM tiles): tuned, else :func:`default_expert`; ``elem``: bytes per element."""
     family = "expert_fp8" if fp8 else "expert"
     tuned = _lookup(family if weights is None else f"{family}_{weights}", H, I, E, K, T)
     if tuned:
@@ -725,36 +659,26 @@ def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, 
 #: Shared memory a GEMM's epilogue and layout conversions take beside its pipelined tiles (bytes).
 EPILOGUE_SHARED = 16384
 
-#: What one thread may hold of a GEMM's FP32 accumulators before the tile spills (of the 255
-#: registers: room for the loads in flight and the addresses) where the tensor cores read both
-#: operands from shared memory: wgmma (sm_90), tcgen05 (sm_100, at the 64-row tiles where this binds).
+#: FP32 accumulators per thread before spilling, operands from shared memory (wgmma, tcgen05).
 ACC_REGS_PER_THREAD = 128
 
 
 def acc_regs_per_thread(arch: int, elem: int) -> int:
-    """:data:`ACC_REGS_PER_THREAD` on a GPU of architecture ``arch`` (80, 90, 100, 120) with
-    ``elem``-byte weights: half where mma.sync holds both operands in registers (sm_80, sm_120), a
-    quarter for FP32 operands on FMAs. Data: ptxas's counts, tests/test_compile_arch.py;
-    docs/design.md, "Launch configuration rules"."""
+    """:data:`ACC_REGS_PER_THREAD`, halved under mma.sync (sm_80, sm_120), quartered for FP32 (FMAs)."""
     if elem == 4:
         return ACC_REGS_PER_THREAD // 4
     return ACC_REGS_PER_THREAD if 90 <= arch < 120 else ACC_REGS_PER_THREAD // 2
 
 
-#: Triton before 3.8 fails to pipeline the FP8 gate/up GEMM transposed (SWAP_AB) for sm_100a at any
-#: stage count (TritonGPUPipeline: "Operations must be in the schedule"); there it runs untransposed.
+#: Triton < 3.8 cannot pipeline the FP8 gate/up GEMM transposed (SWAP_AB) for sm_100a.
 SWAP_FP8_GATE_UP_SM100 = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
 
 
 def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
                    shared_per_block: int | None = None, group_k: int | None = None) -> dict:
-    """The expert path's launch configuration where no tuned one exists, from the layer shape, T
-    and the device. Rule: vLLM's batch-aware ``get_default_config`` tiles with each GEMM's own N and
-    K; BLOCK_M and GROUP_M by the pairs each expert sees, not T; the two-accumulator gate/up tile
-    kept at 64 columns; the accumulators within :func:`acc_regs_per_thread`; stages, then BLOCK_K,
-    fitted to this GPU's shared memory (``shared_per_block``, ``elem`` bytes per element).
-    ``group_k``: columns per FP8 weight scale (a K step stays within one). Data:
-    ``tuned/NVIDIA_H200.json``; docs/design.md, "Launch configuration rules"."""
+    """The expert path's default from shape, T and device: vLLM's ``get_default_config`` tiles per GEMM,
+    BLOCK_M and GROUP_M by pairs per expert, accumulators within :func:`acc_regs_per_thread`, stages then
+    BLOCK_K fitted to ``shared_per_block`` at ``elem`` bytes, K steps within ``group_k`` (docs/design.md)."""
     limits = _runtime.device_limits()
     arch = limits.get("arch", 90)
     budget = (shared_per_block or limits["shared_per_block"]) - EPILOGUE_SHARED

@@ -1,8 +1,5 @@
-"""The crossover: up to which T ``method="auto"`` runs warp decode, measured or modelled.
-
-A tuned table's measured crossover where it has the layer shape (``warpdecode/tuned/<GPU>.json``,
-the user's cache); elsewhere a cost model of both paths' bytes, launches and read rates, whose
-constants are the NVIDIA H200's (another GPU scales them).
+"""The crossover up to which ``method="auto"`` runs warp decode: a tuned table's where it has the
+shape, else a cost model of bytes, launches and read rates (H200 constants, scaled elsewhere).
 """
 
 from __future__ import annotations
@@ -14,30 +11,23 @@ from .configs import expected_distinct, load_tuned, shape_key, shares_experts
 #: The T grid of measured crossovers (speed.csv's token counts): the model answers on it too.
 T_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
-# The cost model's constants (NVIDIA H200; another GPU scales them). Data: experiments/results/NVIDIA_H200/
-# small_reads.csv, defaults.csv, fp8_speed.csv, tuned/NVIDIA_H200.json; docs/design.md, "Cost model constants".
+# The cost model's constants (NVIDIA H200; scaled elsewhere). Data: docs/design.md, "Cost model constants".
 READ_TBPS = 4.53  # HBM read ceiling (small_reads.csv ceiling_TBps)
 LAUNCH_US = 2.0  # one launch's fixed cost: the intercept of time against bytes (small_reads.csv)
 L2_REREAD_TBPS = 8.0  # an expert's rows read again by another token: between HBM's and L2's rates
 WARP_LAUNCHES = 2  # gate/up, down (warpdecode/warp.py)
 EXPERT_LAUNCHES = 4  # align, gate/up, down, reduce, overlapped by PDL (warpdecode/expert.py)
 EXPERT_READ_FRACTION = 0.91  # the expert path's GEMMs stream weights at this fraction of the ceiling
-# With FP8 weights both paths stream below the ceiling: the FP8 pair is issue-bound (kernels/warp_fp8.py),
-# the weight-only expert path widens each e4m3 tile to bf16 for the tensor cores.
+# FP8: the pair is issue-bound, the weight-only expert path widens e4m3 to bf16: both below the ceiling.
 FP8_PAIR_READ_FRACTION = 0.65  # the FP8 pair's weight bytes at the ceiling over its time less two launches
 FP8_EXPERT_READ_FRACTION = 0.50  # the weight-only expert path's, rounded down so the crossover errs late
 
 
 def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E741
              w_elem: int | None = None) -> tuple[float, float]:
-    """(warp decode, expert path) modelled µs for T tokens, where nothing is measured.
-
-    Both read each distinct expert the tokens touch (:func:`warpdecode.configs.expected_distinct`)
-    from HBM once, 3·I·H·w_elem bytes each (``w_elem``: bytes per weight, default ``elem``). The pair
-    reads the T·K − distinct repeats at ``L2_REREAD_TBPS``; the expert path adds its activations'
-    bytes and more launches, and streams weights at ``EXPERT_READ_FRACTION`` of the ceiling. FP8
-    weights run at ``FP8_PAIR_READ_FRACTION`` / ``FP8_EXPERT_READ_FRACTION``. The grouped schedule is
-    not modelled (:func:`model_crossover` leaves it to the expert path)."""
+    """(warp decode, expert path) modelled µs for T tokens: each distinct expert read once from HBM,
+    3·I·H·w_elem B (``w_elem`` default ``elem``); the pair's repeats at ``L2_REREAD_TBPS``; the expert
+    path's activations, launches and ``EXPERT_READ_FRACTION``; FP8 at the ``FP8_*_READ_FRACTION``s."""
     expert_bytes = 3 * I * H * (w_elem or elem)
     distinct = expected_distinct(E, K, T)
     hbm_us = distinct * expert_bytes / (READ_TBPS * 1e6)
@@ -53,11 +43,8 @@ def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E74
 
 @functools.cache
 def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2, w_elem: int | None = None) -> int:  # noqa: E741
-    """The largest T on :data:`T_GRID` up to which :func:`model_us` has warp decode no slower than the
-    expert path at every T (the measured crossover's rule); 0 if none. With 16-bit weights it also
-    ends before the first T whose defaults run the grouped schedule (:func:`warpdecode.configs.shares_experts`),
-    where the expert path is the faster. Data: schedule_draws.csv, defaults.csv; docs/design.md,
-    "Cost model constants"."""
+    """The largest T of :data:`T_GRID` to which :func:`model_us` has warp no slower at every T, or 0; with
+    16-bit weights, before the first T whose default is grouped. Data: docs/design.md."""
     best = 0
     for T in T_GRID:
         warp, expert = model_us(H, I, E, K, T, elem, w_elem)
@@ -68,9 +55,8 @@ def model_crossover(H: int, I: int, E: int, K: int, elem: int = 2, w_elem: int |
 
 
 def crossover(H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None = None) -> int:  # noqa: E741
-    """The largest T for which ``auto`` picks ``warp``: a tuned table's measured crossover on this GPU
-    (shipped or the user's cache), else :func:`model_crossover`. ``weights``: None, or an FP8 format
-    ("block128", "mxfp8"): the table's ``crossover_<format>``, else the model's with 1-byte weights."""
+    """The largest T ``auto`` runs ``warp`` at: this GPU's tuned crossover, else :func:`model_crossover`.
+    ``weights``: None or an FP8 format (the ``crossover_<format>`` entry, else the model with 1-byte weights)."""
     measured = measured_crossover(H, I, E, K, weights)
     if measured is not None:
         return measured
@@ -78,8 +64,7 @@ def crossover(H: int, I: int, E: int, K: int, elem: int = 2, weights: str | None
 
 
 def measured_crossover(H: int, I: int, E: int, K: int, weights: str | None = None) -> int | None:  # noqa: E741
-    """The crossover a tuned table on this GPU holds for the shape (``weights``: as :func:`crossover`),
-    or None where none does."""
+    """The crossover a tuned table on this GPU holds for the shape, or None."""
     family = "crossover" if weights is None else f"crossover_{weights}"
     measured = load_tuned().get(family, {}).get(shape_key(H, I, E, K))
     return None if measured is None else int(measured)

@@ -9,11 +9,8 @@
     7 scatter  per-(token, slot) outputs back to token order    moves data
     8 combine  sum over K, in the compute dtype (vLLM moe_sum)  moves data
 
-:func:`moe_expert` runs them as vLLM's ``fused_moe`` does: gather inside the gate/up GEMM's loads,
-scatter inside the down GEMM's stores, four launches (align, gate/up, down, combine) chained with
-PDL where the GPU has it. ``fuse_gather_scatter=False`` runs all eight as kernels of their own (the
-stage-by-stage benchmark, notebook 2), bit for bit the same: at decode a launch costs more than
-gather's or scatter's bytes.
+:func:`moe_expert` runs them as vLLM's ``fused_moe`` (gather and scatter inside the GEMMs, four
+launches chained with PDL); ``fuse_gather_scatter=False`` runs all eight, bit for bit the same.
 """
 
 from __future__ import annotations
@@ -56,20 +53,14 @@ def max_padded_rows(num_pairs: int, E: int, block_m: int) -> int:
 
 
 def _pdl(pdl: bool) -> dict:
-    """Meta-parameters of a kernel that, with ``pdl`` (and a GPU that has it), is launched while its
-    predecessor still runs and waits for it in-kernel (``USE_PDL``; see :func:`moe_expert`)."""
+    """Meta-parameters launching a kernel with PDL (``USE_PDL``) where ``pdl`` and the GPU allow."""
     use = pdl and _runtime.HAS_PDL
     return {"USE_PDL": use, **({"launch_pdl": True} if use else {})}
 
 
 def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False,
           block_c: int | None = None) -> Alignment:
-    """Stage 2: group (token, slot) pairs by expert and pad each expert's run to ``block_m`` rows.
-
-    One program per 16 pairs up to 1024 pairs, per 32 at 2048 (the fastest on the H200 in
-    ``experiments/expert_path.py --version align``), and at most 64 programs up to 8192 pairs past that, since every
-    program counts all the pairs (128 pairs a program beyond; not measured past 2048). ``block_c``,
-    a power of two ≥ 16, sets the pairs per program instead (the experiment's knob)."""
+    """Stage 2: pairs by expert, runs padded to ``block_m``; ``block_c`` (power of two ≥ 16): pairs per program."""
     num_pairs = topk_ids.numel()
     EM = max_padded_rows(num_pairs, E, block_m)
     dev = topk_ids.device
@@ -104,11 +95,8 @@ def gather(x: torch.Tensor, al: Alignment, K: int) -> torch.Tensor:
 
 
 def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
-    """Stage 4: the GEMM's input format. ``native``: nothing to do, returns ``(a, None)``.
-    ``fp8``: e4m3 values and one power-of-two fp32 scale per row per 128 columns. ``al``: the
-    alignment of an expert-major ``a`` (rows past ``num_tokens_post_padded`` are skipped), or None
-    for token rows (every row is quantized: the input of the gather-fused GEMM). The padding rows of
-    the gate/up GEMM's output were never written; what they quantize to, the down GEMM never reads."""
+    """Stage 4: ``native`` returns ``(a, None)``; ``fp8``: e4m3 and a power-of-two scale per row per 128 columns.
+    ``al``: an expert-major ``a``'s alignment (rows past the end skipped), or None for token rows."""
     if fmt == "native":
         return a, None
     EM, N = a.shape
@@ -123,8 +111,7 @@ def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
 
 
 def _weight_operands(w) -> tuple:
-    """(weight tensor, scale tensor, S_UP, scale strides, meta-parameters) of a GEMM's B operand:
-    FP8 weights (``warpdecode.quant``) with their block scales, or a plain weight (no scales read)."""
+    """(weights, scales, S_UP, scale strides, meta) of a GEMM's B operand, FP8 or plain (no scales read)."""
     if not is_fp8(w):
         return w, w, 0, (0, 0, 0), {"W_FP8": False, "W_GROUP_N": 1, "W_GROUP_K": 128, "W_E8M0": False}
     s = w.kernel_scale()
@@ -133,12 +120,8 @@ def _weight_operands(w) -> tuple:
 
 
 def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype, w=None) -> dict:
-    """A GEMM's launch parameters from its tile config. ``HALF_M`` (optional, off by default): a
-    block whose upper half is all padding runs as a BLOCK_M/2-row tile. At BLOCK_M = 128 an expert
-    with 70 pairs still runs one 128-row tile, but one with 60 pairs runs a 64-row tile: half the
-    tensor-core work, the same weights read once (BLOCK_M = 64 would read them twice for the first).
-    ``SWAP_AB`` (optional, off by default): the tile computed transposed, weight rows on the tensor
-    cores' M axis (``kernels/expert.py`` ``_down_rows``)."""
+    """A GEMM's launch parameters: ``HALF_M`` (default off) runs a half-padding block as BLOCK_M/2 rows;
+    ``SWAP_AB`` (default off) transposes the tile, weight rows on the tensor cores' M axis."""
     half = bool(cfg.get("HALF_M", False))
     if half and block_m < 32:
         raise ValueError(f"HALF_M needs BLOCK_M >= 32 (tl.dot takes at least 16 rows), got BLOCK_M={block_m}")
@@ -158,9 +141,8 @@ def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype, w=None) -> dict:
 
 def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_k: int = 0,
             pdl: bool = False) -> torch.Tensor:
-    """Stage 5: grouped GEMM over gate and up rows, SiLU·up in the epilogue, rounded to w13's dtype.
-    ``a``: the gathered (EM, H) buffer of stage 3, or, with ``gather_k = K``, the (T, H) token rows
-    themselves, gathered by the GEMM's loads (stage 3 fused, as vLLM does). Out: (EM, I), expert-major."""
+    """Stage 5: grouped GEMM, SiLU·up, rounded: (EM, I) from stage 3's (EM, H) ``a``, or with ``gather_k = K``
+    the (T, H) token rows gathered in the loads."""
     E, two_i, H = w13.shape
     I = two_i // 2  # noqa: E741
     out = _alloc.empty(al.EM, I, dtype=w13.dtype, device=w13.device)
@@ -178,8 +160,7 @@ def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_
 
 def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tensor, cfg: dict, *,
          scatter: bool = False, pdl: bool = False) -> torch.Tensor:
-    """Stage 6: grouped GEMM down, routing weight applied in the epilogue, rounded. Out: (EM, H)
-    expert-major, or with ``scatter`` (T*K, H) in token order (stage 7 fused into the stores, as vLLM does)."""
+    """Stage 6: grouped GEMM down × routing weight, rounded: (EM, H), or with ``scatter`` (T*K, H) (stage 7 fused)."""
     E, H, I = w2.shape
     out = _alloc.empty(al.num_pairs if scatter else al.EM, H, dtype=w2.dtype, device=w2.device)
     scales = h_scales if h_scales is not None else out
@@ -207,9 +188,7 @@ def scatter(o: torch.Tensor, al: Alignment) -> torch.Tensor:
 
 def combine(s: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, E: int, *,
             pdl: bool = False) -> torch.Tensor:
-    """Stage 8: y[t] = Σ_j s[t*K + j], accumulated in the compute dtype like vLLM's ``moe_sum``; the
-    rows of slots whose id lies outside [0, E) are skipped (align placed them nowhere), and a token
-    with such a slot of nonzero weight is NaN (``kernels/ids.py``)."""
+    """Stage 8: y[t] = Σ_j s[t*K + j] in the compute dtype (``moe_sum``); bad ids as ``kernels/ids.py``."""
     H = s.shape[1]
     T, K = topk_ids.shape
     y = _alloc.empty(T, H, dtype=s.dtype, device=s.device)
@@ -224,16 +203,11 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
                fuse_gather_scatter: bool = True, pdl: bool | None = None):
     """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
-    act_format: ``"native"`` feeds the GEMMs the compute dtype; ``"fp8"`` quantizes the activations
-    and the intermediate to e4m3 with 1×128 power-of-two block scales. With FP8 weights
-    (``warpdecode.quant``) ``"fp8"`` is the w8a8 form (both operands e4m3, FP8 tensor cores) and
-    ``"native"`` the weight-only form (e4m3 widened in registers, each K step scaled by its block scales).
-    fuse_gather_scatter: gather inside the gate/up GEMM's loads, scatter inside the down GEMM's stores,
-    as vLLM's ``fused_moe`` (default True); False runs them as kernels of their own.
-    pdl: chain gate/up, down and combine with programmatic dependent launch (Hopper and newer; fused
-    form, native activations), as TensorRT-LLM does. None (default): where the GPU has it, unless
-    ``WARPDECODE_PDL=0``; False: one launch after another, as vLLM. Every option gives the same bits.
-    Data: experiments/expert_path.py --version pdl (PDL off 0.1–7 % slower on the H200)."""
+    act_format: ``"native"`` (default, compute dtype) or ``"fp8"`` (e4m3 activations and intermediate,
+    1×128 power-of-two scales; with FP8 weights w8a8, else weight-only). fuse_gather_scatter (default
+    True): gather and scatter inside the GEMMs, as vLLM; False: kernels of their own. pdl: chain gate/up,
+    down and combine with PDL (Hopper+, fused, native); None (default): where the GPU has it unless
+    ``WARPDECODE_PDL=0``; False: as vLLM. Every option gives the same bits."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]

@@ -1,12 +1,7 @@
-"""Rung 1: the eager expert loop, as a PyTorch user (and Hugging Face's eager experts) writes it.
-
-For each expert that received a token: gather its tokens, two matmuls, SiLU·up, scale by the
-routing weight, ``index_add_`` into the output. Everything runs in the compute dtype, so the
-intermediate and each expert's output are rounded to it. The Python loop needs the set of hit
-experts on the host, which costs a device→host sync every call, and it launches about eight
-small kernels per expert. FP8 weights (``warpdecode.quant``) are dequantized to x's dtype first.
-Ids outside [0, E) follow the kernels' rule (``warpdecode/kernels/ids.py``): the slot adds nothing,
-and its token is NaN if its weight is not 0.
+"""Rung 1: the eager expert loop, as a PyTorch user (and Hugging Face's eager experts) writes it: per
+hit expert gather, two matmuls, SiLU·up, × weight, ``index_add_``, rounded to the compute dtype at
+each step; one device→host sync and about eight launches per expert. FP8 weights are dequantized
+first; bad ids follow ``kernels/ids.py``.
 """
 
 from __future__ import annotations

@@ -1,36 +1,23 @@
 """Warp decode across GPUs, over ``torch.distributed``: tensor parallel and expert parallel.
 
-    tensor parallel (tp ranks)  rank r holds every expert's neurons [r·I/tp, (r+1)·I/tp): w13's gate
-                                rows and up rows of that slice, w2's columns of it. SiLU·up is per
-                                neuron, so each rank's FP32 intermediate is exact and stays local:
-                                y_r = Σ_j w_j · W2[e_j, :, slice] · a_slice, FP32, unrounded
-    expert parallel (ep ranks)  rank r holds the whole experts [r·E/ep, (r+1)·E/ep); a slot routed
-                                elsewhere weighs 0 here (its id becomes 0: the contract transformers'
-                                expert parallelism uses): y_r = Σ_{j local} w_j · W2[e_j] · a_j, FP32
+    tensor parallel (tp ranks)  rank r holds every expert's neurons [r·I/tp, (r+1)·I/tp) (w13's
+                                gate and up rows, w2's columns); SiLU·up is per neuron, so
+                                y_r = Σ_j w_j · W2[e_j, :, slice] · a_slice, FP32, stays exact
+    expert parallel (ep ranks)  rank r holds experts [r·E/ep, (r+1)·E/ep); a slot routed elsewhere
+                                weighs 0 here (id 0, transformers' contract): y_r = Σ_{j local} …
     both                        y = Σ_r y_r: one all-reduce of (T, H) FP32 per layer, rounded once
 
-x, topk_weights and topk_ids are the same on every rank (the tokens of a decode step are few: an
-all-gather of them, where a data-parallel attention holds different tokens per rank, moves T·H
-values, next to weights of E·3·I·H). Byte ledger per rank and call, bf16 weights:
-  tensor parallel  the U distinct experts' rows of its slice, U·3·(I/tp)·H·2 B: 1/tp of the layer's
-  expert parallel  the distinct experts it holds, ≈ U/ep of them on average (routing decides);
-                   a rank whose experts no token chose reads nothing but the routing
+x, topk_weights and topk_ids are the same on every rank. Byte ledger per rank and call, bf16:
+  tensor parallel  U·3·(I/tp)·H·2 B, 1/tp of the layer's (U: distinct experts routed)
+  expert parallel  the distinct experts it holds, ≈ U/ep on average; none chosen: only the routing
   all-reduce       2·(tp − 1)/tp · T·H·4 B through the interconnect (ring)
-FP8 weights (``warpdecode.quantize_experts``) shard both ways: by experts, or, for tensor parallel,
-by slices of I that are whole scale groups (I/tp a multiple of 128 for block128, 32 for MXFP8).
+FP8 weights shard both ways (tensor parallel: I/tp in whole scale groups, 128 or 32 for MXFP8).
 
-Before any data collective the ranks agree (:func:`agree`): each checks its own inputs (shapes,
-dtypes, ids in range), then one all-gather of a few int64 per rank (an error flag, T and the
-shapes, dtypes and layout) tells every rank whether all passed and match. A rank whose inputs fail
-raises its own error and every other rank raises one that names it, instead of waiting in a
-collective the failing rank never joins; ranks that disagree all raise, naming each rank's values.
-That costs one small collective and a host sync per call, skipped inside CUDA-graph capture and
-``torch.compile``, where nothing may read the device back. ``check_routing=True`` also checks that
-every rank holds the same topk_ids and topk_weights (bit for bit): one more all-gather of 2·T·K
-int64 per rank, world·16·T·K bytes received by each, off by default.
-
-On one rank each call is ``warpdecode.warp.moe_warp`` (or, past the local shape's crossover with
-``method="auto"``, the expert path, whose partial sums are rounded to x's dtype before the reduce).
+Before any data collective the ranks agree (:func:`agree`, one small all-gather, skipped in graph
+capture and ``torch.compile``): a rank whose inputs fail raises its own error and every other one
+naming it, instead of hanging. ``check_routing=True`` also compares the routing bit for bit (one
+more all-gather of 2·T·K int64 per rank). Past the crossover ``"auto"`` runs the expert path,
+whose partial sums are rounded to x's dtype before the reduce.
 """
 
 from __future__ import annotations
@@ -64,15 +51,13 @@ def _device(group) -> torch.device:
 
 
 def _unchecked(x) -> bool:
-    """Inside torch.compile or CUDA-graph capture nothing may be read back: the ranks are not compared."""
+    """Inside torch.compile or graph capture nothing can be read back: the ranks are not compared."""
     return torch.compiler.is_compiling() or (getattr(x, "is_cuda", False) and torch.cuda.is_current_stream_capturing())
 
 
 def agree(group, error: Exception | None, facts: dict, what: str) -> None:
-    """One all-gather of [no error, *facts] per rank, before any data collective. Raises on every
-    rank where any rank had an ``error`` in its own checks (that rank its own, the others a
-    ValueError naming it) or where the ranks' ``facts`` (ints, or words of :data:`WORDS`) differ (a
-    ValueError naming each rank's). ``what``: what the facts describe, for the message."""
+    """One all-gather of [no error, *facts] per rank: all raise where one had an ``error`` (it its own, the
+    others naming it) or the ``facts`` (ints, :data:`WORDS`) differ. ``what``: what the facts describe."""
     _, world = _world(group)
     names = list(facts)
     sent = [-1] * len(names) if error else [WORDS.index(v) if isinstance(v, str) else int(v) for v in facts.values()]
@@ -112,8 +97,7 @@ def _same_routing(group, topk_weights, topk_ids) -> None:
                          "every rank must be given the same routing")
 
 
-# ---------------------------------------------------------------------------------------------
-# sharding
+# --- sharding
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -129,9 +113,8 @@ def _wrap(w, weight: torch.Tensor, scale: torch.Tensor, validate: bool = True):
 
 
 def shard_tp(w13, w2, rank: int, world: int) -> tuple:
-    """Rank ``rank``'s tensor-parallel slice of a layer: (E, 2·I/world, H) gate rows then up rows of
-    its neurons, and (E, H, I/world). Copies (each rank keeps only its slice). FP8 weights are sliced
-    with their scales: I/world must then be whole scale groups (128 for block128, 32 for MXFP8)."""
+    """Rank ``rank``'s copied slice: (E, 2·I/world, H) gate then up rows, (E, H, I/world); FP8 with scales
+    (I/world whole scale groups)."""
     check_fp8_pair(w13, w2)
     E, two_i, H = w13.shape
     I = two_i // 2  # noqa: E741
@@ -156,8 +139,7 @@ def shard_tp(w13, w2, rank: int, world: int) -> tuple:
 
 
 def shard_ep(w13, w2, rank: int, world: int) -> tuple:
-    """Rank ``rank``'s expert-parallel share: experts [rank·E/world, (rank+1)·E/world) of w13 and w2
-    (views, contiguous; FP8 weights with their scales), and the first of them."""
+    """Rank ``rank``'s experts [rank·E/world, (rank+1)·E/world) of w13 and w2 (views, FP8 with scales) and the first."""
     check_fp8_pair(w13, w2)
     E = w13.shape[0]
     if world < 1 or E % world:
@@ -177,8 +159,7 @@ def _own(w):
     return _wrap(w, w.weight.clone(), w.scale.clone(), validate=False) if is_fp8(w) else w.clone()
 
 
-# ---------------------------------------------------------------------------------------------
-# one layer call
+# --- one layer call
 
 
 def _partial(x, w13, w2, topk_weights, topk_ids, method: str) -> torch.Tensor:
@@ -192,8 +173,7 @@ def _partial(x, w13, w2, topk_weights, topk_ids, method: str) -> torch.Tensor:
 
 
 def _check_call(x, w13, w2, topk_weights, topk_ids, method: str, num_experts: int, local: bool):
-    """This rank's own checks of a call: the options, the tensors (``check_moe_inputs``), and the ids in
-    [0, num_experts), read here rather than left to the kernels, so that the ranks can agree on them."""
+    """This rank's checks: options, tensors, and the ids' range (read here, so the ranks can agree on it)."""
     if method not in ("auto", "warp", "expert"):
         raise ValueError(f"method must be 'auto', 'warp' or 'expert', got {method!r}")
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (x, w13, w2, topk_weights)):
@@ -238,10 +218,9 @@ def _begin(x, w13, w2, topk_weights, topk_ids, *, group, method, layout, num_exp
 
 def moe_tp(x, w13_r, w2_r, topk_weights, topk_ids, *, group=None, method: str = "auto",
            check_routing: bool = False) -> torch.Tensor:
-    """y (T, H) of the whole layer from this rank's tensor-parallel slice (:func:`shard_tp`):
-    the local FP32 partial, one all-reduce, rounded once to x's dtype. Every rank of ``group``
-    calls it with the same x and routing; the ranks agree on the inputs first (see the module),
-    and with ``check_routing`` on the routing too (one more all-gather)."""
+    """y (T, H) of the whole layer from this rank's slice (:func:`shard_tp`): the FP32 partial,
+    one all-reduce, rounded once. Every rank of ``group`` calls it with the same x and routing; inputs
+    are agreed first, and with ``check_routing`` the routing too (``method``: as :func:`warpdecode.moe`)."""
     E = w13_r.shape[0] if hasattr(w13_r, "shape") else 0
     _begin(x, w13_r, w2_r, topk_weights, topk_ids, group=group, method=method, layout="tp", num_experts=E,
            local=False, check_routing=check_routing)
@@ -255,9 +234,8 @@ def moe_tp(x, w13_r, w2_r, topk_weights, topk_ids, *, group=None, method: str = 
 def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_experts: int, group=None,
            method: str = "auto", check_routing: bool = False) -> torch.Tensor:
     """y (T, H) of the whole layer from this rank's experts [first_expert, first_expert + E_r)
-    (:func:`shard_ep`); topk_ids are global, in [0, num_experts). Slots routed to other ranks weigh
-    0 here; the FP32 partials are summed by one all-reduce and rounded once. The ranks agree on the
-    inputs first (see the module), and with ``check_routing`` on the routing too."""
+    (:func:`shard_ep`); topk_ids global in [0, num_experts), slots of other ranks weigh 0 here. One
+    all-reduce, rounded once; inputs agreed first, and with ``check_routing`` the routing too."""
     _begin(x, w13_r, w2_r, topk_weights, topk_ids, group=group, method=method, layout="ep", num_experts=num_experts,
            local=True, check_routing=check_routing, first_expert=first_expert)
     T, H = x.shape
@@ -275,13 +253,9 @@ def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_exp
 
 
 class ParallelMoE(nn.Module):
-    """One MoE layer's experts sharded over a process group: give it the layer's full weights (on
-    any rank's device; plain tensors or FP8 weights), the layout (``"tp"`` or ``"ep"``); it keeps
-    this rank's share and checks at construction, with one all-gather, that every rank of the group
-    could shard its weights and agrees on the layer's shape, dtype and the layout.
-    ``forward(x, topk_weights, topk_ids)`` returns the whole layer's y on every rank;
-    ``check_routing=True`` has every call check that the ranks hold the same routing (the cost is in
-    the module's doc)."""
+    """One MoE layer's experts sharded over ``group``: keeps this rank's share of the full w13, w2 (plain
+    or FP8) by ``layout`` (``"tp"`` or ``"ep"``), checked with one all-gather; ``forward(x, topk_weights,
+    topk_ids)`` returns the whole y on every rank. ``method``, ``check_routing``: as :func:`moe_tp`."""
 
     def __init__(self, w13, w2, layout: str = "tp", *, group=None, method: str = "auto", check_routing: bool = False):
         super().__init__()

@@ -1,13 +1,11 @@
 """MoE layer shapes of real models (routed experts only), plus small ones for the CPU.
 
-Symbols, used everywhere in this repository:
-
     T  tokens in the step            E  routed experts in the layer
     K  experts per token (top-k)     H  hidden size
     I  intermediate size of one expert
 
-Weights follow vLLM's ``w13``/``w2`` and Hugging Face's ``gate_up_proj``/``down_proj``:
-``w13`` is (E, 2I, H) with each expert's gate rows first, then its up rows; ``w2`` is (E, H, I).
+``w13`` (E, 2I, H), each expert's gate rows then up rows, and ``w2`` (E, H, I), as vLLM's
+``w13``/``w2`` and Hugging Face's ``gate_up_proj``/``down_proj``.
 """
 
 from __future__ import annotations
@@ -39,11 +37,7 @@ class MoEShape:
         return self.E * self.expert_bytes
 
     def weights(self, *, dtype=torch.bfloat16, device=None, seed: int = 0, scale: float | None = None):
-        """Random ``(w13, w2)`` for this shape, scaled like a trained layer (std 1/sqrt(fan_in)).
-
-        Drawn on ``device`` itself, in ``dtype``: a DeepSeek-V3 layer is 22 GB in bf16, too much to
-        draw in float32 on the host. The same seed gives the same weights on the same kind of device.
-        """
+        """Random ``(w13, w2)`` (std 1/sqrt(fan_in)) drawn on ``device`` in ``dtype``; seeded per device kind."""
         device = torch.device(device) if device is not None else torch.device("cpu")
         g = torch.Generator(device=device).manual_seed(seed)
         s13 = scale if scale is not None else self.H**-0.5

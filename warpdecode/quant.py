@@ -4,23 +4,14 @@
     block128   e4m3       128 rows × 128 columns (a block)    float32              q · s[r // 128, c // 128]
     mxfp8      e4m3       1 row × 32 columns (OCP MX)         e8m0 (uint8 bits)    q · 2^(bits[r, c // 32] − 127)
 
-``block128`` is how the DeepSeek-V3 and Qwen3 FP8 checkpoints store each linear layer: ``weight``
-(e4m3) and ``weight_scale_inv`` (float32, the factor that dequantizes: w ≈ q · s). A dimension that
-is not a multiple of 128 ends in a partial block. In ``w13`` the gate rows and the up rows are two
-projections of their own in a checkpoint, so their blocks restart at row I: w13's scales are
-(E, 2·⌈I/128⌉, ⌈H/128⌉), the gate's row blocks first (vLLM's ``w13_weight_scale_inv``); w2's are
-(E, ⌈H/128⌉, ⌈I/128⌉). ``mxfp8`` is the OCP microscaling format Blackwell's tensor cores read: one
-power-of-two scale per 32 consecutive elements of the reduction axis, (E, 2I, ⌈H/32⌉) for w13 and
-(E, H, ⌈I/32⌉) for w2.
+``block128``: DeepSeek-V3 / Qwen3 FP8 ``weight`` and ``weight_scale_inv``; w13's gate and up blocks
+restart at row I: scales (E, 2·⌈I/128⌉, ⌈H/128⌉) (vLLM's ``w13_weight_scale_inv``), w2's (E, ⌈H/128⌉,
+⌈I/128⌉). ``mxfp8`` (Blackwell): (E, 2I, ⌈H/32⌉) and (E, H, ⌈I/32⌉). Bytes per weight: 1 + 4/16384
+(block128), 1 + 1/32 (mxfp8), against 2 in bf16.
 
-Bytes per weight: 1 + 4/16384 (block128), 1 + 1/32 (mxfp8), against 2 in bf16.
-
-:func:`quantize_experts` makes either format from bf16 (fp16, fp32) weights; ``from_checkpoint``
-wraps a checkpoint's tensors without copying them. Either validates everything it is given
-(dtypes, shapes, scales finite and non-zero) once, when it is built; ``warpdecode.moe`` checks
-shapes and dtypes again on every call, and takes the objects in place of ``w13`` and ``w2`` with
-every method. :meth:`FP8Weights.dequantize` gives the weights the kernels compute with (exact in
-float64), which is what the float64 reference reads.
+:func:`quantize_experts` makes either format, ``from_checkpoint`` wraps tensors uncopied; both
+validate once. ``warpdecode.moe`` takes them as ``w13``/``w2`` with every method;
+:meth:`FP8Weights.dequantize` is exact in float64, as the reference reads it.
 """
 
 from __future__ import annotations
@@ -39,13 +30,9 @@ def _cdiv(a: int, b: int) -> int:
 
 
 class FP8Weights:
-    """One stacked expert weight (E, N, C) in FP8 e4m3 with block scales; C is the reduction axis.
-
-    weight: (E, N, C) float8_e4m3fn, contiguous. scale: the format's scales (see the module doc);
-    any strides. dtype: the compute dtype it stands for (x's dtype in ``warpdecode.moe``, what
-    :meth:`dequantize` returns by default). gate_up: ``w13`` (its two halves of rows, gate then up,
-    are blocked separately). Built without copying either tensor; raises ValueError or TypeError,
-    naming ``name``, on anything the kernels could not read."""
+    """One stacked expert weight (E, N, C), C the reduction axis: ``weight`` float8_e4m3fn, contiguous; ``scale``
+    the format's (module doc), any strides; ``dtype`` the compute dtype it stands for; ``gate_up``: ``w13``'s
+    halves blocked apart. No copies; ValueError or TypeError naming ``name`` on anything the kernels cannot read."""
 
     FORMAT: str = ""
     GROUP_N: int = 1  # rows per scale
@@ -59,9 +46,7 @@ class FP8Weights:
 
     @classmethod
     def wrap(cls, weight: torch.Tensor, scale: torch.Tensor, *, dtype, gate_up: bool, name: str) -> FP8Weights:
-        """The object around tensors already validated, with no check and no read of the scales'
-        values (so no host sync): what the ``warpdecode::moe_fp8`` operator rebuilds from the
-        tensors ``warpdecode.moe`` took out of a checked pair."""
+        """The object around tensors already validated: no check, no read of the scales (no sync)."""
         self = cls.__new__(cls)
         self.weight, self.scale, self.dtype, self.gate_up, self.name = weight, scale, dtype, bool(gate_up), name
         return self
@@ -120,8 +105,7 @@ class FP8Weights:
 
     # -- dequantization -----------------------------------------------------------------------------
     def expert(self, e: int, dtype=None) -> torch.Tensor:
-        """Expert e's (N, C) weight, q · s, in ``dtype`` (default: :attr:`dtype`). In float64 it is
-        exact: what the kernels multiply, and what the reference reads."""
+        """Expert e's (N, C) weight q · s in ``dtype`` (default :attr:`dtype`); exact in float64."""
         E, N, C = self.weight.shape
         s = self.scale_factors(e)  # (scale rows, column groups)
         parts = 2 if self.gate_up else 1
@@ -133,8 +117,7 @@ class FP8Weights:
         return w.to(dtype or self.dtype)
 
     def dequantize(self, dtype=None) -> torch.Tensor:
-        """The (E, N, C) weights in ``dtype`` (default: the original dtype, :attr:`dtype`), one
-        expert at a time through float64."""
+        """The (E, N, C) weights in ``dtype`` (default :attr:`dtype`), expert by expert in float64."""
         out = torch.empty(self.weight.shape, dtype=dtype or self.dtype, device=self.device)
         for e in range(self.weight.shape[0]):
             out[e] = self.expert(e, out.dtype)
@@ -181,8 +164,7 @@ class BlockFP8Weights(FP8Weights):
     @classmethod
     def from_checkpoint(cls, weight, weight_scale_inv, *, dtype=torch.bfloat16, gate_up: bool = False,
                         name: str = "weight") -> BlockFP8Weights:
-        """A checkpoint's ``weight`` (E, N, C) e4m3 and ``weight_scale_inv`` (float32 block scales),
-        stacked over experts, held as they are (no copy)."""
+        """``weight`` (E, N, C) e4m3 and ``weight_scale_inv`` (float32), held as they are."""
         return cls(weight, weight_scale_inv, dtype=dtype, gate_up=gate_up, name=name)
 
     def _shape_note(self) -> str:
@@ -210,8 +192,7 @@ class MXFP8Weights(FP8Weights):
     @classmethod
     def from_checkpoint(cls, weight, weight_scale, *, dtype=torch.bfloat16, gate_up: bool = False,
                         name: str = "weight") -> MXFP8Weights:
-        """``weight`` (E, N, C) e4m3 and ``weight_scale`` (E, N, ⌈C/32⌉) e8m0, as torch's
-        float8_e8m0fnu or its uint8 bits, held as they are (an e8m0 tensor is viewed as uint8)."""
+        """``weight`` (E, N, C) e4m3 and ``weight_scale`` (E, N, ⌈C/32⌉) e8m0 or uint8, uncopied."""
         return cls(weight, weight_scale, dtype=dtype, gate_up=gate_up, name=name)
 
     def __init__(self, weight, scale, **kwargs):
@@ -247,8 +228,7 @@ def _blocks(w: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def _quantize_block128(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One part (no gate/up split): s = amax / 448 per 128 × 128 block (1 where a block is all
-    zero), q = e4m3(w / s)."""
+    """One part: s = amax / 448 per 128 × 128 block (1 if all zero), q = e4m3(w / s)."""
     E, N, C = w.shape
     b = _blocks(w, 128, 128)
     amax = b.abs().amax(dim=(2, 4))  # (E, nb, cb)
@@ -258,8 +238,7 @@ def _quantize_block128(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _quantize_mxfp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """s = 2^⌈log2(amax / 448)⌉ per row per 32 columns (so no element saturates; 1 where a group is
-    all zero), stored as e8m0 bits, q = e4m3(w / s)."""
+    """s = 2^⌈log2(amax / 448)⌉ per row per 32 columns (1 if all zero) as e8m0 bits, q = e4m3(w / s)."""
     E, N, C = w.shape
     b = _blocks(w, 1, 32).view(E, N, -1, 32)
     amax = b.abs().amax(dim=-1)  # (E, N, groups)
@@ -304,9 +283,8 @@ def quantize_experts(w13: torch.Tensor, w2: torch.Tensor, format: str = "block12
 
 def experts_from_checkpoint(w13, w13_scale, w2, w2_scale, *, format: str = "block128",
                             dtype=torch.bfloat16) -> tuple[FP8Weights, FP8Weights]:
-    """A checkpoint's stacked FP8 expert tensors and their scales (block128: ``weight_scale_inv``,
-    float32; mxfp8: e8m0) as the pair ``warpdecode.moe`` takes, without copies. w13 is (E, 2I, H)
-    gate rows then up rows, w2 (E, H, I); ``dtype`` is the activations' dtype."""
+    """A checkpoint's stacked FP8 tensors w13 (E, 2I, H, gate then up), w2 (E, H, I) and scales (w13_scale,
+    w2_scale: block128 ``weight_scale_inv``, or mxfp8 e8m0) in ``format``, uncopied; ``dtype``: the activations'."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     cls = CLASSES[format]

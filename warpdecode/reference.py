@@ -1,9 +1,4 @@
-"""The executable spec: the MoE layer in float64, plain PyTorch.
-
-Every test and notebook measures error against this one function, as
-
-    error(y) = ‖y − ref‖ / ‖ref‖      (:func:`rel_error`)
-"""
+"""The executable spec: the MoE layer in float64, plain PyTorch; errors are :func:`rel_error` against it."""
 
 from __future__ import annotations
 
@@ -26,11 +21,8 @@ def reference_moe(
     topk_ids: torch.Tensor,  # (T, K) expert of each (token, slot)
 ) -> torch.Tensor:  # (T, H) float64
     """y[t] = Σ_j topk_weights[t, j] · W2[e] (silu(Wg[e] x[t]) ⊙ Wu[e] x[t]),  e = topk_ids[t, j].
-
-    Computed in float64 on x's device, one routed expert at a time, from the inputs exactly as
-    given (bf16 weights are widened, not re-rounded; FP8 weights are dequantized exactly, so the
-    error of a kernel that reads them measures its rounding, not the weights' quantization).
-    """
+    In float64 on x's device, expert by expert, from the inputs exactly as given (bf16 widened; FP8
+    dequantized exactly, so a kernel's error measures its rounding, not quantization)."""
     T, H = x.shape
     I = w13.shape[1] // 2  # noqa: E741
     x64 = x.double()

@@ -1,8 +1,5 @@
-"""Timing that holds at microsecond scale, what the tuner measures with: :func:`capture` puts a
-step (usually one call per layer copy) in a CUDA graph, and :func:`time_replays` times each replay
-between CUDA events, after a warm-up, and returns the median and spread. Graph replay removes
-Python and launch gaps that would otherwise swamp a 20 µs kernel. The benchmarks' timing (the read
-ceiling, interleaved and eager timing) is the checkout's ``bench/timing.py``.
+"""Timing at microsecond scale: :func:`capture` puts a step in a CUDA graph, :func:`time_replays` times
+replays between CUDA events after a warm-up (the benchmarks': the checkout's ``bench/timing.py``).
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ def _stats(times_ms: list[float]) -> Timing:
 
 
 def capture(step):
-    """Run ``step`` once eagerly on a side stream (compiles kernels, allocates), then capture it.
-    Returns ``(graph, outputs)``: replaying the graph rewrites ``outputs`` in place."""
+    """Run ``step`` once eagerly on a side stream, then capture it: ``(graph, outputs)``, replays rewrite outputs."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -46,9 +42,7 @@ def capture(step):
 
 
 def _warm_up(run, warmup: int, min_ms: float):
-    """At least ``warmup`` runs and ``min_ms`` of GPU time: an idle GPU lowers its clocks, and a
-    20 µs kernel replayed ten times runs for far too short a time to bring them back up (seen
-    here: the first graph timed in a process, right after CPU-side setup, came out 8 % slow)."""
+    """At least ``warmup`` runs and ``min_ms`` of GPU time, to bring an idle GPU's clocks back up."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     n = 0
@@ -63,8 +57,7 @@ def _warm_up(run, warmup: int, min_ms: float):
 
 
 def time_replays(graph, *, reps: int = 100, warmup: int = 10, min_warmup_ms: float = 50.0) -> Timing:
-    """Median and 20th/80th percentiles of ``reps`` replays, each between its own pair of events,
-    after a warm-up of at least ``warmup`` replays and ``min_warmup_ms`` of GPU time."""
+    """Median, 20th and 80th percentiles of ``reps`` event-timed replays after :func:`_warm_up`."""
     _warm_up(graph.replay, warmup, min_warmup_ms)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]

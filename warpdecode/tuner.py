@@ -1,10 +1,7 @@
-"""Search launch configurations on the GPU and write ``warpdecode/tuned/<GPU>.json`` (the presets,
-:func:`tune`) or the user's cache (any layer shape, :func:`tune_shape`, with the ``auto`` crossover).
-
-vLLM's ``benchmark_moe.py --tune`` for both paths: the expert path's GEMMs get the same effort as
-warp decode's kernels, or the comparison would flatter warp decode. Each candidate is timed alone,
-in a CUDA graph over layer copies (weights from HBM, not L2); the fastest is kept per token bucket.
-Candidates are first compiled in parallel workers; one the compiler rejects, or that spills, is dropped.
+"""Search launch configurations on the GPU into ``warpdecode/tuned/<GPU>.json`` (:func:`tune`) or the
+user's cache (:func:`tune_shape`), as vLLM's ``benchmark_moe.py --tune`` for both paths alike:
+candidates compiled in parallel (dropped if rejected or spilling), timed alone in a CUDA graph over
+layer copies (weights from HBM), the fastest kept per token bucket.
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ EXPERT_T = [1, 8, 32, 128, 256]
 PATHS = ("warp", "fused", "grouped", "expert", "expert_swap")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
-#: The dtype of the weights and activations timed (bf16 unless :func:`tune_shape` says otherwise).
-#: Tables are keyed by shape alone: bf16 and fp16 move the same bytes through the same tiles.
+#: The dtype timed; tables are keyed by shape alone (bf16 and fp16 move the same bytes).
 _DTYPE = torch.bfloat16
 
 
@@ -60,8 +56,7 @@ def _fits(rows: int, warps: int, columns: int) -> bool:
 
 
 def warp_candidates(H: int, I: int, K: int):  # noqa: E741
-    """(gate/up, down) tiles: one or two rows per warp, or a row over 2–8 warps, by column width and
-    stages; the down tile's K [rows, columns] tiles of a step within 256 elements per thread."""
+    """(gate/up, down) tiles by rows per warp, column width and stages, down within 256 elements a thread."""
     rows_warps = [(1, 1), (2, 2), (4, 4), (8, 8), (2, 1), (4, 2), (8, 4), (16, 8),
                   (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)]
     gate_up = [{"BLOCK_I": r, "BLOCK_H": c, "num_warps": w, "num_stages": s}
@@ -75,8 +70,7 @@ def warp_candidates(H: int, I: int, K: int):  # noqa: E741
 
 
 def fused_candidates(H: int, I: int, K: int):  # noqa: E741
-    """The persistent kernel's configs: warps, one or two gate/up rows per warp, a down tile within 128
-    elements per thread, and programs per SM (the launcher lowers it to the occupancy)."""
+    """The persistent kernel's configs: warps, gate/up rows per warp, down tile, programs per SM."""
     out = []
     for w, gu_rows, gu_cols in [(4, 4, 1024), (4, 8, 1024), (8, 8, 1024), (8, 8, 2048), (8, 16, 1024),
                                 (16, 16, 512), (16, 16, 1024)]:
@@ -100,8 +94,7 @@ def grouped_candidates():
 
 
 def grouped_down_candidates():
-    """The grouped down kernel's tiles: those that won somewhere in
-    experiments/results/NVIDIA_H200/grouped_down.csv and their neighbours, 3 or 4 stages."""
+    """The grouped down tiles that won somewhere (docs/design.md) and their neighbours, 3 or 4 stages."""
     return [{"BLOCK_H": r, "BLOCK_I": c, "num_warps": w, "num_stages": st}
             for (r, c, w), st in itertools.product(
                 [(32, 128, 2), (64, 64, 4), (64, 128, 4), (64, 256, 4), (128, 64, 4), (128, 128, 8)], [3, 4])]
@@ -145,14 +138,11 @@ def block_m_candidates(T: int, shape: MoEShape):
 
 
 def group_m_candidates(T: int, shape: MoEShape, block_m: int):
-    """GROUP_M 8 as well once an expert holds more than one M block (its blocks then share weight
-    columns through L2)."""
+    """GROUP_M 8 as well once an expert holds more than one M block (its blocks share weights via L2)."""
     return [1, 8] if T * shape.K / shape.E > block_m / 2 else [1]
 
 
-# ---------------------------------------------------------------------------------------------
-# parallel compilation: each worker launches every candidate once on a tiny problem with the same
-# specialization (dims divisible by 16, same K), which puts the binary in Triton's disk cache
+# --- parallel compilation: a tiny launch per candidate, same specialization, fills Triton's disk cache
 
 
 _KERNEL_OF = {"warp_gate_up": kp.warp_gate_up_kernel, "warp_down": kp.warp_down_kernel,
@@ -167,8 +157,7 @@ def _compiled_for(kernel) -> dict:
 
 
 def _warm(job):
-    """Launch one candidate on a tiny problem: True, or why it is dropped (the compiler rejects it, or
-    its binary spills registers, which a short timing can miss)."""
+    """Launch one candidate on a tiny problem: True, or why it is dropped (rejected, or it spills)."""
     kind, K, cfg = job
     torch.cuda.set_device(0)
     H = I = 272  # noqa: E741  divisible by 16 like every preset, small
@@ -262,8 +251,7 @@ def _grouped_pair(x, w13, w2, ids, tw, c_gu, c_dn):
 
 
 def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print):
-    """The pair per token bucket: the best gate/up config alone, then the down config that makes the
-    fastest pair with it (timed as a pair: the down kernel overlaps gate/up through PDL)."""
+    """The pair per bucket: the best gate/up alone, then the down config fastest with it (timed as a pair)."""
     gate_up_c, down_c = warp_candidates(shape.H, shape.I, shape.K)
     gate_up_c = [c for c in gate_up_c if _key("warp_gate_up", 2, c) not in dropped]
     down_c = [c for c in down_c if _key("warp_down", shape.K, c) not in dropped]
@@ -306,9 +294,7 @@ def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
 
 
 def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
-    """The grouped schedule against the tuned pair where :func:`grouped_worth_timing`: its gate/up tile,
-    then its down tile. Rule: kept where its total over two routing draws is ≥ 1 % below the pair's.
-    Data: docs/design.md, "Launch configuration rules" (Tuner choices)."""
+    """The grouped gate/up then down tile, kept where ≥ 1 % below the tuned pair over two routing draws."""
     gate_up_c = [c for c in grouped_candidates() if _key("grouped_gate_up", shape.K, c) not in dropped]
     down_c = [c for c in grouped_down_candidates() if _key("grouped_down", shape.K, c) not in dropped]
     L, w13s, w2s = _layer_copies(shape)
@@ -342,8 +328,7 @@ def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print
 
 
 def keep_schedules(old_buckets, new_buckets, retuned=()):
-    """The re-tuned pair's buckets with the old buckets' ``fused``/``grouped`` schedules kept where
-    not re-tuned (``retuned``) and still ≥ 1 % faster than the new pair."""
+    """The re-tuned buckets, old ``fused``/``grouped`` ones kept where not ``retuned`` and ≥ 1 % faster."""
     old = {T: cfg for T, cfg in old_buckets}
     out = []
     for T, cfg in new_buckets:
@@ -410,9 +395,7 @@ def with_swap(cfg: dict, gemms) -> dict:
 
 
 def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, log=print):
-    """Each tuned expert bucket against the same tiles with SWAP_AB on gate/up, down or both. Rule: a
-    form wins where ≥ 1 % faster in every one of ``rounds`` alternated rounds; the fastest of those.
-    Run after ``expert``. Data: docs/design.md, "Launch configuration rules" (Tuner choices)."""
+    """SWAP_AB per tuned expert bucket on gate/up, down or both, kept where ≥ 1 % faster in all ``rounds``."""
     L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
@@ -497,14 +480,10 @@ def _buckets(Ts):
 
 
 def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, log=None) -> dict:
-    """Tune ``shapes`` (preset names or :class:`MoEShape`) and return the table.
-
-    Each step's entries are merged into the table at ``path`` (default: this GPU's shipped
-    ``warpdecode/tuned/<GPU>.json``) as it ends, under the file's lock (``configs.update_table``):
-    concurrent tuners keep each other's shapes; a file that is not a valid table is overwritten.
-    ``paths``: steps from :data:`PATHS`; ``Ts``: the token buckets (:func:`_buckets`); ``crossover``:
-    then time both paths at those T's and store ``crossover`` and ``crossover_evidence``; ``log``: a
-    print-like function (default: the progress bar's)."""
+    """Tune ``shapes`` (preset names or :class:`MoEShape`) and return the table, each step merged into
+    ``path`` (default: the shipped ``warpdecode/tuned/<GPU>.json``) under its lock. ``paths``: steps of
+    :data:`PATHS`; ``Ts``: token buckets (:func:`_buckets`); ``crossover``: also time both paths there and
+    store ``crossover`` and ``crossover_evidence``; ``log``: print-like (default: the progress bar's)."""
     shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
     path = path or tuned_file()
     table = configs._read(path)  # a bad file is named in a warning, and overwritten by the first write
@@ -550,8 +529,7 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
 
 
 def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
-    """(crossover, evidence): both paths as ``moe`` runs them with the configs in ``path`` at each T
-    of ``Ts``; the crossover by :func:`warpdecode.configs.crossover_of`."""
+    """(crossover, evidence): both paths as ``moe`` runs them with ``path``'s configs at each T of ``Ts``."""
 
     shipped = path == tuned_file()
     L, w13s, w2s = _layer_copies(shape)
@@ -573,13 +551,10 @@ def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
 
 
 def tune_shape(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None, paths=PATHS, log=None) -> dict:  # noqa: E741
-    """Tune one layer shape on this GPU and write it, with its measured ``auto`` crossover, to the
-    user's cache (``configs.cache_file()``), which ``moe`` reads after the shipped table.
-
-    ``dtype``: ``"bf16"``/``"fp16"`` or the torch dtype timed. ``Ts``: the token buckets (default
-    warp decode's 1–16 and the expert path's 1–256). ``paths``: steps from :data:`PATHS`. Returns the
-    cached table. Raises RuntimeError before writing anything where no CUDA GPU is, ValueError for a
-    bad ``dtype`` or ``paths``."""
+    """Tune one shape into the user's cache (``configs.cache_file()``) with its ``auto`` crossover. ``dtype``:
+    ``"bf16"``/``"fp16"`` or a torch dtype; ``Ts``: token buckets (default 1–16 warp, 1–256 expert); ``paths``:
+    steps of :data:`PATHS`. Returns the cached table. RuntimeError without a CUDA GPU (nothing written),
+    ValueError for a bad ``dtype`` or ``paths``."""
     require_gpu("warpdecode.tune")
     dtype = DTYPES.get(dtype, dtype)
     if dtype not in DTYPES.values():
@@ -601,8 +576,7 @@ def merge_buckets(kept, tuned):
 
 
 def autotune_shape(H: int, I: int, E: int, K: int, T: int, *, dtype=torch.bfloat16, reps: int = 5) -> None:  # noqa: E741
-    """What ``configs.maybe_autotune`` runs: the pair (T ≤ 16) and the expert tiles at bucket T, few
-    repetitions, in-process, merged into the user's cache; no crossover (``auto`` keeps the model's)."""
+    """``configs.maybe_autotune``'s tuner: pair and expert tiles at bucket T, quickly, into the cache."""
     shape = shape_of(H, I, E, K)
     key = shape_key(H, I, E, K)
     quiet = lambda *a: None  # noqa: E731

@@ -1,7 +1,5 @@
-"""Rung 4: warp decode, the host side of its three schedules: the two-kernel pair
-(:mod:`warpdecode.kernels.warp_pair`), the grouped pair (:mod:`warpdecode.kernels.warp_grouped`) and
-the persistent kernel (:mod:`warpdecode.kernels.warp_persistent`); and the pair with FP8 weights
-(:mod:`warpdecode.kernels.warp_fp8`)."""
+"""Rung 4: warp decode's host side: the pair, grouped pair, persistent kernel and FP8 pair
+(``kernels.warp_pair``, ``warp_grouped``, ``warp_persistent``, ``warp_fp8``)."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ from .kernels import warp_pair as kp
 from .kernels import warp_persistent as kf
 from .quant import is_fp8
 
-#: Warp decode's schedules: two kernels per (token, slot); two kernels per routed expert; one
-#: persistent kernel. A tuned bucket names the one it runs by an entry of that name (see schedule_of).
+#: Warp decode's schedules; a tuned bucket names its own by an entry of that name (schedule_of).
 SCHEDULES = ("split", "grouped", "fused")
 
 
@@ -26,8 +23,7 @@ def schedule_of(cfg: dict) -> str:
     return next((s for s in ("fused", "grouped") if s in cfg), "split")
 
 
-#: Programmatic dependent launch between the two kernels: Hopper and newer, not the interpreter.
-#: ``WARPDECODE_PDL=0`` turns it off, to measure what it buys (_runtime.USE_PDL).
+#: Programmatic dependent launch between the two kernels (Hopper+; ``WARPDECODE_PDL=0`` turns it off).
 USE_PDL = _runtime.USE_PDL
 
 
@@ -63,8 +59,7 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
     return y
 
 
-# ---------------------------------------------------------------------------------------------
-# The pair with FP8 weights, dequantized in registers (see warpdecode.kernels.warp_fp8)
+# --- The pair with FP8 weights, dequantized in registers (see warpdecode.kernels.warp_fp8)
 
 
 def _fp8_meta(w, block: int, name: str) -> dict:
@@ -90,10 +85,7 @@ def warp_gate_up_fp8(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> to
     return act
 
 
-#: The most routed slots the FP8 down kernel unrolls: K ≤ this loads a chunk of all K slots' rows
-#: at once, K tiles in registers (every preset's K, at most 8); past it the slots go in a run-time
-#: loop, one tile at a time, whose code does not grow with K. At 8 rows × 512 columns on 4 warps,
-#: K = 16 unrolled spills on sm_90a, and K = 61 compiles for minutes.
+#: The most slots the FP8 down kernel unrolls (every preset's K); past it a loop whose code does not grow.
 STATIC_SLOTS_MAX = 8
 
 
@@ -120,11 +112,9 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
     return y
 
 
-# ---------------------------------------------------------------------------------------------
-# One persistent kernel: both phases, a grid barrier between them (see warpdecode.kernels.warp_persistent)
+# --- One persistent kernel: both phases, a grid barrier between them (see warpdecode.kernels.warp_persistent)
 
-#: Polls of the barrier before a program gives up (about a second): a safety net, never reached
-#: when the grid is sized from the kernel's occupancy.
+#: Polls of the barrier before a program gives up (about a second): a safety net, never reached.
 MAX_SPINS = 1 << 20
 
 _barriers: dict = {}  # device index -> int32 [count, generation, timed_out]
@@ -132,10 +122,7 @@ _resident: dict = {}  # compiled-kernel key -> programs one SM holds at once
 
 
 def barrier_state(device=None) -> torch.Tensor:
-    """The grid barrier's buffer for this device, made (zeroed) on first use. Launches on one
-    stream run one after another, so they share it. Two fused launches must never run at the same
-    time on one device (concurrent streams): their programs would count towards each other's
-    barrier. Use ``schedule="split"`` there."""
+    """This device's grid-barrier buffer (zeroed once); concurrent fused launches on one device must not run."""
     device = torch.device(device or torch.cuda.current_device())
     if device.index not in _barriers:
         _barriers[device.index] = torch.zeros(3, dtype=torch.int32, device=device)
@@ -143,16 +130,13 @@ def barrier_state(device=None) -> torch.Tensor:
 
 
 def barrier_health() -> list[tuple]:
-    """(device, count, generation, timed_out) of every grid barrier used so far. Between launches
-    count is 0 and timed_out 0; a 1 means some launch gave up waiting (its output is wrong)."""
+    """(device, count, generation, timed_out) per barrier used; timed_out 1 means a launch gave up (wrong output)."""
     return [(d, *b.tolist()) for d, b in _barriers.items()]
 
 
 def programs_per_sm(regs_per_thread: int, num_warps: int, shared: int, *, regs: int = 65536,
                     threads: int = 2048, smem: int = 233472, programs: int = 32) -> int:
-    """How many programs of a compiled kernel one SM holds at once: registers (allocated per warp in
-    units of 256), threads, shared memory (1 KB per program is the driver's) and the 32-program
-    limit. The defaults are Hopper's (sm_90)."""
+    """Programs one SM holds by registers (per warp, units of 256), threads, shared memory and 32."""
     regs_per_warp = -(-regs_per_thread * 32 // 256) * 256
     by_regs = regs // max(1, regs_per_warp * num_warps)
     by_warps = threads // (32 * num_warps)
@@ -161,8 +145,7 @@ def programs_per_sm(regs_per_thread: int, num_warps: int, shared: int, *, regs: 
 
 
 def _programs_per_sm(compiled, num_warps: int, props) -> int:
-    """:func:`programs_per_sm` of a kernel compiled on this GPU, with the limits its properties
-    report (Hopper's where an older torch does not report them)."""
+    """:func:`programs_per_sm` with this GPU's reported limits (Hopper's where torch reports none)."""
     return programs_per_sm(compiled.n_regs, num_warps, compiled.metadata.shared,
                            regs=getattr(props, "regs_per_multiprocessor", 65536),
                            threads=getattr(props, "max_threads_per_multi_processor", 2048),
@@ -170,8 +153,7 @@ def _programs_per_sm(compiled, num_warps: int, props) -> int:
 
 
 def fused_grid(kernel, args, meta: dict, cfg: dict, device) -> tuple:
-    """programs_per_sm × SMs, lowered to what one SM holds of the compiled kernel at once (so every
-    program is resident and the grid barrier can open); the occupancy is computed once per config."""
+    """programs_per_sm × SMs, lowered to the compiled kernel's occupancy so that the barrier can open."""
     props = torch.cuda.get_device_properties(device)
     key = (tuple(a.dtype for a in args if isinstance(a, torch.Tensor)), tuple(sorted(meta.items())))
     if key not in _resident:
@@ -185,13 +167,8 @@ def fused_grid(kernel, args, meta: dict, cfg: dict, device) -> tuple:
 
 
 def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torch.float32):
-    """Both phases in one launch of a persistent grid (GPU); two launches of the same kernel in the
-    CPU interpreter, which runs programs one after another and so could never pass a barrier.
-
-    cfg: ``{"gate_up": {"BLOCK_I", "BLOCK_H"}, "down": {"BLOCK_H", "BLOCK_I"}, "num_warps",
-    "programs_per_sm"}``; the grid is programs_per_sm × SMs, lowered to what the compiled kernel's
-    occupancy allows, so every program is resident and the barrier can open.
-    """
+    """Both phases in one persistent launch (two in the interpreter). cfg: ``{"gate_up": {"BLOCK_I",
+    "BLOCK_H"}, "down": {"BLOCK_H", "BLOCK_I"}, "num_warps", "programs_per_sm"}``; grid by :func:`fused_grid`."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     I = two_i // 2  # noqa: E741
@@ -221,28 +198,20 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
     return y
 
 
-# ---------------------------------------------------------------------------------------------
-# Tokens that share an expert read its rows once (see warpdecode.kernels.warp_grouped)
+# --- Tokens that share an expert read its rows once (see warpdecode.kernels.warp_grouped)
 
-#: Tokens per launch of the grouped schedule's kernels: the token axis is the N of their tensor-core
-#: tiles (padded to 16), held in registers and shared memory; more tokens take several launches.
+#: Tokens per grouped launch: the N of its tensor-core tiles (padded to 16); more take several launches.
 GROUPED_TOKENS = 16
 
 
 def grouped_terms(w_dtype, act_dtype) -> int:
-    """How many terms the grouped schedule's intermediate is stored as: an FP32 intermediate with
-    bf16 weights as three bf16 terms whose sum is it exactly (the down kernel's tensor cores take
-    them), anything else as one term in ``act_dtype`` (an FP32 one then multiplied on FMAs)."""
+    """Terms of the grouped intermediate: 3 bf16 summing exactly to FP32 with bf16 weights, else 1."""
     return 3 if (w_dtype == torch.bfloat16 and act_dtype == torch.float32) else 1
 
 
 def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
-    """Kernel 1 of the grouped schedule: (TERMS, T*K, I), each token's weighted silu(gate)·up in
-    the row of its first slot routed to the expert (the rows of a second slot naming the same
-    expert are not written), as :func:`grouped_terms` terms. Each program is one expert's rows for
-    every token routed to it. cfg: ``{"BLOCK_I", "BLOCK_H", "num_warps", "num_stages"}``. Past
-    ``GROUPED_TOKENS`` tokens, one launch per block of that many (each reads its experts' rows
-    again): the schedule is for decode-sized T."""
+    """Grouped kernel 1: (TERMS, T*K, I) weighted silu(gate)·up, one program per expert's rows, one launch
+    per ``GROUPED_TOKENS`` tokens. cfg: ``{"BLOCK_I", "BLOCK_H", "num_warps", "num_stages"}``."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     I = two_i // 2  # noqa: E741
@@ -262,16 +231,12 @@ def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=to
 
 
 def warp_down_grouped(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Tensor:
-    """Kernel 2 of the grouped schedule: y (T, H) from :func:`warp_gate_up_grouped`'s terms, each
-    program one expert's w2 rows for a block of hidden outputs and every token routed to it; the
-    sum over experts in an FP32 scratch, rounded to y once. cfg: ``{"BLOCK_H", "BLOCK_I",
-    "num_warps", "num_stages"}``."""
+    """Grouped kernel 2: y (T, H) from the terms, per expert and output block, FP32 scratch, rounded once."""
     E, H, I = w2.shape  # noqa: E741
     T, K = topk_ids.shape
     blocks = triton.cdiv(H, cfg["BLOCK_H"])
     chunks = triton.cdiv(T, GROUPED_TOKENS)
-    # per block of tokens: the FP32 sums, then the arrival counts; zero bits are 0.0 and 0. One
-    # allocation, zeroed each call (a memset): no state is left between calls, streams or graphs
+    # per block of tokens: FP32 sums, then arrival counts, zeroed each call: no state between calls
     row = GROUPED_TOKENS * H + triton.cdiv(blocks, 4) * 4
     scratch = torch.zeros(chunks, row, dtype=torch.int32, device=act.device)
     y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
@@ -292,19 +257,11 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
              schedule: str | None = None, out_dtype=None):
     """Warp decode on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
-    act_dtype: the intermediate's dtype between the two phases. FP32 (default) keeps the whole
-    layer unrounded until the single store of y; pass x.dtype to see what rounding it costs.
-    schedule: ``"split"`` (two kernels, the down kernel launched early with PDL), ``"fused"``
-    (one persistent kernel with a grid barrier), ``"grouped"`` (two kernels that read each routed
-    expert's rows once for all its tokens, through a scratch of FP32 sums), or None: the tuned
-    table's choice for this shape and T (the schedule whose entry the config has), else ``"split"``.
-    out_dtype: y's dtype (default x's); FP32 keeps a partial sum unrounded (``warpdecode.parallel``),
-    where the persistent schedule, which stores x's dtype, gives way to the pair.
-
-    FP8 weights (``warpdecode.quant.FP8Weights``, both w13 and w2): the pair of
-    :mod:`warpdecode.kernels.warp_fp8` whatever the schedule (the grouped and persistent schedules
-    read 16-bit weights only), with its own configs (``configs.warp_fp8_config``).
-    """
+    act_dtype: the intermediate's dtype (default FP32, unrounded; x.dtype rounds it). config: a launch
+    config (checked as tables are; default tuned, else the defaults). schedule: ``"split"`` (two kernels,
+    PDL), ``"fused"`` (one persistent kernel), ``"grouped"`` (each expert's rows read once for all its
+    tokens), or None (default: the config's, else ``"split"``). out_dtype: y's dtype (default x's); FP32
+    keeps a partial unrounded (``"fused"`` then gives way to the pair). FP8 weights run the FP8 pair."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
@@ -326,8 +283,7 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
         grouped = cfg.get("grouped", {})
         act = warp_gate_up_grouped(x, w13, topk_ids, topk_weights,
                                    grouped.get("gate_up") or default_grouped(x.dtype == torch.float32), act_dtype)
-        # the FMA tile wherever the down kernel's products run on FMAs (FP32 weights, or an intermediate
-        # stored in another dtype than the weights: kernels/warp_grouped.py _mma)
+        # the FMA tile wherever the down products run on FMAs (kernels/warp_grouped.py _mma)
         on_fmas = w2.dtype == torch.float32 or act.dtype != w2.dtype
         return warp_down_grouped(act, w2, topk_ids, topk_weights, grouped.get("down") or default_grouped_down(on_fmas),
                                  out_dtype)

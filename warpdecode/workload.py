@@ -1,10 +1,4 @@
-"""Benchmark workloads: several copies of one layer, so no call finds its weights in L2.
-
-A real model never re-reads a layer's weights from cache: 48 layers of Qwen3-30B-A3B stream
-past between two visits to the same layer. Here each timed step calls the layer once per
-copy, with enough copies that the weights one step touches are at least 3× the L2, and each
-copy gets its own random routing.
-"""
+"""Benchmark workloads: layer copies, a step's weights at least 3× the L2, each copy its own routing."""
 
 from __future__ import annotations
 
@@ -63,8 +57,7 @@ def make_inputs(shape: MoEShape, T: int, n: int, *, dtype=torch.bfloat16, seed: 
 
 
 def bytes_needed(shape: MoEShape, inp: LayerInputs, elem: int = 2) -> int:
-    """The fewest bytes one call must move: every routed expert's weights once (distinct experts),
-    the activations in, the output out, the routing in."""
+    """The fewest bytes one call moves: each distinct routed expert's weights once, x, y and the routing."""
     distinct = torch.unique(inp.topk_ids).numel()
     T = inp.x.shape[0]
     return (distinct * 3 * shape.I * shape.H * elem + 2 * T * shape.H * elem

@@ -1,18 +1,11 @@
-"""Warp decode as a Hugging Face transformers experts implementation.
-
-transformers 5 dispatches each MoE model's experts module (Qwen3-MoE, OLMoE, Mixtral, … — the
-classes decorated with ``@use_experts_implementation``) through ``ExpertsInterface``. Register
-once, then pick it per model::
+"""Warp decode as a transformers 5 experts implementation (``ExpertsInterface``)::
 
     import warpdecode.integrations.transformers as wd_hf
     wd_hf.register()                                   # explicit: importing registers nothing
     model.set_experts_implementation("warpdecode")
 
-Each call computes the layer with warp decode while the step's token count is at most the
-crossover measured for this shape on this GPU (``warpdecode.crossover``), and with the
-expert-centric path above it (prefill, large batches). The experts must use the fused layout
-warpdecode takes without copies: ``gate_up_proj`` (E, 2I, H) gate rows then up rows, and
-``down_proj`` (E, H, I), no bias, not transposed.
+``method="auto"`` per call; experts in the fused layout: ``gate_up_proj`` (E, 2I, H) gate rows then
+up rows, ``down_proj`` (E, H, I), no bias, not transposed.
 """
 
 from __future__ import annotations
@@ -43,11 +36,8 @@ def warpdecode_experts_forward(self, hidden_states: torch.Tensor, top_k_index: t
             "under torch.no_grad() (transformers' generate does), or train with another experts_implementation")
     topk_weights = top_k_weights.float().contiguous()  # no copy where the router's weights are FP32 already
     topk_ids = top_k_index.contiguous()  # int64 as transformers gives them: the kernels read them unnarrowed
-    # Shapes and dtypes are checked on every call, on the host; the ids inside the kernels
-    # (warpdecode/kernels/ids.py), with no launch of their own. With expert parallelism transformers
-    # names a slot whose expert lives on another rank by the id num_local_experts (= E here) and
-    # weight 0: the kernels skip it, as they skip any slot of weight 0 whose id lies outside [0, E);
-    # an id outside [0, E) with a nonzero weight makes its token NaN.
+    # shapes checked here, ids in the kernels (kernels/ids.py): expert parallelism's slots of other
+    # ranks (id E, weight 0) are skipped; a bad id with a nonzero weight makes its token NaN
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     check_kernel_device(x)
     if d.T == 0:

@@ -19,13 +19,10 @@ Byte ledger of one call (bf16, B = blocks of BLOCK_M rows in use, each naming on
            in one block (decode). The intermediate and the per-pair outputs round-trip through HBM,
            which warp decode does not do (``warp_pair.py``).
 
-FP8 weights (``W_FP8``, ``warpdecode.quant``): the weight tiles are e4m3, half the bytes above, with
-block scales s (one per 128 × 128 block, or one e8m0 per row per 32 columns). Each K step lies
-within one scale group (BLOCK_K divides 128, or 32), so one scale per weight row applies to the
-whole step: acc += (A·Q) ⊙ s_a sᵀ, the partial product of the step scaled in FP32 (vLLM's block-FP8
-GEMM). Weight-only: A is the bf16 activations and Q is widened to bf16 (exactly) for the tensor
-cores; w8a8 (``A_FP8`` too): A is e4m3 with its per-row 1×128 scales s_a and both operands go to
-the FP8 tensor cores as they are.
+FP8 weights (``W_FP8``, ``warpdecode.quant``): e4m3 tiles, half the bytes above, with block scales.
+BLOCK_K divides the scale group (128 or 32), so each step is scaled once in FP32: acc += (A·Q) ⊙ s_a sᵀ
+(vLLM's block-FP8 GEMM). Weight-only: Q widened to bf16 (exactly) against bf16 A; w8a8 (``A_FP8``):
+A is e4m3 with per-row 1×128 scales s_a, both operands on the FP8 tensor cores as they are.
 
 Index arrays (all int32, on the device)
 ---------------------------------------
@@ -36,18 +33,11 @@ expert_ids          (EM/BLOCK_M,) expert of each BLOCK_M-row block of sorted_tok
                                  blocks past num_tokens_post_padded
 num_tokens_post_padded (1,)      rows of sorted_token_ids in use; the rest is never read
 
-EM, the buffer length, is the worst case T*K + E*(BLOCK_M − 1) (vLLM's bound, capped at
-T*K*BLOCK_M when T*K < E): it is known on the host without a sync, so every grid below is sized
-for the worst case and programs past num_tokens_post_padded return at once, as vLLM's do.
+EM = T*K + E*(BLOCK_M − 1) (vLLM's bound; T*K*BLOCK_M when T*K < E), known without a sync: grids
+are sized for it, and programs past num_tokens_post_padded return at once.
 
-The stages, each its own kernel so each can be timed:
-  align  (moe_align_kernel)          build the three index arrays        — moves data
-  gather (gather_kernel)             x rows → expert-major buffer        — moves data
-  quant  (quant_fp8_kernel)          optional FP8 e4m3, 1×128 block scales
-  gate/up (grouped_gate_up_kernel)   tensor-core tiles, SiLU·up, rounded — computes
-  down   (grouped_down_kernel)       tensor-core tiles, × routing weight — computes
-  scatter (scatter_kernel)           expert-major rows → (T*K, H)        — moves data
-  combine (combine_kernel)           sum over K in the compute dtype     — moves data
+Each stage is its own kernel, so each can be timed: moe_align_kernel, gather_kernel,
+quant_fp8_kernel, grouped_gate_up_kernel, grouped_down_kernel, scatter_kernel, combine_kernel.
 """
 
 import triton

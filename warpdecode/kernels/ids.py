@@ -5,23 +5,11 @@
     weight loads of slot (t, j):  masked by ok (an id outside [0, E) reads nothing, never out of bounds)
     y[t, :] = NaN  if some slot j has ¬ok and topk_weights[t, j] ≠ 0
 
-A slot whose routing weight is 0 adds nothing to its token whatever its id (expert parallelism
-names the experts of other ranks so: transformers passes id E with weight 0); a slot with a nonzero
-weight and an id outside [0, E) would drop that weight's share of the token, so the token's output
-is NaN instead, where no later step can hide it. The guard rides on loads the kernels make anyway:
-no launch and no host sync. ``warpdecode.moe(..., strict=True)`` reads the range back instead and
-raises.
-
-Two ways to reach the NaN:
-  the pair (bf16, fp16, fp32 weights; split and fused schedules): the gate/up tile writes the slot's
-      intermediate row as NaN (:func:`poisoned`: the slot's weight, read after its sums), and the
-      down tile, whose weight loads for that slot are masked, multiplies it in: 0 · NaN = NaN in every
-      output of the token. Nothing more is live across the down tile's loop.
-  every other kernel that writes y (the FP8 pair, the grouped schedule, the expert path's combine)
-      re-reads the token's K ids and weights after its sums (:func:`dropped`).
-
-Bytes: one slot's routing weight per gate/up program, or the token's K ids and weights once
-more per program that writes y (from L1/L2).
+A slot of weight 0 adds nothing whatever its id (transformers' expert parallelism passes id E);
+a nonzero weight on a bad id makes the token NaN rather than silently drop its share. No launch, no
+sync: the pair's gate/up writes the slot's row NaN (:func:`poisoned`), which the masked down tile
+multiplies in; other kernels that write y re-read the token's K ids and weights (:func:`dropped`).
+Bytes: one routing weight per gate/up program, or the token's K ids and weights once more (L1/L2).
 """
 
 import triton

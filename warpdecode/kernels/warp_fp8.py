@@ -3,12 +3,10 @@
     ∥(t, j, i), one warp: a[tK+j, i] = silu(Σ_g s_g · Σ_c∈g Qg[e, i, c]·x[t, c]) · (… Qu …)   reads 2·T·K·I·H·1 B
     ∥(t, h),    one warp: y[t, h]    = Σ_j w[t, j] · Σ_g s_g · Σ_c∈g Q2[e_j, h, c]·a[tK+j, c]     reads T·K·H·I·1 B
 
-Q are e4m3 weights, s their block scales (``warpdecode.quant``): one FP32 scale per 128 × 128 block
-(``block128``: GROUP_N = GROUP_K = 128), or one e8m0 power of two per row per 32 columns of the
-reduction axis (``mxfp8``: GROUP_N = 1, GROUP_K = 32). x and the intermediate a stay in their own
-dtype (bf16 x, FP32 a): nothing about the activations is quantized. Each e4m3 value converts to
-FP32 exactly; a product's partial sum over one scale group is multiplied by its scale once, so
-the layer computes with exactly the dequantized weights q · s, every sum in FP32, y rounded once.
+Q are e4m3 weights, s their block scales (``warpdecode.quant``): ``block128`` GROUP_N = GROUP_K = 128,
+FP32; ``mxfp8`` GROUP_N = 1, GROUP_K = 32, e8m0. x and a stay in their own dtype (nothing about the
+activations is quantized); each e4m3 converts to FP32 exactly and a scale group's partial sum is
+scaled once: the layer computes with exactly q · s, every sum in FP32, y rounded once.
 
 Byte ledger of one call with T tokens (e4m3 weights, bf16 x, FP32 intermediate):
   gate/up  reads  T·K·2I·H·1 B of weight rows, their scales (block128: 4 B per 16 384 weights;
@@ -18,36 +16,19 @@ Byte ledger of one call with T tokens (e4m3 weights, bf16 x, FP32 intermediate):
   minimum  the U distinct routed experts' rows and scales once: U·3·I·H·(1 + scale share) B, half
            the bf16 pair's bytes (``warp_pair.py``); at T = 1, U = K and the pair reads exactly that.
 
-The tile is warp_pair's: [rows, columns of the reduction axis], every weight load 16 bytes per
-lane, which is 16 e4m3 (a warp spans 512 columns; bf16 fills 16 bytes with 8). Each step's products
-are reshaped to [rows, groups, GROUP_K] and summed over the group (in-thread, then across the
-lanes that share it), giving one partial sum per (row, scale group); those are multiplied by the
-[rows, groups] tile of scales and accumulated, and the accumulator is summed over its groups
-once, at the end. The down tile is K 2-D [rows, columns] tiles, one per routed expert, on every
-Triton release (``warp_pair.PER_SLOT``'s form; one at a time in the slot loop below): each expert
-has scales of its own.
-
-Two forms of the down kernel's slots, chosen by the launcher (``warp.fp8_slot_loop``, the constexpr
-``SLOT_LOOP``): up to ``warp.STATIC_SLOTS_MAX`` routed slots (every preset's K) unrolled, a step
-loading the chunk of all K slots' rows at once; past it, the slots in a run-time loop, whose code
-and registers do not grow with K (unrolled, K tiles sit in registers and the step's code is
-written K times: the default tile spills at K = 16, and at K = 61 compiling takes minutes):
+The tile is warp_pair's at 16 e4m3 a lane (512 columns a warp); a step's products are summed per
+[rows, groups, GROUP_K] group, scaled by the [rows, groups] scales and accumulated, the groups summed
+at the end. The down tile is one 2-D tile per routed expert (own scales): up to
+``warp.STATIC_SLOTS_MAX`` unrolled, past it (``SLOT_LOOP``) a run-time loop that does not grow with K:
 
     unrolled (K ≤ STATIC_SLOTS_MAX)           slot loop (K > STATIC_SLOTS_MAX)
     for c in chunks of I:                     w = tile(slot 0, chunk 0)
         w_0 … w_{K-1} = tiles(all K, c)       for n in 0 … K·chunks − 1:        slot j = n mod K, chunk c = n div K
         for j < K:  acc += step(j, c, w_j)        w' = tile(step n + 1);  acc += step(j, c, w);  w = w'
 
-Both read the same bytes in the same tiles, and both load their first weights before the wait.
-
-Instructions per weight byte, not HBM, bound this pair (2.5 per byte before anything else, and
-several rows per program share the rest): docs/design.md, "FP8 pair: instructions per weight byte".
-
-The weights are loaded ``evict_first`` and the down kernel starts streaming its first chunk of
-weights (the slot loop: its first tile) before it waits for the gate/up kernel (``USE_PDL``), as
-in ``warp_pair.py``. Token-dependent sizes are not specialized, so one compiled kernel serves every
-T. The grouped and persistent schedules (``warp_grouped.py``, ``warp_persistent.py``) read 16-bit
-weights only.
+Both read the same bytes in the same tiles. Instructions per weight byte, not HBM, bound this pair
+(docs/design.md, "FP8 pair: instructions per weight byte"). Loads ``evict_first``, PDL and unspecialized
+T as in ``warp_pair.py``; the grouped and persistent schedules read 16-bit weights only.
 """
 
 import triton

@@ -16,15 +16,9 @@ Byte ledger of one launch of ≤ T_PAD tokens (bf16 weights, U distinct experts 
   minimum  U·3·I·H·2 B: what this schedule reads of the weights. Past T_PAD tokens each launch reads
            its experts' rows again.
 
-The pair (``warp_pair.py``) reads an expert's rows once per (token, slot); once tokens share
-experts that is again per token. Here a program takes one expert's rows and every token: the token
-axis is the N of a tensor-core product (padded to 16), tokens not routed to the expert are masked
-(found by comparing topk_ids with it), and the rows are read once. No sort, gather or scatter.
-Gate/up stores its FP32 result as three bf16 terms (8 + 8 + 8 significand bits) that the down
-kernel's tensor cores take as they are, every product exact. The sum over experts goes through FP32
-atomics in a scratch; the last of a block's E programs rounds it to y once, so at K > 2 the last
-bit of y may vary from run to run. The tensor cores' work grows with padded tokens × experts hit:
-the schedule is for small T where tokens share experts (the tuner decides). Weights ``evict_first``.
+One program takes one expert's rows for every token (the N of a tensor-core product, padded to 16,
+tokens not routed masked): rows read once, no sort, gather or scatter. The three bf16 terms make each
+product exact; FP32 atomics make y's last bit vary at K > 2. For small T that shares experts.
 """
 
 import triton

@@ -14,28 +14,16 @@ Byte ledger of one call with T tokens (bf16 weights and x, FP32 intermediate a):
            routing). At T = 1, U = K: the pair reads exactly that. Past T = 1, pairs that share an
            expert ask for its rows again; the grid order below serves those from L2 where it can.
 
-Kernel 1, gate/up: one warp owns one intermediate neuron i of one (token t, slot j) pair,
-e = topk_ids[t, j]. It streams that neuron's gate row w13[e, i, :] and up row w13[e, I + i, :]
-across H, reads the activation x[t, :] once for both, accumulates both dot products in FP32,
-reduces across the warp, and writes silu(g)·u. No sort, no padding, no gather.
+No sort, padding or gather: gate/up reads x[t] once for a neuron's two rows; down folds the routing
+weight in and sums the K experts as one axis of its tile, storing y[t, h] once.
 
-Kernel 2, down: one warp owns one hidden output h of one token t. It streams the rows
-w2[e, h, :] of the token's K routed experts across I, multiplies them by the FP32 intermediate
-with the routing weight folded in, sums over the K experts and over I in FP32 registers, and
-stores y[t, h] once. The top-K combine is gone: it is a sum over one axis of the tile.
+Layout: a [rows, columns] tile, each lane 8 consecutive bf16 of a row, warps over rows (a row's
+``tl.sum`` is a warp shuffle). The down tile keeps the K experts in each thread, its form per Triton
+release (3.6 ``_3d``; 3.8+ ``_k_first`` or ``_per_slot``; docs/design.md).
 
-Layout: a program owns a [rows, columns] tile, each lane 8 consecutive bf16 of a row, warps stacked
-over rows, so a row's ``tl.sum`` is a warp shuffle (docs/design.md, "How one warp per output is
-written in Triton"). The down tile keeps the K experts inside each thread, in one of three forms
-by Triton release (``PER_SLOT``, ``K_FIRST``: docs/design.md, "The latest Triton releases"):
-Triton 3.6 runs ``_down_chunk_3d``/``_down_tile_3d``; 3.8 and later the ``_k_first`` or
-``_per_slot`` functions; ``_down_chunk`` and ``_down_tile`` only pick the form.
-
-Every weight load is ``evict_first`` (each weight byte is read once per call; L2 is left to the
-intermediate and to shared rows). With ``USE_PDL`` (sm_90+) the down kernel launches while gate/up
-finishes, streams its first w2 chunk, and waits (``gdc_wait``) before it reads the intermediate.
-T and T·K are not specialized: one compiled kernel serves every T. The grid runs the pair (or
-token) index fastest, so tokens that share an expert read its rows from L2.
+Weight loads are ``evict_first`` (L2 is left to the intermediate and shared rows). With ``USE_PDL``
+the down kernel streams its first w2 chunk before ``gdc_wait``. T and T·K are not specialized. The
+pair (or token) index runs fastest, so tokens sharing an expert read its rows from L2.
 """
 
 import triton
@@ -44,44 +32,37 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .ids import guarded, poisoned
 
-#: Whether this Triton release's coalesce pass puts a [rows, K, columns] tile's warps over K (3.8 and
-#: later; 3.6 puts them over rows): such a release needs another form of the down tile (see above).
+#: Whether this release's coalesce pass puts a [rows, K, columns] tile's warps over K (3.8+): another down form.
 WARPS_OVER_K = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
 
-#: The down tile's form where the release needs another: "per-slot" (K 2-D [rows, columns] tiles) or
-#: "k-first" (one [K, rows, columns] tile); 3.6 keeps [rows, K, columns]. k-first is faster on 3.8.
-#: Data: experiments/results/NVIDIA_H200/down_kfirst.csv; docs/design.md, "The latest Triton releases".
+#: The down form on such a release: "per-slot" (K [rows, columns] tiles) or "k-first" (one [K, rows,
+#: columns] tile, the faster). Data: docs/design.md, "The latest Triton releases".
 LATE_DOWN_FORM = "k-first"
 
-#: Whether the down tile is K 2-D tiles, or (``K_FIRST``) one [K, rows, columns] tile; neither: one
-#: [rows, K, columns] tile. The release's form; a launch takes :func:`down_form`'s.
+#: The release's down form (neither: [rows, K, columns]); a launch takes :func:`down_form`'s.
 PER_SLOT = WARPS_OVER_K and LATE_DOWN_FORM == "per-slot"
 K_FIRST = WARPS_OVER_K and LATE_DOWN_FORM == "k-first"
 
-#: The bytes of a k-first step's weights one thread may hold (K_PAD · BLOCK_H · BLOCK_I · element
-#: size / (32 · num_warps)) before the tile spills; past it the per-slot form runs. Data: ptxas on
-#: sm_90a and sm_100a; docs/design.md, "The latest Triton releases".
+#: A k-first step's weight bytes per thread (K_PAD · BLOCK_H · BLOCK_I · elem / (32 · num_warps)) before
+#: it spills, past which per-slot runs. Data: ptxas; docs/design.md, "The latest Triton releases".
 K_FIRST_MAX_BYTES_PER_THREAD = 256
 
 
 def down_form(cfg: dict, K: int, elem_bytes: int, *, persistent: bool = False) -> tuple[bool, bool]:
-    """(PER_SLOT, K_FIRST) of a down tile with config ``cfg``, K experts and ``elem_bytes``-byte
-    weights: the release's form, but per slot where a k-first thread would hold more than
-    :data:`K_FIRST_MAX_BYTES_PER_THREAD` of a step, and for the ``persistent`` kernel (128 registers)."""
+    """(PER_SLOT, K_FIRST) for ``cfg``, K and ``elem_bytes``: the release's, but per slot past
+    :data:`K_FIRST_MAX_BYTES_PER_THREAD` and for the ``persistent`` kernel (128 registers)."""
     if K_FIRST and (persistent or triton.next_power_of_2(K) * cfg["BLOCK_H"] * cfg["BLOCK_I"] * elem_bytes
                     > K_FIRST_MAX_BYTES_PER_THREAD * 32 * cfg["num_warps"]):
         return True, False
     return PER_SLOT, K_FIRST
 
-#: Whether the compiler sums a lane's products as a tree (Triton ≥ 3.8) rather than as a chain of FMAs
-#: (3.6): where it does, the gate/up step is loaded in slices (``SUB_H``, see ``_gate_up_tile``).
+#: Whether the compiler sums a lane's products as a tree (3.8+), so gate/up loads a step in ``SUB_H`` slices.
 TREE_SUMS = WARPS_OVER_K
 
 
 def gate_up_slice(cfg: dict) -> int:
-    """SUB_H of a gate/up config: BLOCK_H where the compiler chains a lane's products into FMAs itself,
-    else 256 columns per warp of a row (the tile's layout); ``cfg["SUB_H"]`` wins. Data: compiled
-    counts, docs/design.md, "The latest Triton releases" (Sums within a thread as a tree)."""
+    """SUB_H of a gate/up config (``cfg["SUB_H"]`` wins): BLOCK_H where products chain into FMAs, else 256
+    columns per warp of a row. Data: docs/design.md, "The latest Triton releases"."""
     if "SUB_H" in cfg:
         return cfg["SUB_H"]
     rows, cols, warps = cfg["BLOCK_I"], cfg["BLOCK_H"], cfg["num_warps"]
@@ -93,8 +74,7 @@ def gate_up_slice(cfg: dict) -> int:
     return min(cols, 256 * warps_per_row)
 
 
-# ---------------------------------------------------------------------------------------------
-# The two tiles both kernels (and warp_persistent.py's) are made of
+# --- The two tiles both kernels (and warp_persistent.py's) are made of
 
 
 @triton.jit
@@ -241,8 +221,7 @@ def _down_tile(
     tl.store(y_ptr + t.to(tl.int64) * stride_yt + offs_h, y.to(y_ptr.dtype.element_ty), mask=offs_h < H)
 
 
-# ---------------------------------------------------------------------------------------------
-# The down tile on Triton 3.6: one [rows, K, columns] tile
+# --- The down tile on Triton 3.6: one [rows, K, columns] tile
 
 
 @triton.jit
@@ -286,8 +265,7 @@ def _down_tile_3d(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stri
     return acc
 
 
-# ---------------------------------------------------------------------------------------------
-# The down tile on Triton 3.8 and later: one [K, rows, columns] tile (K_FIRST) ...
+# --- The down tile on Triton 3.8 and later: one [K, rows, columns] tile (K_FIRST) ...
 
 
 @triton.jit
@@ -365,9 +343,7 @@ def _down_tile_k_first(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E,
     return acc
 
 
-# ---------------------------------------------------------------------------------------------
-# ... or K [rows, columns] tiles, slot by slot (PER_SLOT: tiles whose threads would hold too many
-# weights per step in the k-first form, and the persistent kernel)
+# --- ... or K [rows, columns] tiles, slot by slot (PER_SLOT; too-large k-first tiles; the persistent kernel)
 
 
 @triton.jit
@@ -416,8 +392,7 @@ def _down_tile_per_slot(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E
     return acc
 
 
-# ---------------------------------------------------------------------------------------------
-# The two kernels
+# --- The two kernels
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])

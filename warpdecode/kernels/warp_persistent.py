@@ -7,19 +7,12 @@ barrier between them (schedule ``"fused"``).
       grid barrier                                                             (every a stored, visible)
       for unit in p, p+P, …:  y[t, h-block] = warp_pair's down tile, from wv    (token fastest)
 
-Byte ledger: the pair's (``warp_pair.py``): 2·T·K·I·H·2 B of gate/up rows and T·K·H·I·2 B of
-down rows, x and the routing, the FP32 intermediate written once (T·K·I·4 B) and read back by
-every down program from L2; writes T·H·2 B of y. Plus the barrier: one atomic add per program and
-its polls, on 12 bytes. The minimum is the pair's: U·3·I·H·2 B for the U distinct routed experts.
+Byte ledger: the pair's (``warp_pair.py``), plus the barrier: one atomic add per program and its
+polls, on 12 bytes. Minimum: U·3·I·H·2 B for the U distinct routed experts.
 
-PDL overlaps only the down kernel's first columns with kernel 1's tail; here one launch ramp
-serves both phases, and a program done with its gate/up share early streams its down rows while it
-waits. The barrier (an atomic counter) is safe only with every program resident, so the launcher
-sizes the grid from the compiled kernel's occupancy; the spin gives up after ``MAX_SPINS`` polls
-and raises a flag rather than hang. The CPU interpreter, which runs programs one after another,
-runs the kernel as two launches (``PHASE`` 1, then 2).
-
-Token-dependent sizes (T, T*K) are not specialized, so one compiled kernel serves every T.
+One launch ramp serves both phases; a program done with gate/up streams its down rows while it
+waits. The barrier needs every program resident (the grid is sized from the compiled occupancy) and
+gives up after ``MAX_SPINS`` polls with a flag. The interpreter runs ``PHASE`` 1, then 2. T unspecialized.
 """
 
 import triton
