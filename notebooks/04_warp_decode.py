@@ -37,7 +37,6 @@
 # with the H200's measurements read from the repository.
 
 # %%
-import csv
 import inspect
 
 import lessons  # the notebooks' helpers (notebooks/lessons.py): the checkout's bench/ and results
@@ -52,13 +51,13 @@ ON_GPU = wd.DEFAULT_DEVICE.type == "cuda"
 DEVICE = wd.DEFAULT_DEVICE
 shape = wd.get_preset("qwen3-30b-a3b" if ON_GPU else "tiny")
 Ts = (1, 8) if ON_GPU else (1, 4)
-ROOT = lessons.ROOT  # the checkout
-H200 = "NVIDIA_H200"  # whose measurements this notebook reads where it cannot measure
+H200 = "NVIDIA H200"  # whose measurements this notebook reads where it cannot measure
 
 
-def h200_rows(name: str, folder: str = "results") -> list[dict]:
-    with open(ROOT / folder / H200 / name) as f:
-        return list(csv.DictReader(f))
+def h200_rows(name: str, experiment: bool = False) -> list[dict]:
+    """The rows of results/NVIDIA_H200/<name>, or of experiments/results/NVIDIA_H200/<name>."""
+    data = lessons.data
+    return data.read((data.experiments_dir(H200) if experiment else data.gpu_dir(H200)) / name)
 
 
 print(f"kernels run on: {wd.gpu_name()}; layer {shape.name}: H={shape.H} I={shape.I} E={shape.E} K={shape.K}")
@@ -212,7 +211,7 @@ if ON_GPU:
     print(f"measured now on {wd.gpu_name()}")
 else:
     rows = [{"preset": r["preset"], "T": r["T"], "method": r["variant"], "median_us": r["us"]}
-            for r in h200_rows("minimal_pair.csv", "experiments/results")]
+            for r in h200_rows("minimal_pair.csv", experiment=True)]
     print("no GPU: the H200's rows (experiments/minimal_pair.py)")
 us = {(r["preset"], int(r["T"]), r["method"]): float(r["median_us"]) for r in rows}
 for preset, T in sorted({(p, T) for p, T, _ in us}):
@@ -226,7 +225,7 @@ for preset, T in sorted({(p, T) for p, T, _ in us}):
 # accumulators):
 
 # %%
-rungs = [r for r in h200_rows("gate_up_ladder.csv", "experiments/results") if r["T"] == "1"
+rungs = [r for r in h200_rows("gate_up_ladder.csv", experiment=True) if r["T"] == "1"
          and r["preset"] == "qwen3-30b-a3b"]
 for r in rungs:
     print(f"{r['variant']:50s} {float(r['us']):6.1f} µs  {float(r['frac_ceiling']):.0%} of the read ceiling")

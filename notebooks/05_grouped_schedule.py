@@ -30,7 +30,6 @@
 # ```
 
 # %%
-import csv
 import inspect
 
 import lessons  # the notebooks' helpers (notebooks/lessons.py)
@@ -170,8 +169,8 @@ for T in Ts:
 # schedule the table picks) over the expert-centric path's, at the T where the table picks `grouped`:
 
 # %%
-with open(lessons.ROOT / "results" / "NVIDIA_H200" / "speed.csv") as f:
-    t_us = {(r["preset"], int(r["T"]), r["method"]): float(r["median_us"]) for r in csv.DictReader(f)}
+speed = lessons.data.speed_table("NVIDIA H200")  # {preset: {method: {T: row}}}
+t_us = {(p, T, m): r["median_us"] for p, by_m in speed.items() for m, by_T in by_m.items() for T, r in by_T.items()}
 points = [(p, T) for p, by_T in runs.items() for T, sched in by_T.items()
           if sched == "grouped" and (p, T, "warp") in t_us]
 for p, T in points:

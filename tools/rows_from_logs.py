@@ -1,4 +1,4 @@
-"""Rows of a GPU run rebuilt from what it printed, where its CSV files did not come back.
+"""Rows of a GPU run rebuilt from the tables it printed, for a run whose logs are kept and CSV files are not.
 
     python tools/rows_from_logs.py speed LOG_DIR COMMIT DATE     # bench_<preset>.log → results/<GPU>/speed.csv
     python tools/rows_from_logs.py minimal LOG_DIR COMMIT DATE   # minimal.log → experiments/.../minimal_pair.csv
