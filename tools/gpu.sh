@@ -57,9 +57,14 @@
 #             that order, and GEN_TESTS=0 leaves out the tests and the invariance cost
 #   hfprof    experiments/profiling.py --version hf_compiled: torch.profiler on compiled static-cache HF generate
 #             (HFPROF_ARGS), the host's launches outside the CUDA graphs and the GPU's busy time per step
-#   notebooks execute notebooks/*.ipynb in place (carry .whl with the Jupyter wheels)
+#   nbwheels  install the Jupyter and nbval wheels carried in WHEELS (default .whl; tools/notebook_wheels.sh) into
+#             NB_SITE (default ~/site, which a warm machine keeps between calls)
+#   notebooks execute notebooks/*.ipynb in place, then nbval on them (after nbwheels)
+#   piece     copy the archive pieces carried in WHEELS (p3_*) to ~/t39 (tools/triton_pieces.sh)
+#   triton39  unpack ~/t39's pieces: the later stages run on that triton
 #   crossover derive the auto crossover from results/<GPU>/speed.csv into the tuned table
-#   pack      everything written (logs, CSV, tuned table) into $OUT/run.tar.gz: one file back
+#   pack      everything written (logs, CSV, tuned table) into $OUT/run.tar.gz: one file back (a call
+#             returns at most eight)
 # Each stage runs under its own time limit (seconds, env TIMEOUT_<STAGE>) so a slow one cannot
 # eat the call; what finished is still copied back.
 # Every results row names the commit measured (bench.sweep.commit): in a copy of the
@@ -67,6 +72,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/warpdecode-out}
+NB_SITE=${NB_SITE:-$HOME/site}
 mkdir -p "$OUT"
 GPU_DIR=results/$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
 
@@ -203,17 +209,24 @@ for stage in "$@"; do
     hfprof)
       run hfprof "${TIMEOUT_HFPROF:-200}" env TORCH_LOGS="${HFPROF_LOGS:-perf_hints}" python3 experiments/profiling.py \
           --version hf_compiled ${HFPROF_ARGS:-} ;;
-    notebooks)  # needs the Jupyter wheels in .whl (carry it)
-      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-      run notebooks "${TIMEOUT_NB:-300}" env PYTHONPATH=/tmp/site:$PYTHONPATH python3 tools/run_notebooks.py
-      mkdir -p "$OUT/nb" && cp notebooks/*.ipynb "$OUT/nb/" && cp figures/*.png "$OUT/nb/" 2>/dev/null ;;
+    nbwheels)  # the Jupyter and nbval wheels (tools/notebook_wheels.sh DIR; carry DIR, WHEELS=DIR) into NB_SITE
+      python3 -m pip install -q --no-index --no-deps --no-compile --target "$NB_SITE" "${WHEELS:-.whl}"/*.whl ;;
+    notebooks)  # every notebook in place, then nbval on what it wrote (after nbwheels, in this call or an earlier one)
+      run notebooks "${TIMEOUT_NB:-300}" env PYTHONPATH="$NB_SITE:$PYTHONPATH" python3 tools/run_notebooks.py
+      mkdir -p "$OUT/nb" && cp notebooks/*.ipynb "$OUT/nb/" && cp figures/*.png "$OUT/nb/" 2>/dev/null
+      run nbval "${TIMEOUT_NBVAL:-300}" env PYTHONPATH="$NB_SITE:$PYTHONPATH" python3 -m pytest -q -rfE -p no:cacheprovider \
+          --nbval-lax notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg ;;
+    piece)  # keep the pieces of a large archive carried in WHEELS (p3_*) in ~/t39, for a later call to the warm machine
+      mkdir -p ~/t39 && cp "${WHEELS:-.whl}"/p3_* ~/t39/ && ls -l ~/t39 ;;
+    triton39)  # unpack the pieces (tools/triton_pieces.sh) and run every later stage on that triton
+      cat ~/t39/p3_* | xz -d | tar x -C ~/t39 && chmod +x ~/t39/triton/backends/nvidia/bin/*
+      export PYTHONPATH=$HOME/t39:$PYTHONPATH TRITON_BACKENDS_IN_TREE=1
+      python3 -c "import triton; print('triton', triton.__version__, triton.__file__)" | tee -a "$OUT/env.log" ;;
     crossover)
       run crossover 60 python3 -m bench report --only crossover
       cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
     pack)
-      tar czf /tmp/run.tar.gz -C "$OUT" . && mv /tmp/run.tar.gz "$OUT/run.tar.gz"
-      find "$OUT" -maxdepth 1 -type f ! -name run.tar.gz ! -name '*.log' -delete
-      ls "$OUT" | grep -c . ;;
+      tar czf /tmp/run.tar.gz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/run.tar.gz "$OUT/run.tar.gz" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

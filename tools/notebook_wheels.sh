@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Download the Jupyter wheels the GPU machine's image lacks into .whl/ (ignored by git; copy it to
-# that machine beside the checkout), for `bash tools/gpu.sh notebooks`. Everything else the
+# Download the Jupyter and nbval wheels the GPU machine's image lacks into DIR (default .whl/, ignored
+# by git; copy it to that machine beside the checkout), for `bash tools/gpu.sh notebooks`, which
+# installs them, runs every notebook in place and then nbval on the result. Everything else the
 # notebooks need is already on that image.
+#   bash tools/notebook_wheels.sh [DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
+dest=${1:-.whl}
 python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dest" \
   asttokens==3.0.2 \
   comm==0.2.3 \
+  coverage==7.17.5 \
   debugpy==1.8.22 \
   executing==2.3.0 \
   fastjsonschema==2.22.3 \
@@ -23,6 +26,7 @@ python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --im
   matplotlib_inline==0.2.2 \
   nbclient==0.11.0 \
   nbformat==5.11.1 \
+  nbval==0.11.0 \
   nest_asyncio2==1.7.4 \
   parso==0.8.7 \
   pexpect==4.9.0 \
