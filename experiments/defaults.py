@@ -24,6 +24,12 @@ against float64 and timed as ``harness.checked_us`` times (CUDA graph over rotat
 Rows: ``experiments/results/<GPU>/down_defaults.csv`` (schema ``harness.COLUMNS``); the summary
 printed last: per shape and T, each tile's time over the fastest, the default tile marked.
 
+``--version expert``: the data behind the expert path's default tiles on few, wide experts (K = 2,
+E ≤ 16, I ≥ 4096: :data:`FEW_WIDE`, and Mixtral-8x7B beside its tuned table). At T = 4 … 256 the expert
+path with the shipped default (``configs.default_expert``), each of :data:`EXPERT_VARIANTS` applied
+to it, the default again last (a drift check), and the tuned table's config where the shape has one,
+checked and timed as ``--version down`` times. Rows: ``experiments/results/<GPU>/expert_defaults.csv``.
+
 ``--version gate_up``: the same with the roles swapped, the data behind warp decode's default
 gate/up tile on a release: the pair with its default down tile and each of ``GATE_UP_TILES``
 (default T = 1, 4, 8). Rows: ``experiments/results/<GPU>/gate_up_defaults.csv``.
@@ -51,6 +57,47 @@ SHAPES = [
     wd.MoEShape("dbrx", H=6144, I=10752, E=16, K=4),
 ]
 ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+#: Real layers with few, wide experts (K = 2, E ≤ 16, I ≥ 4096) that are not presets.
+FEW_WIDE = [
+    wd.MoEShape("phi-3.5-moe", H=4096, I=6400, E=16, K=2),
+    wd.MoEShape("jamba-v0.1", H=4096, I=14336, E=16, K=2),
+    wd.MoEShape("mixtral-8x22b", H=6144, I=16384, E=8, K=2),
+    wd.MoEShape("grok-1", H=6144, I=32768, E=8, K=2),
+]
+
+
+def _three_stages_k128(cfg: dict, part: str) -> dict:
+    """One pipeline stage fewer (4 → 3) where the default gave up the 128-deep K step to fit four."""
+    g = cfg[part]
+    if cfg["BLOCK_M"] == 16 and g["BLOCK_K"] < 128 and g["num_stages"] == 4:
+        return {**cfg, part: {**g, "BLOCK_K": 128, "num_stages": 3}}
+    return cfg
+
+
+def _deep_down(cfg: dict) -> dict:
+    """The down GEMM at 16-row tiles with a 256-deep K step on three stages (the tuner's most common pick there)."""
+    g = cfg["down"]
+    if cfg["BLOCK_M"] == 16 and g["BLOCK_N"] <= 64:
+        return {**cfg, "down": {**g, "BLOCK_K": 256, "num_stages": 3}}
+    return cfg
+
+
+def _gate_up_n128(cfg: dict) -> dict:
+    """Gate/up at 128 columns on four stages where the default's 256 columns left room for two."""
+    g = cfg["gate_up"]
+    if g["BLOCK_N"] == 256 and g["num_stages"] == 2:
+        return {**cfg, "gate_up": {**g, "BLOCK_N": 128, "num_stages": 4}}
+    return cfg
+
+
+#: Changes to the default expert config timed by ``--version expert``: name -> f(default) -> config.
+EXPERT_VARIANTS = {
+    "gate_up K128 s3": lambda c: _three_stages_k128(c, "gate_up"),
+    "both K128 s3": lambda c: _three_stages_k128(_three_stages_k128(c, "gate_up"), "down"),
+    "gate_up K128 s3, down K256 s3": lambda c: _deep_down(_three_stages_k128(c, "gate_up")),
+    "gate_up N128 s4": _gate_up_n128,
+}
 
 #: Down tiles timed by ``--version down``: the tuner's picks at T ≤ 4 on the ten shapes
 #: (``tuned/NVIDIA_H200.json``, ``results/NVIDIA_H200/tuned_shapes_cache.json``) and the defaults' tiles.
@@ -87,7 +134,7 @@ def check():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", default="defaults", choices=["defaults", "down", "gate_up"],
+    p.add_argument("--version", default="defaults", choices=["defaults", "down", "gate_up", "expert"],
                    help="defaults against tuned (default), or the down tiles behind the default")
     p.add_argument("--check", action="store_true", help="check the defaults' results (CPU interpreter)")
     p.add_argument("--T", type=int, nargs="+", default=ALL_T)
@@ -107,11 +154,15 @@ def main(argv=None):
     from bench import data, sweep
     from bench.timing import read_ceiling
 
-    extra = {s.name: s for s in SHAPES}
+    extra = {s.name: s for s in [*SHAPES, *FEW_WIDE]}
     names = args.shapes or [*wd.MODEL_PRESETS, *extra]
     shapes = [extra.get(n) or wd.get_preset(n) for n in names]
     if args.version == "down":
         return part_tiles(shapes, [t for t in args.T if t <= 4] if args.T != ALL_T else [1, 2, 4], "down")
+    if args.version == "expert":
+        names = args.shapes or ["mixtral-8x7b", *(s.name for s in FEW_WIDE)]
+        shapes = [extra.get(n) or wd.get_preset(n) for n in names]
+        return expert_tiles(shapes, [t for t in args.T if t >= 4] if args.T != ALL_T else [4, 8, 16, 64, 256])
     if args.version == "gate_up":
         return part_tiles(shapes, [t for t in args.T if t <= 8] if args.T != ALL_T else [1, 4, 8], "gate_up")
     ceiling = read_ceiling(4.0)
@@ -207,6 +258,43 @@ def part_tiles(shapes, Ts, part: str):
         mark = {"default": "*", "default again": "* again"}
         cells = [f"{_tile_name(cfg, part)} {us / best:.3f}{mark.get(label, '')}" for cfg, label, us in got]
         print(f"{name:20s} {T:3d}  " + "  ".join(cells))
+
+
+def expert_tiles(shapes, Ts):
+    """``--version expert``: the expert path at the default config, each of :data:`EXPERT_VARIANTS`, the
+    default again, and the tuned table's config where there is one."""
+    import harness
+
+    from warpdecode.expert import moe_expert
+
+    rows, timed = [], {}
+    for case in harness.cases(shapes, Ts):
+        s = case.shape
+        default = configs.default_expert(s.H, s.I, s.E, s.K, case.T)
+        tuned = configs.expert_config(s.H, s.I, s.E, s.K, case.T)
+        runs = [("default", default)]
+        for name, f in EXPERT_VARIANTS.items():
+            if all((v := f(default)) != c for _, c in runs):
+                runs.append((name, v))
+        runs += [("default again", default)] + ([("tuned", tuned)] if tuned != default else [])
+        with no_tables():
+            for label, cfg in runs:
+                def path(x, w13, w2, tw, ids, cfg=cfg):
+                    return moe_expert(x, w13, w2, tw, ids, config=cfg)
+
+                got = harness.checked_us_or_none(case, path, label)
+                if got is None:
+                    continue
+                us, err, _ = got
+                rows.append(harness.row(case, us=us, err=err, experiment="defaults", version="expert",
+                                        variant=label, config=str(cfg)))
+                timed.setdefault((s.name, case.T), []).append((label, us))
+                print(f"{s.name} T={case.T} {label} {cfg}: {us:.2f} us", flush=True)
+        harness.write("expert_defaults", rows)
+    print("\nshape                  T  expert path: time over the default's (first timing)")
+    for (name, T), got in timed.items():
+        base = got[0][1]
+        print(f"{name:20s} {T:3d}  " + "  ".join(f"{label} {us / base:.3f}" for label, us in got))
 
 
 def _tile_name(cfg: dict, part: str) -> str:

@@ -43,6 +43,8 @@
 #   fp8bound  experiments/fp8_warp.py --version bound: the FP8 pair (defaults), its two launches with no math and
 #             one read of its FP8 bytes, Qwen3-30B-A3B T = 1 2 4 8 and T = 1 on the other FP8 presets (FP8BOUND_ARGS);
 #             about 2 minutes
+#   xdefaults experiments/defaults.py --version expert: the default expert tiles on few, wide experts against
+#             candidate changes and the tuned table (XDEFAULTS_ARGS)
 #   minimal   experiments/minimal_pair.py --version v1: notebook 4's minimal pair against the shipped pair (MINIMAL_ARGS)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
@@ -123,6 +125,7 @@ for stage in "$@"; do
     align) experiment align expert_path align align_variants "${TIMEOUT_ALIGN:-200}" ${ALIGN_ARGS:-} ;;
     swapab) experiment swapab expert_path swap_ab swap_ab "${TIMEOUT_SWAPAB:-300}" ${SWAPAB_ARGS:-} ;;
     xbound) experiment xbound expert_path bound expert_bound "${TIMEOUT_XBOUND:-180}" ${XBOUND_ARGS:-} ;;
+    xdefaults) experiment xdefaults defaults expert expert_defaults "${TIMEOUT_XDEFAULTS:-240}" ${XDEFAULTS_ARGS:-} ;;
     minimal) experiment minimal minimal_pair v1 minimal_pair "${TIMEOUT_MINIMAL:-150}" ${MINIMAL_ARGS:-} ;;
     draws) experiment draws warp_schedule draws schedule_draws "${TIMEOUT_DRAWS:-300}" ${DRAWS_ARGS:-} ;;
     order) experiment order one_launch 16 expert_order "${TIMEOUT_ORDER:-420}" ${ORDER_ARGS:-} ;;
