@@ -714,11 +714,19 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
         while held * block_m * block_n > acc_regs * 32 * warps and block_n > 32:
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
-        # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2; FP32 32-row tiles 2
+        # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2; FP32 32-row tiles 2.
+        # 16-bit operands: a 16-row tile keeps its 128-deep K step on three stages (few wide experts, T 4-64:
+        # 0.96-0.98x), and a tile narrows to 128 columns before it gives up a stage (T = 256: 0.85-0.93x;
+        # experiments/results/NVIDIA_H200/expert_defaults.csv)
         stages = 2 if elem == 4 and block_m <= 32 else 4
+        wide = elem == 2 and not fp8 and not group_k
         while (block_m * block_k + accumulators * block_k * block_n) * elem * stages > budget:
-            if block_k > 64:
+            if wide and block_m == 16 and block_k == 128 and stages > 3:
+                stages -= 1
+            elif block_k > 64:
                 block_k //= 2
+            elif wide and block_n > 128:
+                block_n //= 2
             elif stages > 2:
                 stages -= 1
             elif block_k > 32:
