@@ -71,7 +71,14 @@ def meta() -> dict:
     }
 
 
+#: Progress bars on stderr while a sweep runs (tqdm, where installed). ``lessons`` turns them off: a
+#: notebook's saved outputs keep its results, not the bars that led to them.
+PROGRESS = True
+
+
 def _progress(items, desc):
+    if not PROGRESS:
+        return items
     try:
         from tqdm.auto import tqdm
 

@@ -24,5 +24,7 @@ from bench.model import MODELS  # noqa: E402
 from bench.timing import read_ceiling  # noqa: E402
 from warpdecode._alloc import poisoned  # noqa: E402  every buffer a call allocates starts as NaN, inside it
 
+sweep.PROGRESS = False  # a lesson prints its results; progress bars would fill its saved outputs
+
 __all__ = ["MODELS", "ROOT", "compiled", "data", "e2e", "emulate", "fp8", "ladder", "layer_errors", "model", "plots",
            "poisoned", "read_ceiling", "report", "sweep"]

@@ -84,3 +84,11 @@ def test_each_rung_but_the_last_is_linked_from_the_ladder(twin):
     following = TWINS[TWINS.index(twin) + 1]
     links = "\n".join(src for p in TWINS for kind, src in _cells(p) if kind == "markdown")
     assert f"({following.stem}.ipynb)" in links, f"no notebook links to {following.stem}"
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=[p.stem for p in TWINS])
+def test_saved_outputs_hold_no_progress_bars(twin):
+    """The saved outputs are what the cells print: tools/run_notebooks.py drops tqdm's bars and notices."""
+    nb = jupytext.read(twin.with_suffix(".ipynb"))
+    streams = [o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream"]
+    assert not [s for s in streams if re.search(r"\d+%\|.*(it/s|s/it)|TqdmWarning", s)], twin.stem

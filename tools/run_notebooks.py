@@ -21,6 +21,7 @@ source: run ``jupytext --sync notebooks/[0-9]*.py`` first if a twin changed.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -57,6 +58,27 @@ def execute(nb, path: Path, timeout: int, kernel: str) -> None:
                    resources={"metadata": {"path": str(path.parent)}}).execute()
 
 
+#: stderr lines a library prints while it works (tqdm's bars and its notice that ipywidgets is missing):
+#: dropped from the saved outputs, which keep what the cells print.
+PROGRESS_LINES = re.compile(r"\d+%\|.*\|.*(it/s|s/it)|TqdmWarning|from \.autonotebook import|^\s*$")
+
+
+def drop_progress(nb) -> int:
+    """Remove from ``nb``'s outputs every stderr stream made only of :data:`PROGRESS_LINES`; returns how many."""
+    dropped = 0
+    for cell in nb.cells:
+        keep = []
+        for out in cell.get("outputs", []):
+            lines = re.split(r"[\r\n]", out.get("text", "")) if out.get("name") == "stderr" else [""]
+            if out.get("name") == "stderr" and all(PROGRESS_LINES.search(line) for line in lines):
+                dropped += 1
+            else:
+                keep.append(out)
+        if "outputs" in cell:
+            cell.outputs = keep
+    return dropped
+
+
 def run(path: Path, target: Path, timeout: int, kernel: str) -> float:
     """Execute ``path`` and write the executed notebook to ``target``; returns the seconds it took."""
     import nbformat
@@ -67,6 +89,7 @@ def run(path: Path, target: Path, timeout: int, kernel: str) -> float:
         execute(nb, path, timeout, kernel)
     finally:  # keep what ran, the failing cell's traceback included, for reading
         target.parent.mkdir(parents=True, exist_ok=True)
+        drop_progress(nb)
         nbformat.write(nb, target)
     return time.time() - t0
 
