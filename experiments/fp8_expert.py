@@ -16,14 +16,20 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
   while a 4.5 TB/s read delivers about 17 bytes to it: a kernel over ~7 lane instructions per byte
   is issue-bound, whatever its loads. Rows:
   ``experiments/results/compiled/fp8_expert_instructions.csv`` (one per Triton release,
-  architecture, T, format and GEMM).
+  architecture, T, format and GEMM). ``variant``: ``shipped``, or ``f16 operands``: the weight-only
+  GEMMs with the tensor cores' operands in fp16 rather than bf16 (each e4m3 pair one ``F2FP`` to
+  f16x2; the activations converted to fp16, unscaled here: a count of instructions, not a kernel
+  to run), compiled from a copy of ``kernels/expert.py`` with that one change (:func:`f16_module`).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import re
+import tempfile
+from pathlib import Path
 
 import harness
 import triton
@@ -42,6 +48,24 @@ FORMATS = [("bf16", None, "native"), ("block128", "block128", "native"), ("mxfp8
            ("block128 w8a8", "block128", "fp8"), ("mxfp8 w8a8", "mxfp8", "fp8")]
 
 
+F16_MODULE = "expert_f16_operands"
+
+
+def f16_module(folder: Path) -> str:
+    """Write ``kernels/expert.py`` to ``folder`` as :data:`F16_MODULE` with the weight-only GEMMs'
+    operand dtype fp16 (the e4m3 weights and the bf16 activations widened or narrowed to it)."""
+    import warpdecode.kernels.expert as shipped
+
+    src = Path(shipped.__file__).read_text().replace("from .", "from warpdecode.kernels.")
+    for w in ("w13_ptr", "w2_ptr"):
+        old = f"({w}.dtype.element_ty if A_FP8 else a_ptr.dtype.element_ty)"
+        assert old in src, old
+        new = f"({w}.dtype.element_ty if A_FP8 else (tl.float16 if W_FP8 else a_ptr.dtype.element_ty))"
+        src = src.replace(old, new)
+    (folder / f"{F16_MODULE}.py").write_text(src)
+    return F16_MODULE
+
+
 def _jobs(arch: int, Ts):
     """(T, format, GEMM, Job, weight bytes per program, K steps) for the expert path's two GEMMs."""
     rows = []
@@ -58,7 +82,11 @@ def _jobs(arch: int, Ts):
                 k_dim = QWEN.H if gate_up else QWEN.I
                 elem = 2 if weights is None else 1
                 nbytes = (2 if gate_up else 1) * c["BLOCK_N"] * k_dim * elem  # gate and up rows: two tiles
-                rows.append((T, name, "gate_up" if gate_up else "down", j, nbytes, triton.cdiv(k_dim, c["BLOCK_K"])))
+                steps = triton.cdiv(k_dim, c["BLOCK_K"])
+                rows.append((T, name, "shipped", "gate_up" if gate_up else "down", j, nbytes, steps))
+                if weights is not None and act == "native":
+                    rows.append((T, name, "f16 operands", "gate_up" if gate_up else "down",
+                                 dataclasses.replace(j, module=F16_MODULE), nbytes, steps))
     return rows
 
 
@@ -67,17 +95,21 @@ def main_count():
     p.add_argument("--arch", type=int, nargs="+", default=[90, 100])
     p.add_argument("--T", type=int, nargs="+", default=[1, 8, 64, 256])
     args = p.parse_args()
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(harness.HERE), os.environ.get("PYTHONPATH")]))
+    folder = Path(tempfile.mkdtemp())
+    f16_module(folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), str(harness.HERE),
+                                                             os.environ.get("PYTHONPATH")]))
     rows = []
     for arch in args.arch:
         jobs = _jobs(arch, args.T)
-        for (T, name, gemm, j, nbytes, steps), c in zip(jobs, compiled.compile_many([r[3] for r in jobs]),
-                                                        strict=True):
+        for (T, name, variant, gemm, j, nbytes, steps), c in zip(jobs, compiled.compile_many([r[4] for r in jobs]),
+                                                                 strict=True):
             rep = compiled.ptxas_report(c)
             ops = executed(_sass(c), steps)
             per_byte = 32 * j.num_warps / nbytes
             k = j.constexprs
-            r = {"triton": triton.__version__, "arch": compiled.arch_name(arch), "T": T, "format": name, "gemm": gemm,
+            r = {"triton": triton.__version__, "arch": compiled.arch_name(arch), "T": T, "format": name,
+                 "variant": variant, "gemm": gemm,
                  "tile": f"{k['BLOCK_M']}x{k['BLOCK_N']}x{k['BLOCK_K']}" + (" swap" if k.get("SWAP_AB") else ""),
                  "num_warps": j.num_warps, "num_stages": j.num_stages, "registers": rep["registers"],
                  "spill_bytes": rep["spill_stores"] + rep["spill_loads"],
@@ -85,7 +117,8 @@ def main_count():
             for key, pat in OPS.items():
                 r[key + "_per_byte"] = round(sum(v for op, v in ops.items() if re.match(pat, op)) * per_byte, 3)
             rows.append(r)
-            print(f"{r['arch']} T={T:3d} {name:14s} {gemm:7s} {r['tile']:>16s} w{j.num_warps} s{j.num_stages}: "
+            print(f"{r['arch']} T={T:3d} {name:14s} {variant:12s} {gemm:7s} {r['tile']:>16s} "
+                  f"w{j.num_warps} s{j.num_stages}: "
                   f"{rep['registers']:3d} regs, spills {r['spill_bytes']:3d} B, {r['instr_per_byte']:5.2f} instr/B "
                   f"(convert {r['convert_per_byte']}, tensor {r['tensor_per_byte']}, fp32 {r['fp32_per_byte']}, "
                   f"int {r['int_per_byte']}, memory {r['memory_per_byte']})", flush=True)
