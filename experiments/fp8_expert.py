@@ -19,7 +19,9 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
   architecture, T, format and GEMM). ``variant``: ``shipped``, or ``f16 operands``: the weight-only
   GEMMs with the tensor cores' operands in fp16 rather than bf16 (each e4m3 pair one ``F2FP`` to
   f16x2; the activations converted to fp16, unscaled here: a count of instructions, not a kernel
-  to run), compiled from a copy of ``kernels/expert.py`` with that one change (:func:`f16_module`).
+  to run), compiled from a copy of ``kernels/expert.py`` with that one change (:func:`f16_module`);
+  where the shipped tile is not transposed, ``swap`` and ``f16 operands swap``: the same with
+  ``SWAP_AB`` (the weights on the tensor cores' M side).
 """
 
 from __future__ import annotations
@@ -85,8 +87,13 @@ def _jobs(arch: int, Ts):
                 steps = triton.cdiv(k_dim, c["BLOCK_K"])
                 rows.append((T, name, "shipped", "gate_up" if gate_up else "down", j, nbytes, steps))
                 if weights is not None and act == "native":
-                    rows.append((T, name, "f16 operands", "gate_up" if gate_up else "down",
-                                 dataclasses.replace(j, module=F16_MODULE), nbytes, steps))
+                    gemm = "gate_up" if gate_up else "down"
+                    f16 = dataclasses.replace(j, module=F16_MODULE)
+                    rows.append((T, name, "f16 operands", gemm, f16, nbytes, steps))
+                    if not c.get("SWAP_AB"):  # the tile transposed: the weights on the tensor cores' M side
+                        for variant, job in (("swap", j), ("f16 operands swap", f16)):
+                            rows.append((T, name, variant, gemm, dataclasses.replace(
+                                job, constexprs={**c, "SWAP_AB": True}), nbytes, steps))
     return rows
 
 
