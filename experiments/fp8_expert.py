@@ -2,6 +2,7 @@
 weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a8).
 
     python experiments/fp8_expert.py --version count [--arch 90 100] [--T 1 8 64 256]   # no GPU
+    TRITON_INTERPRET=1 python experiments/fp8_expert.py --version count --check
 
 - count: the gate/up and down GEMMs of ``warpdecode.moe(method="expert")`` at Qwen3-30B-A3B, as the
   launchers launch them on an H200 (its tuned expert tiles; ``bench.compiled.record_launches``), for
@@ -18,8 +19,10 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
   ``experiments/results/compiled/fp8_expert_instructions.csv`` (one per Triton release,
   architecture, T, format and GEMM). ``variant``: ``shipped``, or ``f16 operands``: the weight-only
   GEMMs with the tensor cores' operands in fp16 rather than bf16 (each e4m3 pair one ``F2FP`` to
-  f16x2; the activations converted to fp16, unscaled here: a count of instructions, not a kernel
-  to run), compiled from a copy of ``kernels/expert.py`` with that one change (:func:`f16_module`);
+  f16x2, exactly), each activation row scaled by a power of two into fp16's range (its largest
+  value into [2^13, 2^14], so the conversion is exact for every value above 2^-14 of that; the
+  inverse joins the product's scales), compiled from a copy of ``kernels/expert.py`` with that
+  change (:func:`f16_module`);
   where the shipped tile is not transposed, ``swap`` and ``f16 operands swap``: the same with
   ``SWAP_AB`` (the weights on the tensor cores' M side).
 """
@@ -53,19 +56,78 @@ FORMATS = [("bf16", None, "native"), ("block128", "block128", "native"), ("mxfp8
 F16_MODULE = "expert_f16_operands"
 
 
+ROW_SCALES = """
+
+@triton.jit
+def _row_scales(a_ptrs, mask_m, n, BLOCK_K: tl.constexpr, ROWS: tl.constexpr, ON: tl.constexpr):
+    \"\"\"Per row, 2^(14 - e) with 2^e the power of two at or above its largest magnitude (1 where not ON).\"\"\"
+    rs = tl.full([ROWS], 1.0, tl.float32)
+    if ON:
+        offs_k = tl.arange(0, BLOCK_K)
+        amax = tl.zeros([ROWS], tl.float32)
+        for k1 in range(0, n, BLOCK_K):
+            v = tl.load(a_ptrs + k1, mask=mask_m[:, None] & ((k1 + offs_k) < n)[None, :], other=0.0)
+            amax = tl.maximum(amax, tl.max(tl.abs(v.to(tl.float32)), axis=1))
+        rs = tl.exp2(tl.clamp(14.0 - tl.ceil(tl.log2(tl.maximum(amax, 1e-30))), -126.0, 126.0))
+    return rs
+"""
+SCALED = """        a_s = tl.full([ROWS], 1.0, tl.float32)  # FP8 weights: the rows' scales, applied to the product
+        if W_FP8 and not A_FP8:  # fp16 operands: each row scaled into fp16's range, exactly
+            a = (a.to(tl.float32) * rs[:, None]).to(tl.float16)
+            a_s = 1.0 / rs
+"""
+
+
 def f16_module(folder: Path) -> str:
     """Write ``kernels/expert.py`` to ``folder`` as :data:`F16_MODULE` with the weight-only GEMMs'
-    operand dtype fp16 (the e4m3 weights and the bf16 activations widened or narrowed to it)."""
+    operand dtype fp16: the e4m3 weights widened to it, the activations scaled per row by a power of
+    two (:data:`ROW_SCALES`) and narrowed to it, the inverse scale applied to each K step's product."""
     import warpdecode.kernels.expert as shipped
 
     src = Path(shipped.__file__).read_text().replace("from .", "from warpdecode.kernels.")
-    for w in ("w13_ptr", "w2_ptr"):
-        old = f"({w}.dtype.element_ty if A_FP8 else a_ptr.dtype.element_ty)"
-        assert old in src, old
-        new = f"({w}.dtype.element_ty if A_FP8 else (tl.float16 if W_FP8 else a_ptr.dtype.element_ty))"
+    edits = [(f"({w}.dtype.element_ty if A_FP8 else a_ptr.dtype.element_ty)",
+              f"({w}.dtype.element_ty if A_FP8 else (tl.float16 if W_FP8 else a_ptr.dtype.element_ty))", 1)
+             for w in ("w13_ptr", "w2_ptr")]
+    edits += [(f"    for k0 in range(0, {n}, BLOCK_K):\n",
+               f"    rs = _row_scales(a_ptrs, {m}, {n}, BLOCK_K, ROWS, W_FP8 and not A_FP8)\n"
+               f"    for k0 in range(0, {n}, BLOCK_K):\n", 1) for n, m in (("H", "mask_m"), ("I", "valid"))]
+    edits += [(SCALED.split("\n")[0] + "\n", SCALED, 2)]
+    for old, new, count in edits:
+        assert src.count(old) == count, old
         src = src.replace(old, new)
-    (folder / f"{F16_MODULE}.py").write_text(src)
+    (folder / f"{F16_MODULE}.py").write_text(src + ROW_SCALES)
     return F16_MODULE
+
+
+def check():
+    """The fp16-operand copy computes what the shipped kernels compute (Triton's interpreter: the same
+    bits, every conversion on the way being exact), on odd shapes with both FP8 formats."""
+    import importlib
+    import sys
+    from unittest import mock
+
+    import torch
+
+    import warpdecode as wd
+    from warpdecode import _alloc, quant
+    from warpdecode import expert as ex
+
+    folder = Path(tempfile.mkdtemp())
+    sys.path.insert(0, str(folder))
+    f16 = importlib.import_module(f16_module(folder))
+    for shape, T in [(wd.MoEShape("c1", H=160, I=96, E=5, K=2), 3), (wd.MoEShape("c2", H=288, I=160, E=7, K=3), 9)]:
+        w13, w2 = shape.weights(dtype=torch.bfloat16, seed=1)
+        gen = torch.Generator().manual_seed(T)
+        x = (torch.randn(T, shape.H, generator=gen) * torch.logspace(-3, 3, T)[:, None]).to(torch.bfloat16)
+        tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
+        for fmt in quant.FORMATS:
+            q13, q2 = quant.quantize_experts(w13, w2, fmt)
+            with _alloc.poisoned():
+                shipped = wd.moe(x, q13, q2, tw, ids, method="expert")
+                with mock.patch.object(ex, "kx", f16):
+                    got = wd.moe(x, q13, q2, tw, ids, method="expert")
+            assert torch.equal(shipped.view(torch.int16), got.view(torch.int16)), (shape.name, fmt)
+            print(f"{shape.name} T={T} {fmt}: the fp16-operand expert path has the shipped path's bits")
 
 
 def _jobs(arch: int, Ts):
@@ -102,6 +164,8 @@ def main_count():
     p.add_argument("--arch", type=int, nargs="+", default=[90, 100])
     p.add_argument("--T", type=int, nargs="+", default=[1, 8, 64, 256])
     args = p.parse_args()
+    if args.check:
+        return check()
     folder = Path(tempfile.mkdtemp())
     f16_module(folder)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), str(harness.HERE),

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("fp8_warp.py", "tiles", "the shipped pair's bits", 4),  # the integer e4m3 dequantization, bit for bit
     ("fp8_warp.py", "bound", "no math", 8),  # the FP8 pair's launches without math: six sums, two compiled
     ("minimal_pair.py", "v1", "minimal pair error", 4),  # notebook 4's pair (a copy), two shapes, T = 1 and 3
+    ("fp8_expert.py", "count", "the shipped path's bits", 4),  # fp16 operands, rows scaled: bit for bit, two formats
 ])
 def test_experiment_checks_pass_in_the_interpreter(script, version, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
