@@ -29,7 +29,6 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
 import re
@@ -193,15 +192,7 @@ def main_count():
                   f"{rep['registers']:3d} regs, spills {r['spill_bytes']:3d} B, {r['instr_per_byte']:5.2f} instr/B "
                   f"(convert {r['convert_per_byte']}, tensor {r['tensor_per_byte']}, fp32 {r['fp32_per_byte']}, "
                   f"int {r['int_per_byte']}, memory {r['memory_per_byte']})", flush=True)
-    path = harness.HERE / "results" / "compiled" / "fp8_expert_instructions.csv"
-    keep = [r for r in harness.read(path) if r["triton"] != triton.__version__ or r["arch"] not in
-            {compiled.arch_name(a) for a in args.arch}]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(keep + rows)
-    print(f"rows: {path}")
+    harness.write_compiled("fp8_expert_instructions", rows, {compiled.arch_name(a) for a in args.arch})
     return 0
 
 

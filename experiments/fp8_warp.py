@@ -66,7 +66,6 @@ is expected to show it behind; ``tiles`` times it all the same.
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
 import os
 import re
@@ -427,15 +426,7 @@ def main_count():
                   f"spills {r['spill_bytes']:4d} B, {r['instr_per_byte']:5.2f} instr/B/lane (FMA {r['fma_per_byte']}, "
                   f"cvt {r['cvt_e4m3x2_per_byte']}+{r['cvt_f16_f32_per_byte']}, int {r['int_ops_per_byte']}, "
                   f"relayout {r['relayout_per_byte']}, sums {r['warp_sums_per_byte']})")
-    path = harness.HERE / "results" / "compiled" / "fp8_instructions.csv"
-    keep = [r for r in harness.read(path) if r["triton"] != triton.__version__ or r["arch"] not in
-            {compiled.arch_name(a) for a in args.arch}]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(keep + rows)
-    print(f"rows: {path}")
+    harness.write_compiled("fp8_instructions", rows, {compiled.arch_name(a) for a in args.arch})
     return 0
 
 

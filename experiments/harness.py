@@ -42,6 +42,7 @@ from pathlib import Path
 
 import checkout  # noqa: F401  (first: puts the checkout root on sys.path, for bench)
 import torch
+import triton
 
 from bench.sweep import meta
 from bench.timing import capture_poisoned, read_ceiling, time_replays
@@ -294,6 +295,20 @@ SPECS = {
     "swap_ab.csv": ("expert_path", "swap_ab", "form", None, {}, None),
     "expert_bound.csv": ("expert_path", "bound", "variant", "config", {}, None),
 }
+
+
+def write_compiled(name: str, rows: list[dict], archs: set[str]) -> Path:
+    """Rows of a count over compiled kernels into ``results/compiled/<name>.csv``, replacing the rows
+    this Triton release wrote earlier for the architectures in ``archs`` (``compiled.arch_name``)."""
+    path = HERE / "results" / "compiled" / f"{name}.csv"
+    keep = [r for r in read(path) if r["triton"] != triton.__version__ or r["arch"] not in archs]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(keep + rows)
+    print(f"rows: {path}")
+    return path
 
 
 def save(path: Path, rows: list[dict]) -> Path:

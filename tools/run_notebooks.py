@@ -63,19 +63,19 @@ def execute(nb, path: Path, timeout: int, kernel: str) -> None:
 PROGRESS_LINES = re.compile(r"\d+%\|.*\|.*(it/s|s/it)|TqdmWarning|from \.autonotebook import|^\s*$")
 
 
+def _progress_only(out) -> bool:
+    return out.get("name") == "stderr" and all(PROGRESS_LINES.search(line)
+                                               for line in re.split(r"[\r\n]", out.get("text", "")))
+
+
 def drop_progress(nb) -> int:
     """Remove from ``nb``'s outputs every stderr stream made only of :data:`PROGRESS_LINES`; returns how many."""
     dropped = 0
     for cell in nb.cells:
-        keep = []
-        for out in cell.get("outputs", []):
-            lines = re.split(r"[\r\n]", out.get("text", "")) if out.get("name") == "stderr" else [""]
-            if out.get("name") == "stderr" and all(PROGRESS_LINES.search(line) for line in lines):
-                dropped += 1
-            else:
-                keep.append(out)
         if "outputs" in cell:
-            cell.outputs = keep
+            kept = [out for out in cell.outputs if not _progress_only(out)]
+            dropped += len(cell.outputs) - len(kept)
+            cell.outputs = kept
     return dropped
 
 
