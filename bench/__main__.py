@@ -319,10 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reduce-overhead: a static cache and the decode step through torch.compile with CUDA graphs "
                         "(fullgraph), as transformers documents; none: eager with the dynamic cache (default "
                         "reduce-overhead; GPU only)")
-    e.add_argument("--hf-impls", nargs="+", default=["grouped_mm", "warpdecode"], choices=["grouped_mm", "warpdecode"],
-                   help="experts implementations for generate (default grouped_mm warpdecode; GPU only); with more "
-                        "than one, each runs in a fresh process per round, alternating in this order over "
-                        "--hf-repeats rounds, and the rows merge (the median per implementation)")
+    e.add_argument("--hf-impls", nargs="+", default=["grouped_mm", "warpdecode"],
+                   choices=["grouped_mm", "warpdecode", "no_experts"],
+                   help="experts implementations for generate (default grouped_mm warpdecode; no_experts: the bound, "
+                        "expert layers that do no work; GPU only); with more than one, each runs in a fresh process "
+                        "per round, alternating in this order over --hf-repeats rounds, and the rows merge (the "
+                        "median per implementation)")
     e.add_argument("--hf-new-tokens", type=int, default=64, help="tokens generated per call (default 64; GPU only)")
     e.add_argument("--hf-repeats", type=int, default=3,
                    help="timed generate calls after the warm-up, the median taken: with several --hf-impls, rounds "

@@ -27,6 +27,11 @@ step's expert layers alone, replayed in a CUDA graph on random routing (``moe_us
 ``1 / ((1 − f) + f / s)`` (:func:`amdahl`), and the fraction of generated tokens equal to
 grouped_mm's (greedy; near-ties of bf16 logits may flip).
 
+The implementation :data:`NO_EXPERTS` is the step's bound: the same compiled step whose expert
+layers do no work (each returns its input; the router still runs), so its tokens/s is what any
+experts implementation could reach on this host and GPU, and the speed-up it shows over grouped_mm
+is the most removing the expert layers' time could give.
+
 :func:`generate_speed` measures in one process. ``python -m bench e2e --what generate`` with
 several implementations runs each in processes of its own (:func:`generate_in_processes`): in one
 process the second implementation measured is always the slower, whichever it is.
@@ -127,6 +132,8 @@ def experts_us(model, batch: int, impl: str, *, reps: int = 50, seed: int = 0) -
     replayed (on the CPU: the median of ``reps`` eager calls)."""
     from bench.timing import capture, time_replays
 
+    if impl == NO_EXPERTS:
+        return 0.0
     cfg, dev = model.config, model.device
     E = getattr(cfg, "num_experts", None) or cfg.num_local_experts
     K = cfg.num_experts_per_tok
@@ -228,11 +235,9 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
     import transformers
     from torch._dynamo.utils import counters
 
-    from warpdecode.integrations.transformers import register
-
     if compile not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
-    register()
+    register_impls()
     if layers is None:
         free, _ = torch.cuda.mem_get_info()
         layers = fit_layers(name, free, dtype=dtype)
@@ -282,6 +287,26 @@ def generate_speed(*, name: str = "qwen3-30b-a3b", layers: int | None = None, ba
 
 #: What the other implementations are compared with.
 BASELINE = "grouped_mm"
+
+#: The bound: an experts implementation that does no work (:func:`no_experts`).
+NO_EXPERTS = "no_experts"
+
+
+def no_experts(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+               top_k_weights: torch.Tensor) -> torch.Tensor:
+    """An ``ExpertsInterface`` implementation that launches nothing: the input back, for the step's
+    bound (the tokens it generates are meaningless)."""
+    return hidden_states
+
+
+def register_impls() -> None:
+    """warpdecode's experts implementation and :data:`NO_EXPERTS`, registered with transformers."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    from warpdecode.integrations.transformers import register
+
+    register()
+    ExpertsInterface.register(NO_EXPERTS, no_experts)
 
 #: The measured columns of a row, with the decimals they are stored to: over several processes, the median.
 MEASURED = {"seconds": 4, "tokens_per_s": 1, "step_us": 1, "first_call_s": 2, "moe_us": 1}
@@ -362,7 +387,8 @@ def _against_baseline(row: dict, b: dict, outs: dict) -> None:
     the baseline's expert share, and the fraction of the same greedy tokens."""
     batch, impl = row["batch"], row["impl"]
     row["speedup_over_" + BASELINE] = round(row["tokens_per_s"] / b["tokens_per_s"], 4)
-    row["amdahl_predicted"] = round(amdahl(b["moe_share"], b["moe_us"] / row["moe_us"]), 4)
+    row["amdahl_predicted"] = round(amdahl(b["moe_share"], b["moe_us"] / row["moe_us"]) if row["moe_us"] > 0
+                                    else 1.0 / (1.0 - b["moe_share"]), 4)
     row["same_tokens_as_" + BASELINE] = round((outs[impl, batch] == outs[BASELINE, batch]).float().mean().item(), 4)
 
 

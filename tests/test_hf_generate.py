@@ -102,20 +102,34 @@ def test_rows_are_compared_with_grouped_mm_whichever_runs_first(monkeypatch):
 
     def row(model, name, layers, batch, impl, *, outs, **kw):
         outs[impl, batch] = torch.tensor([1, 2, 3, batch])
-        fast = impl == "warpdecode"
-        return {"batch": batch, "impl": impl, "cache": "static", "tokens_per_s": 300.0 if fast else 100.0,
-                "step_us": 1.0, "first_call_s": 0.0, "graphs_compiled": 1, "moe_us": 10.0 if fast else 40.0,
-                "moe_share": 0.5}
+        tps, moe = {"warpdecode": (300.0, 10.0), "grouped_mm": (100.0, 40.0), hg.NO_EXPERTS: (400.0, 0.0)}[impl]
+        return {"batch": batch, "impl": impl, "cache": "static", "tokens_per_s": tps, "step_us": 1.0,
+                "first_call_s": 0.0, "graphs_compiled": 1, "moe_us": moe, "moe_share": 0.5}
 
     monkeypatch.setattr(hg, "make_model", lambda *a, **k: Model())
     monkeypatch.setattr(hg, "_generate_row", row)
     emitted = []
-    rows = hg.generate_speed(layers=1, batches=(1, 4), impls=("warpdecode", "grouped_mm"), emit=emitted.append,
-                             device="cpu")
+    rows = hg.generate_speed(layers=1, batches=(1, 4), impls=("warpdecode", "grouped_mm", hg.NO_EXPERTS),
+                             emit=emitted.append, device="cpu")
     assert [(r["impl"], r["batch"]) for r in rows] == [("warpdecode", 1), ("warpdecode", 4), ("grouped_mm", 1),
-                                                       ("grouped_mm", 4)]
+                                                       ("grouped_mm", 4), (hg.NO_EXPERTS, 1), (hg.NO_EXPERTS, 4)]
     assert sorted(map(id, emitted)) == sorted(map(id, rows))
     for r in rows[:2]:
         assert r["speedup_over_grouped_mm"] == 3.0 and r["same_tokens_as_grouped_mm"] == 1.0
         assert r["amdahl_predicted"] == pytest.approx(hg.amdahl(0.5, 4.0), abs=5e-5)
+    for r in rows[4:]:  # the bound launches nothing: Amdahl's prediction for expert layers that take no time
+        assert r["speedup_over_grouped_mm"] == 4.0 and r["amdahl_predicted"] == 2.0
     assert emitted.index(rows[0]) > emitted.index(rows[2])  # compared before it was emitted
+
+
+def test_the_bound_runs_the_step_without_expert_work():
+    """``no_experts`` goes through transformers' experts interface, returns each layer's input and
+    launches nothing, so its expert layers take no time."""
+    model = hg.make_model(1, "qwen3-30b-a3b", device="cpu", dtype=torch.float32, **TINY)
+    hg.register_impls()
+    model.set_experts_implementation(hg.NO_EXPERTS)
+    (experts,) = hg.experts_modules(model)
+    x = torch.randn(3, model.config.hidden_size)
+    ids = torch.zeros(3, model.config.num_experts_per_tok, dtype=torch.int64)
+    assert experts(x, ids, torch.ones(ids.shape)) is x
+    assert hg.experts_us(model, 3, hg.NO_EXPERTS) == 0.0
