@@ -98,6 +98,11 @@ class _StubMeta(abc.ABCMeta):
     def __getitem__(cls, item):
         return cls
 
+    def register(cls, *args, **kwargs):  # ABCMeta's name: on a placeholder, a placeholder attribute like any other
+        if "_vllm_stub" not in cls.__dict__:
+            return super().register(*args, **kwargs)
+        return _StubMeta.__getattr__(cls, "register")(*args, **kwargs)
+
     def __iter__(cls):
         return iter(())
 

@@ -170,7 +170,7 @@ def _section(path: Path, name: str) -> tuple[int, int]:
 def fatbins(data: bytes | bytearray, start: int, size: int) -> list[tuple[int, int, list]]:
     """[(offset, total size, [(entry offset, kind, entry size, sm)])] of the fatbins in a section."""
     out, i = [], start
-    while i < start + size:
+    while i + 16 <= start + size:
         magic, _, hsz, fsz = struct.unpack_from("<IHHQ", data, i)
         if magic != FATBIN_MAGIC:
             i += 8
@@ -185,13 +185,12 @@ def fatbins(data: bytes | bytearray, start: int, size: int) -> list[tuple[int, i
     return out
 
 
-def keep_arch(src: Path, dst: Path, arch: int) -> dict:
-    """``src`` with each fatbin cut to what an sm_``arch`` GPU runs: its sm_``arch`` cubins, or, where a
-    kernel has none, its newest PTX at or below ``arch`` (the driver JIT-compiles it, as it would
-    from the full fatbin). The kept entries move to the fatbin's front, its size is rewritten and
-    the rest of its bytes zeroed; nothing outside .nv_fatbin changes. Returns counts for the manifest."""
-    data = bytearray(src.read_bytes())
-    start, size = _section(src, ".nv_fatbin")
+def cut_fatbins(data: bytearray, start: int, size: int, arch: int) -> dict:
+    """Cut each fatbin of the section at ``start`` (``size`` bytes) of ``data``, in place, to what an
+    sm_``arch`` GPU runs: its sm_``arch`` cubins, or, where a kernel has none, its newest PTX at or
+    below ``arch`` (the driver JIT-compiles it, as it would from the full fatbin). The kept entries
+    move to the fatbin's front, its size is rewritten and the rest of its bytes zeroed; nothing
+    outside the section changes. Returns counts for the manifest."""
     stats = {"fatbins": 0, "cubins_kept": 0, "ptx_kept": 0, "entries_dropped": 0, "fatbin_bytes": size, "kept_bytes": 0}
     for off, total, entries in fatbins(data, start, size):
         keep = [e for e in entries if e[1] == ELF and e[3] == arch]
@@ -210,6 +209,13 @@ def keep_arch(src: Path, dst: Path, arch: int) -> dict:
     again = fatbins(data, start, size)
     assert all(e[3] == arch or e[1] == PTX for _, _, es in again for e in es), "a foreign cubin is left"
     assert sum(len(es) for _, _, es in again) == stats["cubins_kept"] + stats["ptx_kept"]
+    return stats
+
+
+def keep_arch(src: Path, dst: Path, arch: int) -> dict:
+    """``src`` with its .nv_fatbin cut to sm_``arch`` (:func:`cut_fatbins`), written to ``dst``."""
+    data = bytearray(src.read_bytes())
+    stats = cut_fatbins(data, *_section(src, ".nv_fatbin"), arch)
     dst.write_bytes(bytes(data))
     return stats
 
