@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import traceback
 
 import harness
 import torch
@@ -138,6 +139,7 @@ def sweep_bf16(v, presets, Ts, deadline, reps) -> list[dict]:
         if v is not None:
             methods[vl] = (lambda x, layer, i: v.fused_experts(x, *layer, i.topk_weights, i.topk_ids), TOL["bf16"])
             configs[vl] = v.config((s.E, 2 * s.I, s.H), (s.E, s.H, s.I), K, case.T)
+            plans[vl] = {"vllm": v.manifest["vllm"], "ops": v.origin}
         for m in ("auto", "warp"):
             methods[m] = (lambda x, layer, i, m=m: wd.moe(x, *layer, i.topk_weights, i.topk_ids, method=m), TOL["bf16"])
             i0 = case.inputs[0]
@@ -193,6 +195,7 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
                                                                         i.topk_ids, quant_config=qcs[id(layer)]),
                            TOL["w8a8"])
             configs[vl] = v.config((s.E, 2 * s.I, s.H), (s.E, s.H, s.I), K, case.T, fp8=True, block_shape=BLOCK)
+            plans[vl] = {"vllm": v.manifest["vllm"], "ops": v.origin}
         methods["auto"] = (lambda x, layer, i: wd.moe(x, layer[4], layer[5], i.topk_weights, i.topk_ids),
                            TOL["fp8 weights"])
         i0, lay0 = case.inputs[0], case.layers[0]
@@ -294,6 +297,7 @@ def main(version: str) -> int:
             print(f"vLLM SKIPPED: --ops compiled and {', '.join(v.substituted) or 'an op'} cannot run compiled")
             v = None
     except Exception as e:  # noqa: BLE001  warpdecode's rows are still worth having; the log says why
+        traceback.print_exc()
         print(f"vLLM SKIPPED: the bundle did not import: {type(e).__name__}: {e}", flush=True)
         v = None
     sweep = sweep_bf16 if version == "bf16" else sweep_fp8
