@@ -47,6 +47,9 @@
 #   xdefaults experiments/defaults.py --version expert: the default expert tiles on few, wide experts against
 #             candidate changes and the tuned table (XDEFAULTS_ARGS)
 #   minimal   experiments/minimal_pair.py --version v1: notebook 4's minimal pair against the shipped pair (MINIMAL_ARGS)
+#   vllm      vLLM's Triton fused_moe against warpdecode.moe (experiments/vllm_baseline.py, VLLM_ARGS, default
+#             --version bf16; --version fp8 for the w8a8 path): carry .vllm (bash tools/vllm_bundle.sh), unpacked
+#             into ~/vllm; the sweep stops starting cases TIMEOUT_VLLM − 60 s in (default limit 520 s)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
 #   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
@@ -128,6 +131,12 @@ for stage in "$@"; do
     xbound) experiment xbound expert_path bound expert_bound "${TIMEOUT_XBOUND:-180}" ${XBOUND_ARGS:-} ;;
     xdefaults) experiment xdefaults defaults expert expert_defaults "${TIMEOUT_XDEFAULTS:-240}" ${XDEFAULTS_ARGS:-} ;;
     minimal) experiment minimal minimal_pair v1 minimal_pair "${TIMEOUT_MINIMAL:-150}" ${MINIMAL_ARGS:-} ;;
+    vllm)  # the bundle into ~/vllm, its libraries decompressed; then the sweep, its budget inside the stage's limit
+      rm -rf ~/vllm && cp -r .vllm ~/vllm && { xz -d ~/vllm/vllm/*.so.xz || echo "xz failed: vllm_path.py decompresses"; }
+      vllm_limit=${TIMEOUT_VLLM:-520}
+      run vllm "$vllm_limit" env VLLM_BUNDLE="$HOME/vllm" python3 experiments/vllm_baseline.py \
+          --budget-s $((vllm_limit - 60)) ${VLLM_ARGS:---version bf16}
+      cp "experiments/$GPU_DIR/vllm_baseline.csv" "$OUT/" 2>/dev/null ;;
     draws) experiment draws warp_schedule draws schedule_draws "${TIMEOUT_DRAWS:-300}" ${DRAWS_ARGS:-} ;;
     order) experiment order one_launch 16 expert_order "${TIMEOUT_ORDER:-420}" ${ORDER_ARGS:-} ;;
     down2d) experiment down2d warp_down 17 down_2d "${TIMEOUT_DOWN2D:-300}" ${DOWN2D_ARGS:-} ;;
