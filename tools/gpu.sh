@@ -4,7 +4,8 @@
 #   env       GPU, driver, versions
 #   check     poisoned correctness on every preset + compute-sanitizer memcheck + GPU tests
 #   pytest    the GPU tests alone (tests marked gpu), then the expert stage tests compiled for the GPU (185 s on
-#             triton 3.6; on 3.9, whose compiles are slower, 388 of 460 tests in 400 s: TIMEOUT_PYTEST=580)
+#             triton 3.6; on 3.9, whose compiles are slower, 388 of 460 tests in 400 s: TIMEOUT_PYTEST=580, or
+#             PYTEST_ARGS="-n 8" to compile in eight pytest-xdist workers, which the image has)
 #   lab       experiments/reads.py --version stream: the read ceiling of one decode-sized kernel (6 MB … 600 MB)
 #   variants  experiments/warp_schedule.py --version 5: warp decode's cache knobs against the tuned configs
 #   ordered   experiments/one_launch.py --version 8: the one-launch experiment (v8) against the tuned pair
@@ -113,8 +114,8 @@ for stage in "$@"; do
         run pytest_gpu "${TIMEOUT_PYTEST:-300}" python3 -m pytest -m gpu -q -x tests -p no:cacheprovider
       fi ;;
     pytest)  # the GPU tests alone, then the stage tests (unmarked: they run on the CPU too, compiled here)
-      run pytest_gpu "${TIMEOUT_PYTEST:-420}" python3 -m pytest -m gpu -q -rfEx tests -p no:cacheprovider
-      run pytest_stages "${TIMEOUT_STAGES:-200}" python3 -m pytest -q -rfE tests/test_expert_stages.py -p no:cacheprovider ;;
+      run pytest_gpu "${TIMEOUT_PYTEST:-420}" python3 -m pytest -m gpu -q -rfEx tests -p no:cacheprovider ${PYTEST_ARGS:-}
+      run pytest_stages "${TIMEOUT_STAGES:-200}" python3 -m pytest -q -rfE tests/test_expert_stages.py -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     lab) experiment lab reads stream small_reads "${TIMEOUT_LAB:-90}" ;;
     variants) experiment variants warp_schedule 5 warp_variants "${TIMEOUT_VARIANTS:-300}" ${VARIANT_ARGS:-} ;;
     ordered) experiment ordered one_launch 8 ordered_launch "${TIMEOUT_ORDERED:-400}" ${ORDERED_ARGS:-} ;;
