@@ -112,8 +112,7 @@ def merge_write(path: Path, rows: list[dict]) -> None:
         # a row may lack a key column added later (e2e's "dense"): it counts as empty
         fresh = {tuple(str(r.get(k, "")) for k in key) for r in rows}
         old = [r for r in old if tuple(str(r.get(k, "")) for k in key) not in fresh]
-    fields = list(rows[0].keys())
-    fields += [k for r in old for k in r if k not in fields]
+    fields = list(dict.fromkeys(k for r in rows[:1] + old for k in r))  # every column once, the new rows' first
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)

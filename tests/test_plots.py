@@ -115,6 +115,18 @@ def test_e2e_speed_figure_draws_the_csv(results, drawn):
     assert GPU in fig._suptitle.get_text()
 
 
+def test_merge_write_keeps_each_column_once(results):
+    """New rows that lack a column the old rows have: the column is written once and keeps its values."""
+    path = results / "hf_generate.csv"
+    old = [{"model": "m", "layers": 4, "batch": b, "impl": "warpdecode", "compile": "", "cache": "", "same": 1.0}
+           for b in (1, 4)]
+    data.merge_write(path, old)
+    data.merge_write(path, [{"model": "m", "layers": 4, "batch": 16, "impl": "warpdecode", "compile": "", "cache": ""}])
+    rows = data.read(path)
+    assert path.read_text().splitlines()[0].split(",").count("same") == 1
+    assert [(r["batch"], r["same"]) for r in rows] == [("1", "1.0"), ("4", "1.0"), ("16", "")]
+
+
 def test_e2e_errors_figure_shows_the_latest_run(results, drawn):
     old = _error_rows(6, ["expert", "warp", "loop"], layers=5)
     new = _error_rows(8, ["expert", "warp", "moe-only:expert", "moe-only:warp"])
