@@ -331,7 +331,7 @@ def generate_in_processes(argv_of, impls, rounds: int, *, layers: int | None = N
     batch (:func:`generate_speed`) and saves its rows and tokens to ``path`` (:func:`save_rows`).
     ``layers`` None: the first process fits as many as the GPU's memory holds, the others take its
     count. The rows merge into one per (impl, batch) (:func:`merge_rounds`); ``emit``, if given,
-    receives the merged rows after every round, so a run cut short keeps what it measured. A
+    receives the merged rows after every process, so a run cut short keeps what it measured. A
     process that fails is reported and left out."""
     measured, tokens, merged = [], {}, []
     with tempfile.TemporaryDirectory(prefix="warpdecode-generate-") as tmp:
@@ -349,10 +349,10 @@ def generate_in_processes(argv_of, impls, rounds: int, *, layers: int | None = N
                     tokens.setdefault(key, t)  # compared from each implementation's first process
                 if layers is None and rows:
                     layers = rows[0]["layers"]
-            merged = merge_rounds(measured, tokens)
-            if emit:
-                for row in merged:
-                    emit(row)
+                merged = merge_rounds(measured, tokens)
+                if emit:  # after every process: a run cut short in a round keeps the processes it finished
+                    for row in merged:
+                        emit(row)
     for row in merged:
         _print_row(row, row["model"], row["layers"], row["compile"])
     return merged

@@ -79,8 +79,8 @@ def test_generate_on_a_gpu_runs_each_implementation_in_processes_of_its_own(monk
     """e2e --what generate with two implementations: a fresh process per implementation and round,
     alternating over --hf-repeats rounds, each measuring one implementation with one timed call, the
     first one's layer count forwarded to the others; the rows merge into one per implementation (the
-    median over its processes, a failed process left out) and the speed-up comes from the medians.
-    One implementation is measured in this process."""
+    median over its processes, a failed process left out) and the speed-up comes from the medians;
+    each process's rows are written as it ends. One implementation is measured in this process."""
     from pathlib import Path
     from types import SimpleNamespace
 
@@ -129,6 +129,22 @@ def test_generate_on_a_gpu_runs_each_implementation_in_processes_of_its_own(monk
     assert float(w["speedup_over_grouped_mm"]) == 1.35 and float(w["same_tokens_as_grouped_mm"]) == 1.0
     assert float(w["amdahl_predicted"]) == pytest.approx(hg.amdahl(float(g["moe_share"]), 2.0), abs=5e-5)
     assert "ERROR generate warpdecode, round 3" in capsys.readouterr().out
+
+    # a run cut short inside a round (the machine's limit) keeps the processes it finished
+    (data.gpu_dir("Test GPU") / "hf_generate.csv").unlink()
+    tokens_per_s.update(grouped_mm=[100.0], warpdecode=[KeyboardInterrupt])
+    real_run = run
+
+    def cut(argv, check):
+        if tokens_per_s["warpdecode"][:1] == [KeyboardInterrupt] and "warpdecode" in argv:
+            raise KeyboardInterrupt
+        return real_run(argv, check)
+
+    monkeypatch.setattr(subprocess, "run", cut)
+    with pytest.raises(KeyboardInterrupt):
+        lab.main(["e2e", "--what", "generate", "--hf-batch", "1", "--hf-repeats", "1"])
+    rows = data.read(data.gpu_dir("Test GPU") / "hf_generate.csv")
+    assert [(r["impl"], float(r["tokens_per_s"])) for r in rows] == [("grouped_mm", 100.0)]
 
     measured = []
     monkeypatch.setattr(hg, "generate_speed", lambda **kw: measured.append(kw["impls"]) or [])
