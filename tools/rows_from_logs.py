@@ -2,6 +2,7 @@
 
     python tools/rows_from_logs.py speed LOG_DIR COMMIT DATE     # bench_<preset>.log → results/<GPU>/speed.csv
     python tools/rows_from_logs.py minimal LOG_DIR COMMIT DATE   # minimal.log → experiments/.../minimal_pair.csv
+    python tools/rows_from_logs.py generate LOG_DIR COMMIT DATE  # gen_*.log → results/<GPU>/hf_generate.csv
 
 ``python -m bench bench --what speed`` prints every row it writes (preset, T, method, median,
 floor, fraction of the ceiling, error over the floor, overhead) after the read ceiling it measured;
@@ -10,6 +11,12 @@ lack the p20/p80 spread (written as NaN) and the bytes; the bytes are the row's 
 ceiling, and are taken from the existing speed.csv row of the same preset and T (the same seeded
 routing draws), after checking that they give the printed floor. ``env.log`` (``tools/gpu.sh env``)
 names the GPU and versions. The logs stay in ``results/<GPU>/logs/<COMMIT>/`` beside the rows.
+
+``python -m bench e2e --what generate`` prints each process's row (tokens/s, µs per step, the first
+call, graphs compiled, the expert layers' µs). A (batch, implementation) that hf_generate.csv already
+holds at COMMIT keeps its written row; the others are rebuilt from the print (``seconds`` from the
+rate, ``cudagraph_skips`` and the tokens' agreement unknown: empty). Every row of COMMIT is then compared
+with the baseline's row of its batch, as ``bench.hf_generate`` compares them.
 """
 
 from __future__ import annotations
@@ -79,6 +86,44 @@ def minimal(log_dir: Path, commit: str, date: str) -> None:
     print(f"{len(rows)} rows into {path}")
 
 
+GENERATE = re.compile(r"generate (\S+) L=(\d+) batch=(\d+) (\S+) \((\S+), (\S+) cache\): ([\d.]+) tok/s, (\d+) us/step, "
+                      r"first call ([\d.]+) s \((\d+) graphs compiled\); expert layers (\d+) us")
+
+
+def generate(log_dir: Path, commit: str, date: str) -> None:
+    from bench import hf_generate as hf
+
+    meta = env(log_dir)
+    version = re.search(r"^transformers (\S+)", (log_dir / "env.log").read_text(), re.M).group(1)
+    out = data.gpu_dir(meta["gpu"]) / "hf_generate.csv"
+    old = data.read(out)
+    kept = {(r["layers"], r["batch"], r["impl"]): r for r in old if r.get("commit") == commit}
+    rows = {}
+    for log in sorted(log_dir.glob("gen_*.log")):
+        for m in GENERATE.finditer(log.read_text()):
+            name, layers, batch, impl, compile_, cache, rate, step, first, graphs, moe = m.groups()
+            key = (layers, batch, impl)
+            row = kept.get(key) or {
+                "model": f"{name} shapes", "layers": layers, "batch": batch, "prompt": 32, "new_tokens": 64,
+                "impl": impl, "compile": compile_, "cache": cache,
+                "seconds": round(int(batch) * 64 / float(rate), 4), "tokens_per_s": rate, "step_us": step,
+                "first_call_s": first, "moe_us": moe, "moe_share": round(int(moe) / int(step), 4),
+                "graphs_compiled": graphs, "cudagraph_skips": "", **meta, "commit": commit, "date": date,
+                "transformers": version, "processes": 1}
+            rows[key] = dict(row)
+    for (layers, batch, impl), row in rows.items():
+        base = rows.get((layers, batch, hf.BASELINE))
+        if impl == hf.BASELINE or base is None:
+            continue
+        share, moe = float(base["moe_share"]), float(row["moe_us"])
+        row["speedup_over_" + hf.BASELINE] = round(float(row["tokens_per_s"]) / float(base["tokens_per_s"]), 4)
+        row["amdahl_predicted"] = round(hf.amdahl(share, float(base["moe_us"]) / moe) if moe > 0
+                                        else 1.0 / (1.0 - share), 4)
+        row.setdefault("same_tokens_as_" + hf.BASELINE, "")
+    data.merge_write(out, list(rows.values()))
+    print(f"{len(rows)} rows into {out}")
+
+
 if __name__ == "__main__":
     what, log_dir, commit, date = sys.argv[1:5]
-    {"speed": speed, "minimal": minimal}[what](Path(log_dir), commit, date)
+    {"speed": speed, "minimal": minimal, "generate": generate}[what](Path(log_dir), commit, date)
