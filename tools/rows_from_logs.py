@@ -86,8 +86,9 @@ def minimal(log_dir: Path, commit: str, date: str) -> None:
     print(f"{len(rows)} rows into {path}")
 
 
-GENERATE = re.compile(r"generate (\S+) L=(\d+) batch=(\d+) (\S+) \((\S+), (\S+) cache\): ([\d.]+) tok/s, (\d+) us/step, "
-                      r"first call ([\d.]+) s \((\d+) graphs compiled\); expert layers (\d+) us")
+GENERATE = re.compile(r"generate (\S+) L=(\d+) batch=(\d+) (\S+) \((\S+), (\S+) cache\): "
+                      r"([\d.]+) tok/s, (\d+) us/step, first call ([\d.]+) s \((\d+) graphs compiled\); "
+                      r"expert layers (\d+) us")
 
 
 def generate(log_dir: Path, commit: str, date: str) -> None:
