@@ -456,7 +456,8 @@ def test_report_names_each_file_and_block_it_writes(tmp_path, monkeypatch, capsy
 
 def test_report_generate_table_takes_each_model_and_batch_at_its_deepest_run(tmp_path):
     """hf_generate.csv's compiled rows: per model and batch the run with the most layers, its two
-    implementations' rows side by side; eager rows and runs without a grouped_mm row left out."""
+    implementations' rows side by side, with the no-experts bound of the same commit and how the run
+    was made; eager rows and runs without a grouped_mm row left out."""
     import csv
 
     from bench import data, report
@@ -464,7 +465,7 @@ def test_report_generate_table_takes_each_model_and_batch_at_its_deepest_run(tmp
     root = _report_checkout(tmp_path)
     assert report.generate_table(H200, root) is None  # no generate data: the block stays as it is
     columns = ["model", "layers", "batch", "impl", "compile", "tokens_per_s", "moe_share", "speedup_over_grouped_mm",
-               "amdahl_predicted", "gpu", "torch", "triton", "transformers"]
+               "amdahl_predicted", "gpu", "torch", "triton", "transformers", "processes", "commit"]
     rows = []
     runs = [(8, 1, "reduce-overhead", 300.0, 400.0), (48, 1, "reduce-overhead", 80.0, 104.0),
             (48, 1, "none", 10.0, 99.0), (48, 4, "reduce-overhead", 200.0, 330.0)]
@@ -474,16 +475,59 @@ def test_report_generate_table_takes_each_model_and_batch_at_its_deepest_run(tmp
                          "compile": compile_, "tokens_per_s": tps, "moe_share": 0.4 if impl == "grouped_mm" else 0.2,
                          "speedup_over_grouped_mm": f"{w_tps / g_tps:.4f}" if impl == "warpdecode" else "",
                          "amdahl_predicted": "1.3000" if impl == "warpdecode" else "", "gpu": H200,
-                         "torch": "2.11", "triton": "3.6", "transformers": "5.17"})
+                         "torch": "2.11", "triton": "3.6", "transformers": "5.17",
+                         **({"processes": 2, "commit": "abc1234"} if batch == 4 else {})})
+    # the bound: the same run's step with no expert work, and one of another commit, which is not this run's
+    for commit, tps in (("abc1234", 800.0), ("0ld0000", 900.0)):
+        rows.append({**rows[-1], "impl": "no_experts", "tokens_per_s": tps, "speedup_over_grouped_mm": "",
+                     "commit": commit})
     with (data.gpu_dir(H200, root) / "hf_generate.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=columns)
         w.writeheader()
         w.writerows(rows)
     table = report.generate_table(H200, root)
     body = [line for line in table.splitlines() if line.startswith("| qwen3")]
-    assert body == ["| qwen3-30b-a3b | 48 | 1 | 104.0 | 80.0 | 1.30× | 1.30× | 40% |",
-                    "| qwen3-30b-a3b | 48 | 4 | 330.0 | 200.0 | 1.65× | 1.30× | 40% |"]
+    assert body == ["| qwen3-30b-a3b | 48 | 1 | 104.0 | 80.0 | 1.30× | 1.30× | 40% | — | one, both in it | — |",
+                    "| qwen3-30b-a3b | 48 | 4 | 330.0 | 200.0 | 1.65× | 1.30× | 40% | 800.0 (4.00×) | "
+                    "one per implementation, 2 each | abc1234 |"]
     assert "results/NVIDIA_H200/hf_generate.csv" in table
+
+
+def test_report_vllm_block_compares_each_layer_and_marks_the_t1_bar(tmp_path):
+    """vllm_baseline.csv: vLLM's time over auto's per weights, release, layer and T; at T = 1 warp
+    decode against vLLM (the bar only on its layers) and the two-launch bound; the headline's
+    sentence names the least ratio of auto on the lowest release, at three digits."""
+    import csv
+
+    from bench import data, report
+
+    root = _report_checkout(tmp_path)
+    assert report.vllm_table(H200, root) is None and report.vllm_sentence(H200, root) == ""
+    folder = data.experiments_dir(H200, root)
+    folder.mkdir(parents=True)
+    rows = []
+    for triton, layer, T, vllm, auto, warp in [("3.6.0", "olmoe-1b-7b", 1, 36.0, 30.0, 30.0),
+                                               ("3.6.0", "olmoe-1b-7b", 8, 100.0, 100.1, 120.0),
+                                               ("3.6.0", "phi-3.5-moe", 1, 90.0, 75.0, 75.0),
+                                               ("3.9.0", "olmoe-1b-7b", 1, 36.0, 27.0, 27.0)]:
+        for variant, us in (("vllm", vllm), ("auto", auto), ("warp", warp)):
+            rows.append({"experiment": "vllm_baseline", "version": "bf16", "variant": variant, "preset": layer,
+                         "T": T, "us": us, "frac_ceiling": 0.9, "error_over_floor": 2.5 if variant == "vllm" else 1.0,
+                         "detail": "{'vllm': '0.34.0'}" if variant == "vllm" else "{}", "gpu": H200,
+                         "torch": "2.11", "triton": triton, "commit": "abc1234"})
+    with (folder / "vllm_baseline.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    table = report.vllm_table(H200, root)
+    assert "| bf16 | 3.6.0 | olmoe-1b-7b | 1.20 | 1.00 |" in table  # 100 / 100.1, two digits in the table
+    assert "| 3.6.0 | olmoe-1b-7b | 36.00 | 30.00 | 1.20× (missed) | — | — | — |" in table  # no bound measured
+    assert "| 3.9.0 | olmoe-1b-7b | 36.00 | 27.00 | 1.33× (met) |" in table
+    assert "| 3.6.0 | phi-3.5-moe | 90.00 | 75.00 | 1.20× (no bar) |" in table
+    assert "vllm (bf16) 2.50" in table and "commit abc1234" in table
+    said = report.vllm_sentence(H200, root, preset="olmoe-1b-7b")
+    assert "30.0 µs to vLLM's 36.0 (1.20×)" in said and "at least 0.999×" in said and "olmoe-1b-7b, T = 8" in said
+    assert "triton 3.6.0" in said
 
 
 def test_report_defaults_table_takes_each_releases_worst_row(tmp_path):
