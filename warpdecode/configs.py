@@ -398,19 +398,6 @@ def update_table(path: Path, update) -> dict:
     return table
 
 
-def write_cache(table: dict, gpu: str | None = None) -> Path:
-    """Merge ``table`` into the user's cached table of ``gpu`` through :func:`update_table`."""
-    path = cache_file(gpu)
-    update_table(path, lambda current: table)
-    return path
-
-
-def write_table(path: Path, table: dict) -> None:
-    """Check ``table`` and write it whole, under the file's lock and in one replace."""
-    with _locked(path):
-        _write(path, table)
-
-
 def bucket(table: dict, family: str, H, I, E, K, T) -> dict | None:  # noqa: E741
     """The config a call with T tokens takes from ``table`` (a tuned table), or None."""
     buckets = table.get(family, {}).get(shape_key(H, I, E, K))
@@ -421,26 +408,6 @@ def bucket(table: dict, family: str, H, I, E, K, T) -> dict | None:  # noqa: E74
 
 def _lookup(family: str, H, I, E, K, T):  # noqa: E741
     return bucket(load_tuned(), family, H, I, E, K, T)
-
-
-def tuning_note(shapes) -> str:
-    """One line on where ``shapes``' configs come from, with the command that tunes those with none."""
-    shapes = list(shapes)
-    if _runtime.INTERPRET:
-        return "launch configurations: the CPU interpreter's small tiles (nothing to tune without a GPU)"
-    table = load_tuned()
-    missing = [s for s in shapes if not all(shape_key(s.H, s.I, s.E, s.K) in table.get(f, {})
-                                            for f in ("warp", "expert"))]
-    gpu = _runtime.gpu_name()
-    if not missing:
-        return f"launch configurations: tuned for {gpu} ({tuned_file().name} shipped, or {cache_file()})"
-    names = ", ".join(getattr(s, "name", shape_key(s.H, s.I, s.E, s.K)) for s in missing)
-    command = "python -m warpdecode tune " + " ".join(f"--shape {s.H} {s.I} {s.E} {s.K}" for s in missing)
-    shipped = _read(tuned_file()) if sources()[0] else {}
-    other = (f" (the shipped table is Triton {shipped['triton']}'s; warp decode's entries and the crossover hold only "
-             f"on that release, this is {triton.__version__})" if other_release(shipped) else "")
-    return (f"launch configurations: no tuned table for {names} on {gpu}{other}, so the defaults run (rules of the "
-            f"shape, T and this GPU's limits); to tune them here, remembered in {cache_dir()}: {command}")
 
 
 # --- the autotune opt-in
