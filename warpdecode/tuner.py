@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import json
 import os
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -28,7 +29,7 @@ from .kernels import warp_grouped as kg
 from .kernels import warp_pair as kp
 from .kernels import warp_persistent as kf
 from .presets import MoEShape, get_preset
-from .timing import capture, time_replays
+from .timing import capture, replay_ms
 from .workload import make_inputs, make_layers, num_copies
 
 WARP_T = [1, 2, 4, 8, 16]
@@ -218,7 +219,7 @@ def _time(step, reps):
     except Exception:  # out of resources at this shape
         torch.cuda.synchronize()
         return None
-    t = time_replays(g, reps=reps).median_us
+    t = statistics.median(replay_ms(g, reps=reps)) * 1e3
     del g
     return t
 
