@@ -29,7 +29,7 @@ from bench import compiled, data
 from warpdecode import _runtime, configs
 from warpdecode.configs import expected_distinct  # noqa: F401  (the notebooks call ladder.expected_distinct)
 from warpdecode.presets import MoEShape, get_preset
-from warpdecode.workload import LayerInputs, bytes_needed
+from warpdecode.workload import LayerInputs
 
 #: Whose measurements the notebooks show where they cannot measure (no GPU), and quote beside
 #: their own measurements where they can.
@@ -82,7 +82,7 @@ def bound(method: str) -> float:
 
 def decode_bytes(shape: MoEShape, topk_ids: torch.Tensor, elem: int = 2) -> int:
     """The fewest bytes one call must move (the benchmark's own count,
-    :func:`warpdecode.workload.bytes_needed`): each distinct routed expert's weights once,
+    :func:`bytes_needed`): each distinct routed expert's weights once,
     the activations in, the output out, the routing in."""
     T = topk_ids.shape[0]
     x = torch.empty(T, shape.H, device="meta")
@@ -92,6 +92,14 @@ def decode_bytes(shape: MoEShape, topk_ids: torch.Tensor, elem: int = 2) -> int:
 def floor_us(nbytes: float, tbps: float) -> float:
     """The time ``nbytes`` take at ``tbps`` TB/s, in µs: no memory-bound kernel can beat it."""
     return nbytes / (tbps * 1e12) * 1e6
+
+
+def bytes_needed(shape: MoEShape, inp: LayerInputs, elem: int = 2) -> int:
+    """The fewest bytes one call moves: each distinct routed expert's weights once, x, y and the routing."""
+    distinct = torch.unique(inp.topk_ids).numel()
+    T = inp.x.shape[0]
+    return (distinct * 3 * shape.I * shape.H * elem + 2 * T * shape.H * elem
+            + inp.topk_ids.numel() * 8)
 
 
 def tuning_note(shapes) -> str:
