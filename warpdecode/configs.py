@@ -77,8 +77,6 @@ def tables(shipped: bool = True, cache: bool = True):
 
 
 # --- checks: every configuration, from a table or a caller, before a kernel sees it
-
-
 class ConfigError(ValueError):
     """A launch configuration or tuned table the kernels cannot run; the message says where and why."""
 
@@ -254,8 +252,6 @@ def check_table(table, where: str = "tuned table") -> dict:
 
 
 # --- reading and writing tables
-
-
 def read_table(path: Path) -> dict:
     """The checked table at ``path``, {} without a file; :class:`ConfigError` naming a bad or unreadable file."""
     try:
@@ -463,8 +459,6 @@ def crossover_of(evidence: dict) -> int:
 
 
 # --- the default rules; in the interpreter, small tiles that walk every masked tail
-
-
 def _tile(rows: str, r: int, c: int, warps: int = 4, stages: int = 1) -> dict:
     """A tile of ``r`` rows along ``rows`` ("BLOCK_I" or "BLOCK_H") and ``c`` columns along the other."""
     return {rows: r, "BLOCK_H" if rows == "BLOCK_I" else "BLOCK_I": c, "num_warps": warps, "num_stages": stages}

@@ -93,8 +93,6 @@ def _same_routing(group, topk_weights, topk_ids) -> None:
 
 
 # --- sharding
-
-
 def _wrap(w, weight: torch.Tensor, scale: torch.Tensor, validate: bool = True):
     """FP8 weights of ``w``'s format and dtype around ``weight`` and ``scale``."""
     cls = type(w)
@@ -151,8 +149,6 @@ def _own(w):
 
 
 # --- one layer call
-
-
 def _begin(x, w13, w2, topk_weights, topk_ids, *, group, method, layout, num_experts, local, check_routing,
            first_expert: int = 0):
     """Every rank's checks (options, tensors, the ids' range: read here, so that the ranks can agree on it),

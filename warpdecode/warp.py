@@ -60,8 +60,6 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
 
 
 # --- The pair with FP8 weights, dequantized in registers (see warpdecode.kernels.warp_fp8)
-
-
 def _fp8_meta(w, block: int, name: str) -> dict:
     if block % w.GROUP_K:
         raise ValueError(f"{name}={block} must be a multiple of the {w.FORMAT} scale group ({w.GROUP_K} columns)")

@@ -75,8 +75,6 @@ def gate_up_slice(cfg: dict) -> int:
 
 
 # --- The two tiles both kernels (and warp_persistent.py's) are made of
-
-
 @triton.jit
 def _gate_up_tile(
     x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr,
@@ -222,8 +220,6 @@ def _down_tile(
 
 
 # --- The down tile on Triton 3.6: one [rows, K, columns] tile
-
-
 @triton.jit
 def _down_chunk_3d(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
                    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
@@ -266,8 +262,6 @@ def _down_tile_3d(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stri
 
 
 # --- The down tile on Triton 3.8 and later: one [K, rows, columns] tile (K_FIRST) ...
-
-
 @triton.jit
 def _slots(x, N: tl.constexpr):
     """The N tensors x[..., j], j = 0 … N-1 in order, of x[..., N] (N a power of two), by halving
@@ -344,8 +338,6 @@ def _down_tile_k_first(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E,
 
 
 # --- ... or K [rows, columns] tiles, slot by slot (PER_SLOT; too-large k-first tiles; the persistent kernel)
-
-
 @triton.jit
 def _down_chunk_per_slot(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
                          K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
@@ -393,8 +385,6 @@ def _down_tile_per_slot(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E
 
 
 # --- The two kernels
-
-
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
 def warp_gate_up_kernel(
     # pointers
