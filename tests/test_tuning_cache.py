@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import warpdecode
-from bench import ladder
+from bench import compiled, ladder
 from warpdecode import _runtime, api, configs, costmodel
 from warpdecode.configs import shape_key
 
@@ -335,7 +335,7 @@ def test_every_default_config_passes_the_checks():
     """The defaults, on each architecture's limits, for every preset, T and weight format."""
     from unittest import mock
 
-    for limits in _runtime.ARCH_LIMITS.values():
+    for limits in compiled.ARCH_LIMITS.values():
         gpu = mock.Mock(INTERPRET=False, device_limits=lambda limits=limits: dict(limits))
         with mock.patch.object(configs, "_runtime", gpu), mock.patch.object(configs, "_lookup", lambda *a: None):
             for s in map(warpdecode.get_preset, warpdecode.PRESETS):
