@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
+from bench.cli import on_gpu, parse, say_ignored, subcommands
 from warpdecode import _runtime
-from warpdecode.__main__ import each_in_own_process, on_gpu, parse, say_ignored, subcommands, tokens
+from warpdecode.__main__ import each_in_own_process, tokens
 from warpdecode.presets import MODEL_PRESETS, PRESETS, get_preset
 
 ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]

@@ -72,6 +72,19 @@ class Job:
 ARCHS = (80, 90, 100, 120)
 
 
+#: Launch limits by architecture (80, 90, 100, 120), for compiling as for a GPU that is not here: shared memory
+#: per program (opt-in) and per SM, registers and threads per SM, SMs of the A100, H100/H200, B200, RTX 5090
+#: (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability").
+ARCH_LIMITS = {
+    80: {"arch": 80, "shared_per_block": 166912, "shared_per_sm": 167936, "regs_per_sm": 65536,
+         "threads_per_sm": 2048, "sms": 108},
+    90: _runtime.HOPPER_LIMITS,
+    100: {"arch": 100, "shared_per_block": 232448, "shared_per_sm": 233472, "regs_per_sm": 65536,
+          "threads_per_sm": 2048, "sms": 148},
+    120: {"arch": 120, "shared_per_block": 101376, "shared_per_sm": 102400, "regs_per_sm": 65536,
+          "threads_per_sm": 1536, "sms": 170},
+}
+
 def arch_name(arch: int) -> str:
     """The target Triton compiles ``arch`` for: ``sm_90a``, ``sm_100a``, ``sm_120a`` (the
     architecture-specific features: wgmma, tcgen05, setmaxnreg), ``sm_80`` (Ampere has no 'a')."""
@@ -246,8 +259,8 @@ def ptxas_report(compiled: Compiled) -> dict:
 def programs_per_sm(compiled: Compiled) -> int:
     """How many programs of ``compiled`` one SM of its architecture holds at once
     (:func:`warpdecode.warp.programs_per_sm` with the register count ptxas reports and the SM's
-    limits, ``_runtime.ARCH_LIMITS``)."""
-    limits = _runtime.ARCH_LIMITS[int(re.sub(r"\D", "", target(compiled)))]
+    limits, ``ARCH_LIMITS``)."""
+    limits = ARCH_LIMITS[int(re.sub(r"\D", "", target(compiled)))]
     return _wp.programs_per_sm(ptxas_report(compiled)["registers"], compiled.num_warps, compiled.shared,
                                regs=limits["regs_per_sm"], threads=limits["threads_per_sm"],
                                smem=limits["shared_per_sm"])
@@ -286,10 +299,10 @@ class _Recorder:
 def _as_on_a_gpu(gpu_name: str, launches: list, arch: int = 90):
     """warpdecode's Python side as it runs on ``gpu_name`` (its tuned table, whole, whichever
     Triton release it was tuned on: so the tuned configurations compile on every release), a GPU
-    of architecture ``arch`` (its limits, ``_runtime.ARCH_LIMITS``, for the defaults; programmatic
+    of architecture ``arch`` (its limits, ``ARCH_LIMITS``, for the defaults; programmatic
     dependent launch from sm_90 on; tensor-core GEMMs), every kernel replaced by a recorder; all
     undone on exit."""
-    limits = _runtime.ARCH_LIMITS[arch]
+    limits = ARCH_LIMITS[arch]
     pdl = arch >= 90
     gpu_runtime = types.SimpleNamespace(INTERPRET=False, HAS_GPU=True, HAS_PDL=pdl, USE_PDL=pdl,
                                         gpu_name=lambda: gpu_name, DEFAULT_DEVICE=torch.device("cuda"),

@@ -553,7 +553,8 @@ def write_tuned(out: Path, gpu: str) -> Path:
             _key(p): measured_crossover(rows, p) for p in sorted(auto)}
     for family in [f for f in table if f.startswith("warp_") or f in {f"crossover_{q}" for q in quant.FORMATS}]:
         del table[family]
-    configs.write_table(path, {**table, **entries})
+    with configs._locked(path):  # written whole, as checked: the FP8 families replaced, the release kept
+        configs._write(path, {**table, **entries})
     print(f"{path}: " + ", ".join(f"{f} {len(v)} shapes" for f, v in entries.items()))
     return path
 

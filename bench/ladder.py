@@ -4,7 +4,8 @@
   ``tiny`` preset (odd sizes, prime E) at small T in Triton's CPU interpreter.
 - :data:`BOUNDS`: the most error, in multiples of the bf16 rounding floor, each method may show
   in a notebook cell's assertion, on each kind of device.
-- Byte ledgers: :func:`decode_bytes`, :func:`expected_distinct`, :func:`floor_us`.
+- Byte ledgers: :func:`decode_bytes`, :func:`bytes_needed`, :func:`expected_distinct`, :func:`floor_us`.
+- :func:`tuning_note`: where a layer's launch configurations come from, and how to tune it here.
 - The measured results: :func:`results` reads a checkout's ``results/<GPU>/*.csv``,
   :func:`experiment_results` its ``experiments/results/<GPU>/*.csv`` (the checkout: the one
   around the current working directory, or ``root``); :func:`pivot` and :func:`table` lay rows
@@ -28,7 +29,7 @@ from bench import compiled, data
 from warpdecode import _runtime, configs
 from warpdecode.configs import expected_distinct  # noqa: F401  (the notebooks call ladder.expected_distinct)
 from warpdecode.presets import MoEShape, get_preset
-from warpdecode.workload import LayerInputs, bytes_needed
+from warpdecode.workload import LayerInputs
 
 #: Whose measurements the notebooks show where they cannot measure (no GPU), and quote beside
 #: their own measurements where they can.
@@ -81,7 +82,7 @@ def bound(method: str) -> float:
 
 def decode_bytes(shape: MoEShape, topk_ids: torch.Tensor, elem: int = 2) -> int:
     """The fewest bytes one call must move (the benchmark's own count,
-    :func:`warpdecode.workload.bytes_needed`): each distinct routed expert's weights once,
+    :func:`bytes_needed`): each distinct routed expert's weights once,
     the activations in, the output out, the routing in."""
     T = topk_ids.shape[0]
     x = torch.empty(T, shape.H, device="meta")
@@ -91,6 +92,36 @@ def decode_bytes(shape: MoEShape, topk_ids: torch.Tensor, elem: int = 2) -> int:
 def floor_us(nbytes: float, tbps: float) -> float:
     """The time ``nbytes`` take at ``tbps`` TB/s, in µs: no memory-bound kernel can beat it."""
     return nbytes / (tbps * 1e12) * 1e6
+
+
+def bytes_needed(shape: MoEShape, inp: LayerInputs, elem: int = 2) -> int:
+    """The fewest bytes one call moves: each distinct routed expert's weights once, x, y and the routing."""
+    distinct = torch.unique(inp.topk_ids).numel()
+    T = inp.x.shape[0]
+    return (distinct * 3 * shape.I * shape.H * elem + 2 * T * shape.H * elem
+            + inp.topk_ids.numel() * 8)
+
+
+def tuning_note(shapes) -> str:
+    """One line on where ``shapes``' launch configurations come from (:mod:`warpdecode.configs`), with the
+    command that tunes those with none."""
+    shapes = list(shapes)
+    if configs._runtime.INTERPRET:
+        return "launch configurations: the CPU interpreter's small tiles (nothing to tune without a GPU)"
+    table = configs.load_tuned()
+    missing = [s for s in shapes if not all(configs.shape_key(s.H, s.I, s.E, s.K) in table.get(f, {})
+                                            for f in ("warp", "expert"))]
+    gpu = configs._runtime.gpu_name()
+    if not missing:
+        return (f"launch configurations: tuned for {gpu} ({configs.tuned_file().name} shipped, or "
+                f"{configs.cache_file()})")
+    names = ", ".join(getattr(s, "name", configs.shape_key(s.H, s.I, s.E, s.K)) for s in missing)
+    command = "python -m warpdecode tune " + " ".join(f"--shape {s.H} {s.I} {s.E} {s.K}" for s in missing)
+    shipped = configs._read(configs.tuned_file()) if configs.sources()[0] else {}
+    other = (f" (the shipped table is Triton {shipped['triton']}'s; warp decode's entries and the crossover hold only "
+             f"on that release, this is {configs.triton.__version__})" if configs.other_release(shipped) else "")
+    return (f"launch configurations: no tuned table for {names} on {gpu}{other}, so the defaults run (rules of the "
+            f"shape, T and this GPU's limits); to tune them here, remembered in {configs.cache_dir()}: {command}")
 
 
 def step_ledger(cfg, T: int, ctx: int, experts_read: float, *, layers: int | None = None,

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 import triton
 
+from bench.ladder import bytes_needed
 from bench.methods import EAGER, KERNELS, registry
 from bench.timing import Timing, capture, capture_poisoned, time_eager, time_interleaved, time_replays
 from warpdecode import expert as ex
@@ -22,7 +23,7 @@ from warpdecode.configs import expert_config, warp_config
 from warpdecode.presets import MoEShape
 from warpdecode.reference import reference_moe, rel_error, rounding_floor
 from warpdecode.routing import route
-from warpdecode.workload import bytes_needed, make_inputs, make_layers, num_copies
+from warpdecode.workload import make_inputs, make_layers, num_copies
 
 #: The most error, in multiples of the bf16 rounding floor, a timed method may show before its
 #: row is flagged: timing a wrong result would be meaningless.

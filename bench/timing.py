@@ -1,5 +1,5 @@
-"""The benchmarks' timing beside the tuner's (``warpdecode.timing``: :func:`capture`,
-:func:`time_replays`, re-exported here): timing several graphs interleaved, eager calls, the outputs
+"""The benchmarks' timing beside the tuner's (``warpdecode.timing``: :func:`capture`, re-exported here, and
+the replays :func:`time_replays` summarizes): timing several graphs interleaved, eager calls, the outputs
 poisoned before a timed graph, and the memory ceilings measured in the same run.
 :func:`read_ceiling` and :func:`copy_ceiling` stream several GB through the GPU: the best a
 memory-bound kernel can hope for on this card today, measured, not read off a datasheet.
@@ -7,16 +7,39 @@ memory-bound kernel can hope for on this card today, measured, not read off a da
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 import triton
 import triton.language as tl
 
-from warpdecode.timing import Timing, _stats, _warm_up, capture, time_replays
+from warpdecode.timing import _warm_up, capture, replay_ms
 
 __all__ = ["Timing", "capture", "capture_poisoned", "copy_ceiling", "read_ceiling", "small_read", "time_eager",
            "time_interleaved", "time_replays"]
+
+
+@dataclass
+class Timing:
+    median_us: float
+    p20_us: float
+    p80_us: float
+    reps: int
+
+    def scaled(self, factor: float) -> Timing:
+        return Timing(self.median_us * factor, self.p20_us * factor, self.p80_us * factor, self.reps)
+
+
+def _stats(times_ms: list[float]) -> Timing:
+    q = statistics.quantiles(times_ms, n=10)
+    return Timing(statistics.median(times_ms) * 1e3, q[1] * 1e3, q[7] * 1e3, len(times_ms))
+
+
+def time_replays(graph, *, reps: int = 100, warmup: int = 10, min_warmup_ms: float = 50.0) -> Timing:
+    """Median, 20th and 80th percentiles of ``reps`` event-timed replays after a warm-up (``warpdecode.timing``)."""
+    return _stats(replay_ms(graph, reps=reps, warmup=warmup, min_warmup_ms=min_warmup_ms))
 
 
 def capture_poisoned(step):

@@ -44,6 +44,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 import warpdecode as wd
+from bench.ladder import bytes_needed
 from bench.sweep import meta
 from bench.timing import capture, read_ceiling, small_read, time_replays
 from warpdecode import _alloc, _runtime
@@ -52,7 +53,7 @@ from warpdecode import tuner as tn
 from warpdecode.configs import expert_config
 from warpdecode.tuner import SWAP_FORMS as FORMS
 from warpdecode.tuner import with_swap as swapped
-from warpdecode.workload import bytes_needed, make_inputs
+from warpdecode.workload import make_inputs
 
 # ==================================================================================================
 # version align: Align (stage 2 of the expert-centric path) four ways, on the H200:

@@ -83,12 +83,13 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 import warpdecode as wd
 from bench import compiled
 from bench import fp8 as bench_fp8
+from bench.ladder import bytes_needed
 from bench.timing import capture, small_read, time_replays
 from warpdecode import _alloc, quant
 from warpdecode import warp as wp
 from warpdecode.configs import warp_config, warp_fp8_config
 from warpdecode.kernels.warp_fp8 import _down_fp8_chunk, _scales  # the loads are the shipped kernel's
-from warpdecode.workload import bytes_needed, make_inputs, make_layers
+from warpdecode.workload import make_inputs, make_layers
 
 PRESETS = ["qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"]
 TS = [1, 2, 4, 8]

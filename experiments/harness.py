@@ -44,13 +44,14 @@ import checkout  # noqa: F401  (first: puts the checkout root on sys.path, for b
 import torch
 import triton
 
+from bench.ladder import bytes_needed
 from bench.sweep import meta
 from bench.timing import capture_poisoned, read_ceiling, time_replays
 from warpdecode import warp as wp
 from warpdecode.configs import warp_config
 from warpdecode.presets import MoEShape, get_preset
 from warpdecode.reference import reference_moe, rel_error, rounding_floor
-from warpdecode.workload import LayerInputs, bytes_needed, make_inputs, make_layers, num_copies
+from warpdecode.workload import LayerInputs, make_inputs, make_layers, num_copies
 
 HERE = Path(__file__).resolve().parent
 

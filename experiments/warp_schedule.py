@@ -40,6 +40,7 @@ from harness import cases, checked_us, row
 from triton.language.extra.cuda import gdc_wait
 
 import warpdecode as wd
+from bench.ladder import bytes_needed
 from bench.sweep import meta
 from bench.timing import read_ceiling
 from warpdecode import _alloc, configs
@@ -49,7 +50,7 @@ from warpdecode.expert import moe_expert
 from warpdecode.presets import get_preset
 from warpdecode.tuner import _over_layers, _time
 from warpdecode.warp import moe_warp
-from warpdecode.workload import bytes_needed, make_inputs, make_layers, num_copies
+from warpdecode.workload import make_inputs, make_layers, num_copies
 
 # ==================================================================================================
 # version 5: A/B of warp decode's cache knobs at T = 1…16 on every preset, against the tuned configs.

@@ -50,7 +50,7 @@ print(f"layer: {shape.name}  H={shape.H} I={shape.I} E={shape.E} K={shape.K}, bf
 # %%
 # where this GPU's launch configurations come from: a tuned table, or the defaults and the command
 # that tunes the shapes used here
-print(wd.configs.tuning_note([wd.get_preset(S.preset)]))
+print(ladder.tuning_note([wd.get_preset(S.preset)]))
 
 # %% [markdown]
 # ## The layer

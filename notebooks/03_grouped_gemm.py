@@ -48,7 +48,7 @@ print(f"kernels run on: {S.gpu}; layer: {shape.name} H={shape.H} I={shape.I} E={
 # %%
 # where this GPU's launch configurations come from: a tuned table, or the defaults and the command
 # that tunes the shapes used here
-print(wd.configs.tuning_note([wd.get_preset(S.preset)]))
+print(ladder.tuning_note([wd.get_preset(S.preset)]))
 
 # %% [markdown]
 # ## The kernel

@@ -54,7 +54,7 @@ print(f"results shown: {ceiling['gpu']}, torch {ceiling['torch']}, triton {ceili
 # %%
 # where this GPU's launch configurations come from: a tuned table, or the defaults and the command
 # that tunes the shapes used here
-print(wd.configs.tuning_note([wd.get_preset(p) for p in wd.MODEL_PRESETS]))
+print(ladder.tuning_note([wd.get_preset(p) for p in wd.MODEL_PRESETS]))
 
 # %% [markdown]
 # ## Time: every path, every preset

@@ -59,7 +59,7 @@ print(f"kernels run on: {S.gpu}; layer: {shape.name}")
 # %%
 # where this GPU's launch configurations come from: a tuned table, or the defaults and the command
 # that tunes the shapes used here
-print(wd.configs.tuning_note([wd.get_preset(S.preset)]))
+print(ladder.tuning_note([wd.get_preset(S.preset)]))
 
 # %% [markdown]
 # ## Where the pair stands

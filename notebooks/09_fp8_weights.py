@@ -47,7 +47,7 @@ from warpdecode.kernels import warp_fp8 as k8
 S = ladder.SETTINGS
 shape = wd.get_preset(S.preset)
 print(f"kernels run on: {S.gpu}; layer: {shape}")
-print(wd.configs.tuning_note([shape]))
+print(ladder.tuning_note([shape]))
 
 # %% [markdown]
 # ## The byte ledger, halved

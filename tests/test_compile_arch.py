@@ -4,7 +4,7 @@ GPU or not (bench.compiled; tests/test_compile_sm90.py does Hopper, tuned table 
 
 No tuned table: the shipped one is the H200's and applies only there, so on these GPUs every
 launch takes configs.py's defaults, derived from the architecture's limits
-(``_runtime.ARCH_LIMITS``: shared memory per program, SMs). What is compiled is what
+(``compiled.ARCH_LIMITS``: shared memory per program, SMs). What is compiled is what
 bench.compiled.record_launches records the launchers passing on such a GPU, over the
 scenarios below: both paths, every schedule, the expert path's SWAP_AB decode tiles and HALF_M
 tiles, FP8 activations where the GPU has FP8 tensor cores (not sm_80: ``warpdecode.moe`` refuses
@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from bench import compiled
-from warpdecode import MoEShape, _runtime
+from warpdecode import MoEShape
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_fp8 as k8
 from warpdecode.kernels import warp_grouped as kg
@@ -197,7 +197,7 @@ def test_compiles_without_spills(built, key):
     report = compiled.ptxas_report(c)
     assert report["registers"] > 0, report  # the report was read at all
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0 and report["stack_frame"] == 0, report
-    limits = _runtime.ARCH_LIMITS[arch]
+    limits = compiled.ARCH_LIMITS[arch]
     assert c.shared <= limits["shared_per_block"], (c.shared, j.constexprs, j.num_stages)
     assert compiled.programs_per_sm(c) >= 1, (report, c.shared)
 

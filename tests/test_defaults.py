@@ -11,6 +11,7 @@ from unittest import mock
 
 import pytest
 
+from bench import compiled
 from warpdecode import _runtime, configs
 from warpdecode.kernels import warp_pair
 from warpdecode.warp import schedule_of
@@ -22,7 +23,7 @@ TABLE_38 = json.loads((Path(__file__).parents[1] / "experiments/results/NVIDIA_H
 SHAPES = {key: {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}
           for key in [*TABLE["warp"], *TABLE_38["warp"]]}
 #: A100 (sm_80), H100/H200 (sm_90), B200 (sm_100), RTX 50 (sm_120): their launch limits
-DEVICES = {f"sm_{arch}": limits for arch, limits in _runtime.ARCH_LIMITS.items()}
+DEVICES = {f"sm_{arch}": limits for arch, limits in compiled.ARCH_LIMITS.items()}
 
 
 @pytest.fixture
@@ -148,15 +149,15 @@ def test_expert_defaults_fit_the_device(device, elem, T):
 def test_mma_sync_halves_the_accumulators():
     """Where mma.sync takes both operands into registers (sm_80, sm_120), half the accumulators of
     wgmma (sm_90) and tcgen05 (sm_100); FP32 operands on FMAs, a quarter everywhere."""
-    assert {a: configs.acc_regs_per_thread(a, 2) for a in _runtime.ARCH_LIMITS} == {80: 64, 90: 128, 100: 128,
+    assert {a: configs.acc_regs_per_thread(a, 2) for a in compiled.ARCH_LIMITS} == {80: 64, 90: 128, 100: 128,
                                                                                   120: 64}
-    assert {configs.acc_regs_per_thread(a, 4) for a in _runtime.ARCH_LIMITS} == {32}
+    assert {configs.acc_regs_per_thread(a, 4) for a in compiled.ARCH_LIMITS} == {32}
 
 
 def test_triton_before_3_8_runs_sm100_fp8_gate_up_untransposed():
     """Triton 3.6's pipeliner rejects the FP8 gate/up GEMM transposed for sm_100a (any stage count):
     there the defaults keep SWAP_AB for the down GEMM only; from 3.8 on, for both."""
-    gpu = mock.Mock(INTERPRET=False, device_limits=lambda: dict(_runtime.ARCH_LIMITS[100]))
+    gpu = mock.Mock(INTERPRET=False, device_limits=lambda: dict(compiled.ARCH_LIMITS[100]))
     for fixed in (False, True):
         with mock.patch.object(configs, "_runtime", gpu), \
                 mock.patch.object(configs, "SWAP_FP8_GATE_UP_SM100", fixed):

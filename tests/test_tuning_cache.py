@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import warpdecode
+from bench import compiled, ladder
 from warpdecode import _runtime, api, configs, costmodel
 from warpdecode.configs import shape_key
 
@@ -36,6 +37,11 @@ GEMM = {"BLOCK_M": 16, "gate_up": GEMM_TILE, "down": GEMM_TILE}  # an expert pat
 def pair(down_rows: int = 4, **notes) -> dict:
     """A warp decode config whose down tile has ``down_rows`` rows, with ``notes`` (keys the kernels do not read)."""
     return {"gate_up": TILE, "down": {**TILE, "BLOCK_H": down_rows}, **notes}
+
+
+def write_cache(table: dict) -> None:
+    """Merge ``table`` into this GPU's cached table, as the tuner writes it."""
+    configs.update_table(configs.cache_file(), lambda current: table)
 
 
 def setenv(monkeypatch, name: str, value: str | None) -> None:
@@ -174,7 +180,7 @@ def test_tables_off_in_a_block_and_load_tuned_cached_per_setting(tables):
 
 def test_write_cache_merges_and_the_next_lookup_reads_it(tables):
     assert "from" not in configs.warp_config(*C, T=1)
-    configs.write_cache({"warp": {shape_key(*C): [[16, pair(**{"from": "new"})]]}})
+    write_cache({"warp": {shape_key(*C): [[16, pair(**{"from": "new"})]]}})
     assert configs.warp_config(*C, T=1)["from"] == "new"
     assert configs.warp_config(*B, T=1)["from"] == "cache"  # the cache's other shapes kept
 
@@ -276,7 +282,7 @@ def test_a_bad_shipped_table_is_skipped_too(tables):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert "from" not in configs.warp_config(*A, T=1)
-        assert configs.tuning_note([SimpleNamespace(name="a", H=A[0], I=A[1], E=A[2], K=A[3])])
+        assert ladder.tuning_note([SimpleNamespace(name="a", H=A[0], I=A[1], E=A[2], K=A[3])])
     _one_warning(caught, str(path), "BLOCK_H must be a power of two")
 
 
@@ -300,7 +306,7 @@ def test_a_table_that_would_not_run_is_never_written(tables):
     before = path.read_text()
     where = r"expert H=6144,I=2560,E=160,K=6 \(T_max=16\) config\.gate_up\.GROUP_M"
     with pytest.raises(configs.ConfigError, match=where):
-        configs.write_cache({"expert": {shape_key(*C): _gemm(GROUP_M=0)}})
+        write_cache({"expert": {shape_key(*C): _gemm(GROUP_M=0)}})
     assert path.read_text() == before
 
 
@@ -329,7 +335,7 @@ def test_every_default_config_passes_the_checks():
     """The defaults, on each architecture's limits, for every preset, T and weight format."""
     from unittest import mock
 
-    for limits in _runtime.ARCH_LIMITS.values():
+    for limits in compiled.ARCH_LIMITS.values():
         gpu = mock.Mock(INTERPRET=False, device_limits=lambda limits=limits: dict(limits))
         with mock.patch.object(configs, "_runtime", gpu), mock.patch.object(configs, "_lookup", lambda *a: None):
             for s in map(warpdecode.get_preset, warpdecode.PRESETS):
@@ -362,7 +368,7 @@ def test_warp_entries_tuned_on_another_triton_release_are_left_out(tables, tmp_p
     table = configs.load_tuned()
     assert table["expert"] and "crossover" not in table  # the expert tiles kept
     assert api.crossover(*A) == costmodel.model_crossover(*A) != 16  # the model in the crossover's place
-    assert "Triton " in configs.tuning_note([SimpleNamespace(H=A[0], I=A[1], E=A[2], K=A[3])])
+    assert "Triton " in ladder.tuning_note([SimpleNamespace(H=A[0], I=A[1], E=A[2], K=A[3])])
     _retag(shipped, "9.9.3")  # the same minor release
     assert configs.warp_config(*A, T=1)["from"] == "shipped"
 
@@ -370,7 +376,7 @@ def test_warp_entries_tuned_on_another_triton_release_are_left_out(tables, tmp_p
 def test_write_cache_tags_the_release_and_drops_another_releases_warp_entries(tables, tmp_path, monkeypatch):
     cache = tmp_path / "cache" / "Test_GPU.json"
     _retag(cache, "1.0.0")
-    configs.write_cache({"expert": {shape_key(*C): [[16, {**GEMM, "BLOCK_M": 32}]]}})
+    write_cache({"expert": {shape_key(*C): [[16, {**GEMM, "BLOCK_M": 32}]]}})
     written = json.loads(cache.read_text())
     assert written["triton"] == configs.triton.__version__
     assert "warp" not in written  # 1.0's warp entries: stale on this release
@@ -464,7 +470,7 @@ def test_a_tuner_keeps_what_another_wrote_while_it_ran(fake_gpu, tables, monkeyp
     expert = tune.tune_expert
 
     def meanwhile(shape, **k):  # another process writes B2 while this one times the expert path
-        configs.write_cache({"warp": {shape_key(*B[:3], 2): [[1, pair()]]}})
+        write_cache({"warp": {shape_key(*B[:3], 2): [[1, pair()]]}})
         return expert(shape, **k)
 
     monkeypatch.setattr(tune, "tune_expert", meanwhile)
@@ -482,7 +488,7 @@ def test_autotune_keeps_a_bucket_another_wrote_while_it_ran(fake_gpu, tables, mo
 
     def meanwhile(shape, **k):  # another process tunes B at T = 2 while this one tunes it at T = 1
         current = json.loads(configs.cache_file().read_text())["warp"][shape_key(*B)]
-        configs.write_cache({"warp": {shape_key(*B): tune.merge_buckets(current, [[2, pair(8)]])}})
+        write_cache({"warp": {shape_key(*B): tune.merge_buckets(current, [[2, pair(8)]])}})
         return warp(shape, **k)
 
     monkeypatch.setattr(tune, "tune_warp", meanwhile)
@@ -493,7 +499,7 @@ def test_autotune_keeps_a_bucket_another_wrote_while_it_ran(fake_gpu, tables, mo
 
 def _write_shapes(first: int, n: int) -> None:
     for i in range(first, first + n):
-        configs.write_cache({"warp": {shape_key(64, 64, i, 1): [[1, pair()]]}})
+        write_cache({"warp": {shape_key(64, 64, i, 1): [[1, pair()]]}})
 
 
 def test_concurrent_writers_lose_nothing(tables):
@@ -765,12 +771,12 @@ def test_tuning_note_names_the_table_or_the_defaults_and_the_command(tables):
     no expert entry (C in neither; A has no expert entry in the cache, but the shipped one has) are
     named, with one command that tunes every one of them into the user's cache."""
     a, b, c = (SimpleNamespace(name=n, H=s[0], I=s[1], E=s[2], K=s[3]) for n, s in zip("abc", (A, B, C), strict=True))
-    assert configs.tuning_note([a, b]).startswith("launch configurations: tuned for Test GPU")
-    note = configs.tuning_note([a, c, b])
+    assert ladder.tuning_note([a, b]).startswith("launch configurations: tuned for Test GPU")
+    note = ladder.tuning_note([a, c, b])
     assert "no tuned table for c on Test GPU" in note and "defaults run" in note
     assert note.endswith(f"python -m warpdecode tune --shape {C[0]} {C[1]} {C[2]} {C[3]}"), note
     with configs.tables(shipped=False, cache=False):
-        note = configs.tuning_note([a, c])
+        note = ladder.tuning_note([a, c])
     assert note.endswith(f"tune --shape {A[0]} {A[1]} {A[2]} {A[3]} --shape {C[0]} {C[1]} {C[2]} {C[3]}"), note
 
 

@@ -51,7 +51,7 @@ def main():
         del w13, w2
         torch.cuda.empty_cache()
     torch.cuda.synchronize()
-    for device, count, generation, timed_out in wd.warp.barrier_health():
+    for device, count, generation, timed_out in [(d, *b.tolist()) for d, b in wd.warp._barriers.items()]:
         print(f"grid barrier on cuda:{device}: count {count}, generation {generation}, timed out {timed_out}")
         failed += bool(timed_out or count)
     print("FAILED" if failed else "all cases within bounds", failed)

@@ -11,6 +11,7 @@ from .presets import MODEL_PRESETS, PRESETS
 
 #: The commands that moved to the checkout's ``bench`` package.
 IN_CHECKOUT = ("compare", "bench", "e2e", "report")
+PATHS = ["warp", "fused", "grouped", "expert", "expert_swap"]
 
 
 def tokens(text: str) -> int:
@@ -22,36 +23,6 @@ def tokens(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"a token count must be an integer >= 1, got {text!r}")
     return value
-
-
-def on_gpu() -> bool:
-    return _runtime.DEFAULT_DEVICE.type == "cuda"
-
-
-def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """The destinations of the options ``argv`` spells out, to tell an option given from its default."""
-    given = set()
-    for token in argv:
-        if not token.startswith("--"):
-            continue
-        name = token.split("=", 1)[0]
-        hits = [a for a in parser._actions if any(s == name for s in a.option_strings)]
-        hits = hits or [a for a in parser._actions if any(s.startswith(name) for s in a.option_strings)]
-        if len(hits) == 1:
-            given.add(hits[0].dest)
-    return given
-
-
-def say_ignored(args, why: dict[str, str]) -> None:
-    """Say, for each given option in ``why`` (destination: reason), that it is ignored and why."""
-    for dest, reason in why.items():
-        if dest in args.given:
-            print(f"--{dest.replace('_', '-')} ignored: {reason}", flush=True)
-
-
-def tune_argv(args, preset: str) -> list[str]:
-    """The command line that tunes one preset in a process of its own."""
-    return [sys.executable, "-m", "warpdecode", "tune", "--presets", preset, "--in-process", "--paths", *args.paths]
 
 
 def each_in_own_process(argv_of, args, presets: list[str]):
@@ -70,53 +41,34 @@ def cmd_tune(args):
         try:
             tune.require_gpu("tune --shape")
             for shape in args.shape:
-                tune.tune_shape(*shape, dtype=args.dtype, Ts=args.T, paths=args.paths)
+                tune.tune_shape(*shape, dtype=args.dtype or "bf16", Ts=args.T, paths=args.paths)
         except (RuntimeError, ValueError) as e:
             sys.exit(f"tune: {e}")
         return
-    say_ignored(args, {"dtype": "the presets are tuned in bf16", "T": "the presets take the default token buckets"})
-    if not on_gpu():
+    ignored = {"dtype": "the presets are tuned in bf16", "T": "the presets take the default token buckets"}
+    for option, why in ignored.items():
+        if getattr(args, option) is not None:
+            print(f"--{option} ignored: {why}", flush=True)
+    if _runtime.DEFAULT_DEVICE.type != "cuda":
         sys.exit("tune needs a CUDA GPU: it times launch configs, and the CPU interpreter times nothing")
     presets = args.presets or MODEL_PRESETS
     if len(presets) > 1 and not args.in_process:
-        each_in_own_process(tune_argv, args, presets)
+        each_in_own_process(lambda args, preset: [sys.executable, "-m", "warpdecode", "tune", "--presets", preset,
+                                                  "--in-process", "--paths", *args.paths], args, presets)
         return
     tune.tune(presets, paths=args.paths)
 
 
-class Formatter(argparse.RawDescriptionHelpFormatter):
-    """100 columns, so that each command's line in ``--help`` fits on one line."""
-
-    def __init__(self, prog):
-        super().__init__(prog, width=100, max_help_position=30)
-
-
-class CommandFormatter(argparse.HelpFormatter):
-    """A command's help: 100 columns, its description wrapped."""
-
-    def __init__(self, prog):
-        super().__init__(prog, width=100, max_help_position=30)
-
-
-def subcommands(prog: str, description: str):
-    """A parser with subcommands, 100 columns wide; returns it and its ``add_parser``."""
-    p = argparse.ArgumentParser(prog=prog, description=description, formatter_class=Formatter)
-    sub = p.add_subparsers(dest="cmd", required=True, title="commands", metavar="<command>")
-    return p, lambda name, **kw: sub.add_parser(name, formatter_class=CommandFormatter, **kw)
-
-
-def parse(p: argparse.ArgumentParser, argv: list[str]):
-    """``p``'s options for ``argv``, with ``given``: the options ``argv`` spells out."""
-    args = p.parse_args(argv)
-    sub = p._subparsers._group_actions[0].choices[args.cmd]
-    args.given = given_options(sub, argv[argv.index(args.cmd) + 1:])
-    return args
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p, add_parser = subcommands("python -m warpdecode", __doc__)
+    def wide(prog, cls=argparse.HelpFormatter):  # 100 columns: each command's line in --help on one line
+        return cls(prog, width=100, max_help_position=30)
+
+    p = argparse.ArgumentParser(prog="python -m warpdecode", description=__doc__,
+                                formatter_class=lambda prog: wide(prog, argparse.RawDescriptionHelpFormatter))
+    sub = p.add_subparsers(dest="cmd", required=True, title="commands", metavar="<command>")
     presets = sorted(PRESETS)
-    t = add_parser("tune", help="search launch configs on this GPU: presets, or --shape to a cache",
+    t = sub.add_parser("tune", formatter_class=wide,
+                       help="search launch configs on this GPU: presets, or --shape to a cache",
                        description="Time launch configurations on this GPU and write the fastest per token bucket: "
                                    "for --presets into warpdecode/tuned/<GPU>.json (the shipped table); for --shape "
                                    "H I E K (any layer) into the user's cache, $WARPDECODE_CACHE_DIR (default "
@@ -128,13 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--shape", nargs=4, type=int, metavar=("H", "I", "E", "K"), action="append",
                    help="a layer shape, any: hidden size, expert intermediate size, experts, experts per token; "
                         "written to the user's cache (repeat it for several shapes)")
-    t.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"],
+    t.add_argument("--dtype", choices=["bf16", "fp16"],
                    help="the dtype timed with --shape (default bf16; tables are keyed by shape)")
     t.add_argument("--T", type=tokens, nargs="+",
                    help="with --shape, the token buckets to tune (default 1 2 4 8 16 for warp decode, "
                         "1 8 32 128 256 for the expert path; warp decode takes those ≤ 16)")
-    t.add_argument("--paths", nargs="+", default=["warp", "fused", "grouped", "expert", "expert_swap"],
-                   choices=["warp", "expert", "fused", "grouped", "expert_swap"],
+    t.add_argument("--paths", nargs="+", default=PATHS, choices=PATHS,
                    help="warp: the two-kernel pair; fused: the persistent warp schedule, against the tuned pair; "
                         "grouped: each routed expert's rows read once for all its tokens, against the tuned pair; "
                         "expert: the expert path's GEMM tiles; "
@@ -143,7 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--in-process", action="store_true",
                    help="tune every preset in this process (by default each preset gets a process of its own)")
     t.set_defaults(fn=cmd_tune)
-
     return p
 
 
@@ -151,7 +101,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in IN_CHECKOUT:
         sys.exit(f"{argv[0]} needs a checkout of warpdecode: run `python -m bench {argv[0]}` from its root")
-    args = parse(build_parser(), argv)
+    args = build_parser().parse_args(argv)
     args.fn(args)
 
 

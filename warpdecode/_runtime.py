@@ -62,26 +62,14 @@ def gpu_name() -> str:
     return "CPU (Triton interpreter)"
 
 
-#: Launch limits by architecture (80, 90, 100, 120) where no GPU reports its own: shared memory per
-#: program (opt-in) and per SM, registers and threads per SM, SMs of the A100, H100/H200, B200, RTX 5090
-#: (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability").
-ARCH_LIMITS = {
-    80: {"arch": 80, "shared_per_block": 166912, "shared_per_sm": 167936, "regs_per_sm": 65536,
-         "threads_per_sm": 2048, "sms": 108},
-    90: {"arch": 90, "shared_per_block": 232448, "shared_per_sm": 233472, "regs_per_sm": 65536,
-         "threads_per_sm": 2048, "sms": 132},
-    100: {"arch": 100, "shared_per_block": 232448, "shared_per_sm": 233472, "regs_per_sm": 65536,
-          "threads_per_sm": 2048, "sms": 148},
-    120: {"arch": 120, "shared_per_block": 101376, "shared_per_sm": 102400, "regs_per_sm": 65536,
-          "threads_per_sm": 1536, "sms": 170},
-}
-
-#: Hopper's (sm_90) limits, used where no GPU reports its own and no other architecture is asked for.
-HOPPER_LIMITS = ARCH_LIMITS[90]
+#: The H100/H200's (sm_90) launch limits, where no GPU reports its own: shared memory per program (opt-in) and
+#: per SM, registers and threads per SM, SMs (other architectures' for the compile checks: ``bench/compiled.py``).
+HOPPER_LIMITS = {"arch": 90, "shared_per_block": 232448, "shared_per_sm": 233472, "regs_per_sm": 65536,
+                 "threads_per_sm": 2048, "sms": 132}
 
 
 def device_limits() -> dict:
-    """This GPU's launch limits (:data:`ARCH_LIMITS`' keys); Hopper's without a GPU or where torch reports none."""
+    """This GPU's launch limits (:data:`HOPPER_LIMITS`' keys); Hopper's without a GPU or where torch reports none."""
     if DEFAULT_DEVICE.type != "cuda":
         return dict(HOPPER_LIMITS)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())

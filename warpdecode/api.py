@@ -41,11 +41,9 @@ def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedul
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    fmt = weight_format(w13)
-    elem = x.element_size()
-    crossover_T, reason = None, ""
+    fmt, crossover_T, reason = weight_format(w13), None, ""
     if method == "auto" and not batch_invariant:
-        crossover_T = crossover(d.H, d.I, d.E, d.K, elem, fmt)
+        crossover_T = crossover(d.H, d.I, d.E, d.K, x.element_size(), fmt)
         measured = measured_crossover(d.H, d.I, d.E, d.K, fmt) is not None
         where = (f"measured on this GPU ({_runtime.gpu_name()}'s tuned table)" if measured else
                  "the cost model's (warpdecode.costmodel), whose constants are the NVIDIA H200's"
@@ -257,36 +255,30 @@ def _(x, w13_weight, w13_scale, w2_weight, w2_scale, format, topk_weights, topk_
 
 def _warp_config(d: Dims, T: int, fmt: str | None) -> dict:
     """Warp decode's launch configuration at T tokens, for weights in x's dtype or FP8 ones of ``fmt``."""
-    if fmt is None:
-        return configs.warp_config(d.H, d.I, d.E, d.K, T)
-    return configs.warp_config(d.H, d.I, d.E, d.K, T, weights=fmt)
+    return configs.warp_config(d.H, d.I, d.E, d.K, T, **({} if fmt is None else {"weights": fmt}))
 
 
 def _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, schedule, deterministic,
          batch_invariant):
-
-    x = x.contiguous()  # each a no-op (no launch) where the tensor is contiguous already
-    topk_weights = topk_weights.contiguous()
-    topk_ids = topk_ids.contiguous()  # int32 or int64: the kernels read either, and guard the range
-    fmt = weight_format(w13)
+    # each a no-op (no launch) where contiguous already; ids int32 or int64: the kernels read either, and guard them
+    x, topk_weights, topk_ids = x.contiguous(), topk_weights.contiguous(), topk_ids.contiguous()
+    fmt, act_dtype = weight_format(w13), act_dtype or torch.float32
     if configs._autotune and method in ("auto", "warp", "expert") and fmt is None:  # off: this one read
         configs.maybe_autotune(d.H, d.I, d.E, d.K, d.T, x.dtype, x.device)
     if batch_invariant:  # the pair at T = 1's tiles: nothing in a token's sums depends on the batch
         one = _warp_config(d, 1, fmt)
-        cfg = {"gate_up": one["gate_up"], "down": one["down"]}
-        return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype or torch.float32, config=cfg,
-                        schedule="split")
+        return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype,
+                        config={"gate_up": one["gate_up"], "down": one["down"]}, schedule="split")
     if deterministic and method in ("auto", "warp") and schedule is None:
         if method == "auto" and pick_method(d.T, d.H, d.I, d.E, d.K, x.element_size(), fmt) == "expert":
             return moe_expert(x, w13, w2, topk_weights, topk_ids)
         cfg = _warp_config(d, d.T, fmt)
         if "grouped" in cfg:
-            return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype or torch.float32,
-                            config=cfg, schedule="split")
+            return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype, config=cfg, schedule="split")
     if method == "auto":
         return run_auto(x, w13, w2, topk_weights, topk_ids)
     if method == "loop":
         return moe_loop(x, w13, w2, topk_weights, topk_ids)
     if method == "expert":
         return moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=act_format)
-    return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype or torch.float32, schedule=schedule)
+    return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype, schedule=schedule)

@@ -37,14 +37,13 @@ def _ndim(name, t, n, shape_doc):
 
 def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, strict: bool = False, local: bool = False) -> Dims:
     """The layer's dimensions, or TypeError/ValueError; ``strict``: ids too; ``local``: one rank's experts."""
-    for name, t in [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights), ("topk_ids", topk_ids)]:
+    shapes = {"x": (x, "(T, H)"), "w13": (w13, "(E, 2I, H)"), "w2": (w2, "(E, H, I)"),
+              "topk_weights": (topk_weights, "(T, K)"), "topk_ids": (topk_ids, "(T, K)")}
+    for name, (t, _) in shapes.items():
         _tensor(name, t, fp8_ok=name in ("w13", "w2"))
     check_fp8_pair(w13, w2)
-    _ndim("x", x, 2, "(T, H)")
-    _ndim("w13", w13, 3, "(E, 2I, H)")
-    _ndim("w2", w2, 3, "(E, H, I)")
-    _ndim("topk_weights", topk_weights, 2, "(T, K)")
-    _ndim("topk_ids", topk_ids, 2, "(T, K)")
+    for name, (t, shape) in shapes.items():
+        _ndim(name, t, shape.count(",") + 1, shape)
 
     if x.dtype not in COMPUTE_DTYPES:
         raise TypeError(f"x must be bfloat16, float16 or float32, got {x.dtype}")
@@ -58,8 +57,7 @@ def check_moe_inputs(x, w13, w2, topk_weights, topk_ids, *, strict: bool = False
     if topk_ids.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
 
-    devices = {name: t.device for name, t in
-               [("x", x), ("w13", w13), ("w2", w2), ("topk_weights", topk_weights), ("topk_ids", topk_ids)]}
+    devices = {name: t.device for name, (t, _) in shapes.items()}
     if len(set(devices.values())) != 1:
         raise ValueError(f"all inputs must be on one device, got {', '.join(f'{k}: {v}' for k, v in devices.items())}")
 
@@ -130,10 +128,7 @@ def check_fp8_pair(w13, w2) -> None:
     if w2.gate_up:
         raise ValueError("w2 FP8 weights must be built with gate_up=False")
     for w in (w13, w2):
-        w._check_structure()
-        if w.scale.dtype != (torch.float32 if w.FORMAT == "block128" else torch.uint8):
-            raise TypeError(f"{w.name}: {w.FORMAT} scales must be "
-                            f"{'float32' if w.FORMAT == 'block128' else 'e8m0 (uint8 bits)'}, got {w.scale.dtype}")
+        w._check_structure()  # the scales' dtype too; their values are read where the weights are built
 
 
 def weight_tensors(**weights) -> dict:

@@ -1,18 +1,11 @@
-"""Launch configurations: tuned tables measured on a GPU, and the defaults used elsewhere.
+"""Launch configurations: tuned tables, then the default rules (data: docs/design.md, "Launch configuration rules").
 
-A tuned table (``python -m warpdecode tune``) keys ``[T_max, config]`` buckets by kernel family and
-layer shape; T tokens take the first bucket with T ≤ T_max, else the last; without an entry the
-defaults run. The shipped ``warpdecode/tuned/<GPU>.json`` wins over the user's ``<cache dir>/<GPU>.json``
-(:func:`cache_dir`) per family and shape. Reads are checked (:func:`check_table`; a bad file is
-skipped with one warning); writes are checked, locked, merged and replace the file whole.
-
-Switches (``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; unset or empty: default;
-else ValueError), read at import and by :func:`read_env`:
-
-- ``WARPDECODE_TUNED``: on (default) both tables, ``cache`` the cache only, off neither;
-  :func:`tables` does the same for a block and wins.
-- ``WARPDECODE_AUTOTUNE`` (default off) or :func:`autotune`: a shape no table has is tuned at its
-  first call's bucket into the cache; never in graph capture (one warning) nor the interpreter.
+A table (``python -m warpdecode tune``) keys ``[T_max, config]`` buckets by family and layer shape: T takes the
+first bucket with T ≤ T_max, else the last. The shipped ``tuned/<GPU>.json`` wins over the user's cache
+(:func:`cache_dir`) per family and shape. Reads are checked (a bad file is skipped with one warning); writes are
+checked, locked, merged and replace the file whole. ``WARPDECODE_TUNED`` (on, ``cache`` or off; :func:`tables`
+wins) and ``WARPDECODE_AUTOTUNE`` (off; :func:`autotune`: tune an unseen shape on its first call) are read at
+import and by :func:`read_env`.
 """
 
 from __future__ import annotations
@@ -53,8 +46,7 @@ def cache_dir() -> Path:
     """The tuned-table cache: ``$WARPDECODE_CACHE_DIR``, ``$XDG_CACHE_HOME/warpdecode`` or ``~/.cache/warpdecode``."""
     if os.environ.get("WARPDECODE_CACHE_DIR"):
         return Path(os.environ["WARPDECODE_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "warpdecode"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "warpdecode"
 
 
 def cache_file(gpu: str | None = None) -> Path:
@@ -62,16 +54,9 @@ def cache_file(gpu: str | None = None) -> Path:
     return cache_dir() / tuned_file(gpu).name
 
 
-#: Families merged shape by shape; any other top-level key is taken whole from the first table with it.
-FAMILIES = ("warp", "expert", "expert_fp8", "crossover", "crossover_evidence",
-            # FP8 weights, per format: warp decode, weight-only expert, w8a8 expert, auto's crossover
-            *(f"{family}_{fmt}" for fmt in ("block128", "mxfp8")
-              for family in ("warp", "expert", "expert_fp8", "crossover")))
 #: What ``WARPDECODE_TUNED`` takes: an on/off switch (both tables, or neither), or ``cache``.
 _SOURCES = {**{word: (on, on) for word, on in ON_OFF.items()}, "cache": (False, True)}
 _tables_override: tuple[bool, bool] | None = None
-
-
 _env_sources = _SOURCES["1"]  # what WARPDECODE_TUNED says, set by read_env()
 
 
@@ -84,8 +69,7 @@ def sources() -> tuple[bool, bool]:
 def tables(shipped: bool = True, cache: bool = True):
     """Within the block, read the shipped table only if ``shipped``, the user's cache only if ``cache``."""
     global _tables_override
-    before = _tables_override
-    _tables_override = (bool(shipped), bool(cache))
+    before, _tables_override = _tables_override, (bool(shipped), bool(cache))
     try:
         yield
     finally:
@@ -93,8 +77,6 @@ def tables(shipped: bool = True, cache: bool = True):
 
 
 # --- checks: every configuration, from a table or a caller, before a kernel sees it
-
-
 class ConfigError(ValueError):
     """A launch configuration or tuned table the kernels cannot run; the message says where and why."""
 
@@ -132,6 +114,9 @@ TILES = {
     "expert": ({"BLOCK_M": "dot"}, {}),  # align pads each expert's rows to BLOCK_M, the GEMMs' M side
 }
 
+#: Columns per scale along the reduction axis of each FP8 weight format (warpdecode.quant).
+FP8_GROUP_K = {"block128": 128, "mxfp8": 32}
+
 
 def _object(d, where: str) -> dict:
     if not isinstance(d, dict):
@@ -144,12 +129,10 @@ def check_tile(tile, kind: str, where: str) -> dict:
     required, optional = TILES[kind]
     _object(tile, where)
     for key, rule in {**required, **optional}.items():
-        if key not in tile:
-            if key in required:
-                raise ConfigError(f"{where} lacks {key}")
-            continue
         test, words, why = RULES[rule]
-        if not test(tile[key]):
+        if key not in tile and key in required:
+            raise ConfigError(f"{where} lacks {key}")
+        if key in tile and not test(tile[key]):
             raise ConfigError(f"{where}.{key} must be {words} ({why}), got {tile[key]!r}")
     return tile
 
@@ -162,26 +145,22 @@ def _part(cfg: dict, part: str, kind: str, where: str) -> dict:
 
 def check_warp(cfg, weights: str | None = None, where: str = "warp decode's config") -> dict:
     """Warp decode's config (``weights``: an FP8 format, steps in whole scale groups); else :class:`ConfigError`."""
-    _object(cfg, where)
-    gate_up, down = _part(cfg, "gate_up", "pair", where), _part(cfg, "down", "pair", where)
+    gate_up, down = _part(_object(cfg, where), "gate_up", "pair", where), _part(cfg, "down", "pair", where)
     if gate_up.get("SUB_H", gate_up["BLOCK_H"]) > gate_up["BLOCK_H"]:  # both powers of two: at most is divides
         raise ConfigError(f"{where}.gate_up.SUB_H must divide BLOCK_H={gate_up['BLOCK_H']} (a step is loaded in "
                           f"BLOCK_H / SUB_H slices), got {gate_up['SUB_H']}")
-    if weights is not None:
-        group = FP8_GROUP_K[weights]
-        for part, tile, key in (("gate_up", gate_up, "BLOCK_H"), ("down", down, "BLOCK_I")):
-            if tile[key] % group:
-                raise ConfigError(f"{where}.{part}.{key} must be a multiple of {group} (a step spans whole {weights} "
-                                  f"scale groups), got {tile[key]}")
-    if "grouped" in cfg:
-        grouped = _object(cfg["grouped"], f"{where}.grouped")
-        for part in ("gate_up", "down"):
-            if grouped.get(part) is not None and grouped[part] != {}:
-                _part(grouped, part, "grouped", f"{where}.grouped")
-    if cfg.get("fused") is not None and cfg["fused"] != {}:
+    for part, tile, key in (("gate_up", gate_up, "BLOCK_H"), ("down", down, "BLOCK_I")):
+        if weights is not None and tile[key] % FP8_GROUP_K[weights]:
+            raise ConfigError(f"{where}.{part}.{key} must be a multiple of {FP8_GROUP_K[weights]} (a step spans "
+                              f"whole {weights} scale groups), got {tile[key]}")
+    grouped = _object(cfg["grouped"], f"{where}.grouped") if "grouped" in cfg else {}
+    for part in ("gate_up", "down"):
+        if grouped.get(part) not in (None, {}):
+            _part(grouped, part, "grouped", f"{where}.grouped")
+    if cfg.get("fused") not in (None, {}):
         fused = check_tile(cfg["fused"], "fused_launch", f"{where}.fused")
-        _part(fused, "gate_up", "fused", f"{where}.fused")
-        _part(fused, "down", "fused", f"{where}.fused")
+        for part in ("gate_up", "down"):
+            _part(fused, part, "fused", f"{where}.fused")
     return cfg
 
 
@@ -229,12 +208,12 @@ def check_buckets(buckets, check, where: str) -> list:
     if not (isinstance(buckets, list) and buckets):
         raise ConfigError(f"{where} must be a non-empty list of [T_max, config] buckets, got {buckets!r}")
     last = 0
-    for bucket_ in buckets:
-        if not (isinstance(bucket_, list) and len(bucket_) == 2 and _is_int(bucket_[0]) and bucket_[0] > last):
+    for b in buckets:
+        if not (isinstance(b, list) and len(b) == 2 and _is_int(b[0]) and b[0] > last):
             raise ConfigError(f"{where}: a bucket must be [T_max, config], T_max an int above the last bucket's "
-                              f"({last}: the first with T <= T_max is taken), got {bucket_!r}")
-        check(bucket_[1], where=f"{where} (T_max={bucket_[0]}) config")
-        last = bucket_[0]
+                              f"({last}: the first with T <= T_max is taken), got {b!r}")
+        check(b[1], where=f"{where} (T_max={b[0]}) config")
+        last = b[0]
     return buckets
 
 
@@ -242,16 +221,14 @@ def _buckets_of(check, **options):
     return lambda entry, where: check_buckets(entry, functools.partial(check, **options), where)
 
 
-#: How one shape's entry of each family is checked.
-FAMILY_CHECKS = {
-    "warp": _buckets_of(check_warp), "expert": _buckets_of(check_expert),
-    "expert_fp8": _buckets_of(check_expert, fp8=True), "crossover": check_crossover,
-    "crossover_evidence": check_evidence,
-    **{f"warp_{fmt}": _buckets_of(check_warp, weights=fmt) for fmt in ("block128", "mxfp8")},
-    **{f"expert_{fmt}": _buckets_of(check_expert, weights=fmt) for fmt in ("block128", "mxfp8")},
-    **{f"expert_fp8_{fmt}": _buckets_of(check_expert, fp8=True, weights=fmt) for fmt in ("block128", "mxfp8")},
-    **{f"crossover_{fmt}": check_crossover for fmt in ("block128", "mxfp8")},
-}
+#: How one shape's entry of each family is checked; a family ``<name>_<format>`` holds FP8 weights' entries.
+FAMILY_CHECKS = {**{
+    family + ("" if fmt is None else f"_{fmt}"): check for fmt in (None, *FP8_GROUP_K) for family, check in (
+        ("warp", _buckets_of(check_warp, weights=fmt)), ("expert", _buckets_of(check_expert, weights=fmt)),
+        ("expert_fp8", _buckets_of(check_expert, fp8=True, weights=fmt)), ("crossover", check_crossover))},
+    "crossover_evidence": check_evidence}
+#: Families merged shape by shape; any other top-level key is taken whole from the first table with it.
+FAMILIES = tuple(FAMILY_CHECKS)
 
 _SHAPE_KEY = re.compile(r"H=[1-9]\d*,I=[1-9]\d*,E=[1-9]\d*,K=[1-9]\d*")
 
@@ -266,8 +243,7 @@ def check_table(table, where: str = "tuned table") -> dict:
                 raise ConfigError(f"{where}: triton must be the Triton version tuned on, got {entries!r}")
             continue
         if family not in FAMILY_CHECKS:
-            raise ConfigError(f"{where}: {family!r} is not a family of configs ({', '.join(FAMILIES)}) "
-                              "nor 'triton'")
+            raise ConfigError(f"{where}: {family!r} is not a family of configs ({', '.join(FAMILIES)}) nor 'triton'")
         for key, entry in _object(entries, f"{where}: {family}").items():
             if not _SHAPE_KEY.fullmatch(key):
                 raise ConfigError(f"{where}: {family} key {key!r} must be a layer shape, H=…,I=…,E=…,K=…")
@@ -276,8 +252,6 @@ def check_table(table, where: str = "tuned table") -> dict:
 
 
 # --- reading and writing tables
-
-
 def read_table(path: Path) -> dict:
     """The checked table at ``path``, {} without a file; :class:`ConfigError` naming a bad or unreadable file."""
     try:
@@ -315,10 +289,8 @@ def merge_tables(*tables_in_order: dict) -> dict:
     out: dict = {}
     for table in reversed(tables_in_order):
         for family, entries in table.items():
-            if family in FAMILIES and isinstance(entries, dict):
-                out[family] = {**out.get(family, {}), **entries}
-            else:
-                out[family] = entries
+            merge = family in FAMILIES and isinstance(entries, dict)
+            out[family] = {**out.get(family, {}), **entries} if merge else entries
     return out
 
 
@@ -340,9 +312,7 @@ def other_release(table: dict) -> str | None:
 
 def for_this_release(table: dict) -> dict:
     """``table`` without its :data:`RELEASE_BOUND` families if tuned on another release."""
-    if other_release(table) is None:
-        return table
-    return {k: v for k, v in table.items() if k not in RELEASE_BOUND}
+    return table if other_release(table) is None else {k: v for k, v in table.items() if k not in RELEASE_BOUND}
 
 
 @functools.cache
@@ -354,9 +324,7 @@ def _load(gpu: str | None, shipped: bool, cache: bool) -> dict:
 
 def load_tuned(gpu: str | None = None) -> dict:
     """This GPU's merged table (per :func:`sources`; empty in the interpreter), cached; ``cache_clear()`` rereads."""
-    if _runtime.INTERPRET:
-        return {}
-    return _load(gpu, *sources())
+    return {} if _runtime.INTERPRET else _load(gpu, *sources())
 
 
 load_tuned.cache_clear = _load.cache_clear
@@ -398,19 +366,6 @@ def update_table(path: Path, update) -> dict:
     return table
 
 
-def write_cache(table: dict, gpu: str | None = None) -> Path:
-    """Merge ``table`` into the user's cached table of ``gpu`` through :func:`update_table`."""
-    path = cache_file(gpu)
-    update_table(path, lambda current: table)
-    return path
-
-
-def write_table(path: Path, table: dict) -> None:
-    """Check ``table`` and write it whole, under the file's lock and in one replace."""
-    with _locked(path):
-        _write(path, table)
-
-
 def bucket(table: dict, family: str, H, I, E, K, T) -> dict | None:  # noqa: E741
     """The config a call with T tokens takes from ``table`` (a tuned table), or None."""
     buckets = table.get(family, {}).get(shape_key(H, I, E, K))
@@ -423,31 +378,13 @@ def _lookup(family: str, H, I, E, K, T):  # noqa: E741
     return bucket(load_tuned(), family, H, I, E, K, T)
 
 
-def tuning_note(shapes) -> str:
-    """One line on where ``shapes``' configs come from, with the command that tunes those with none."""
-    shapes = list(shapes)
-    if _runtime.INTERPRET:
-        return "launch configurations: the CPU interpreter's small tiles (nothing to tune without a GPU)"
-    table = load_tuned()
-    missing = [s for s in shapes if not all(shape_key(s.H, s.I, s.E, s.K) in table.get(f, {})
-                                            for f in ("warp", "expert"))]
-    gpu = _runtime.gpu_name()
-    if not missing:
-        return f"launch configurations: tuned for {gpu} ({tuned_file().name} shipped, or {cache_file()})"
-    names = ", ".join(getattr(s, "name", shape_key(s.H, s.I, s.E, s.K)) for s in missing)
-    command = "python -m warpdecode tune " + " ".join(f"--shape {s.H} {s.I} {s.E} {s.K}" for s in missing)
-    shipped = _read(tuned_file()) if sources()[0] else {}
-    other = (f" (the shipped table is Triton {shipped['triton']}'s; warp decode's entries and the crossover hold only "
-             f"on that release, this is {triton.__version__})" if other_release(shipped) else "")
-    return (f"launch configurations: no tuned table for {names} on {gpu}{other}, so the defaults run (rules of the "
-            f"shape, T and this GPU's limits); to tune them here, remembered in {cache_dir()}: {command}")
-
-
 # --- the autotune opt-in
 
 _autotune = False  # what WARPDECODE_AUTOTUNE or autotune() says
 _autotune_seen: set = set()  # (GPU, shape key, T bucket) decided in this process: tuned, or no need
 _autotune_warned: set = set()  # (GPU, shape key) warned about inside graph capture
+#: ``tuner(H, I, E, K, bucket, dtype=...)``, set by ``warpdecode.api``: tunes a shape into the cache.
+tuner = None
 
 
 def autotune(on: bool | None = None) -> bool:
@@ -480,14 +417,9 @@ def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # n
     if not cache_on:  # what it would write is not read
         return False
     key, tb = shape_key(H, I, E, K), token_bucket(T)
-    shipped = _load(gpu, shipped_on, False)
-    cached = _read(cache_file(gpu))
+    shipped, cached = _load(gpu, shipped_on, False), _read(cache_file(gpu))
     return any(key not in shipped.get(f, {}) and all(t != tb for t, _ in cached.get(f, {}).get(key, []))
                for f in ("warp", "expert"))
-
-
-#: ``tuner(H, I, E, K, bucket, dtype=...)``, set by ``warpdecode.api``: tunes a shape into the cache.
-tuner = None
 
 
 def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> bool:  # noqa: E741
@@ -526,6 +458,12 @@ def crossover_of(evidence: dict) -> int:
     return best
 
 
+# --- the default rules; in the interpreter, small tiles that walk every masked tail
+def _tile(rows: str, r: int, c: int, warps: int = 4, stages: int = 1) -> dict:
+    """A tile of ``r`` rows along ``rows`` ("BLOCK_I" or "BLOCK_H") and ``c`` columns along the other."""
+    return {rows: r, "BLOCK_H" if rows == "BLOCK_I" else "BLOCK_I": c, "num_warps": warps, "num_stages": stages}
+
+
 def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None = None) -> dict:  # noqa: E741
     """Warp decode's ``{"gate_up": ..., "down": ...}`` config, tuned else default (``weights``: an FP8 format)."""
     if weights is not None:
@@ -534,26 +472,19 @@ def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None =
     if tuned:
         return tuned
     if _runtime.INTERPRET:
-        return {
-            "gate_up": {"BLOCK_I": 16, "BLOCK_H": min(256, triton.next_power_of_2(H)), "num_warps": 4, "num_stages": 1},
-            "down": {"BLOCK_H": 16, "BLOCK_I": min(256, triton.next_power_of_2(I)), "num_warps": 4, "num_stages": 1},
-        }
-    cfg = {
-        "gate_up": {"BLOCK_I": 1, "BLOCK_H": min(gate_up_columns(H), triton.next_power_of_2(H)), "num_warps": 1,
-                    "num_stages": 1},
-        "down": default_down(H, I, K),
-    }
+        return {"gate_up": _tile("BLOCK_I", 16, min(256, triton.next_power_of_2(H))),
+                "down": _tile("BLOCK_H", 16, min(256, triton.next_power_of_2(I)))}
+    cfg = {"gate_up": _tile("BLOCK_I", 1, min(gate_up_columns(H), triton.next_power_of_2(H)), 1),
+           "down": default_down(H, I, K)}
     if shares_experts(E, K, T):
         cfg["grouped"] = {}  # the grouped schedule, with its default tiles (default_grouped)
     return cfg
 
 
 def gate_up_columns(H: int) -> int:
-    """Default gate/up columns per step: 1024 or 2048, fewer masked in the last step; 512 under
-    ``warp_pair.TREE_SUMS``. Data: docs/design.md, "Launch configuration rules"."""
-    if warp_pair.TREE_SUMS:
-        return 512
-    return min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
+    """Gate/up columns per step: 1024 or 2048, fewer masked in the last step; 512 under ``warp_pair.TREE_SUMS``
+    (a lane's sums as a tree). Data: docs/design.md, "Launch configuration rules"."""
+    return 512 if warp_pair.TREE_SUMS else min((2048, 1024), key=lambda b: triton.cdiv(H, b) * b)
 
 
 #: Weight bytes the down grid must have in flight to hold the read ceiling (Little's law, ~1.5 µs).
@@ -563,12 +494,12 @@ DOWN_IN_FLIGHT = 7e6
 def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
     """The down kernel's default: 4 × 256 on four warps; 512 columns where a thread holds too few bytes in
     flight (K ≤ 4, I ≥ 1024: two warps; under :data:`DOWN_IN_FLIGHT`: four), 8 × 512 on 8 under ``K_FIRST``."""
-    wide = ({"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 8, "num_stages": 1} if warp_pair.K_FIRST else None)
+    wide = _tile("BLOCK_H", 8, 512, 8) if warp_pair.K_FIRST else None
     if K <= 4 and I >= 1024:
-        return wide or {"BLOCK_H": 4, "BLOCK_I": 512, "num_warps": 2, "num_stages": 1}
+        return wide or _tile("BLOCK_H", 4, 512, 2)
     if H * K * 256 * 2 < DOWN_IN_FLIGHT and I >= 512:
-        return wide or {"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}
-    return {"BLOCK_H": 4, "BLOCK_I": 256, "num_warps": 4, "num_stages": 1}
+        return wide or _tile("BLOCK_H", 8, 512)
+    return _tile("BLOCK_H", 4, 256)
 
 
 def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dict:  # noqa: E741
@@ -577,20 +508,15 @@ def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dic
     if tuned:
         return tuned
     if _runtime.INTERPRET:  # 128-column steps: H and I past 128 span steps and end in a partial block
-        return {"gate_up": {"BLOCK_I": 16, "BLOCK_H": 128, "num_warps": 4, "num_stages": 1},
-                "down": {"BLOCK_H": 16, "BLOCK_I": 128, "num_warps": 4, "num_stages": 1}}
+        return {"gate_up": _tile("BLOCK_I", 16, 128), "down": _tile("BLOCK_H", 16, 128)}
     return default_warp_fp8(H, I, K)
 
 
 def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
     """The FP8 pair's defaults (rows share instructions): gate/up 4 rows × ≤ 1024 columns, one warp; down
     8 × 512 on four warps, or 4 × 1024 on two where K ≤ 4, I ≥ 2048. Data: docs/design.md."""
-    return {
-        "gate_up": {"BLOCK_I": 4, "BLOCK_H": max(128, min(1024, triton.next_power_of_2(H))), "num_warps": 1,
-                    "num_stages": 1},
-        "down": ({"BLOCK_H": 4, "BLOCK_I": 1024, "num_warps": 2, "num_stages": 1} if K <= 4 and I >= 2048
-                 else {"BLOCK_H": 8, "BLOCK_I": 512, "num_warps": 4, "num_stages": 1}),
-    }
+    return {"gate_up": _tile("BLOCK_I", 4, max(128, min(1024, triton.next_power_of_2(H))), 1),
+            "down": _tile("BLOCK_H", 4, 1024, 2) if K <= 4 and I >= 2048 else _tile("BLOCK_H", 8, 512)}
 
 
 #: T·K over distinct experts past which grouped wins, per down-tile form (docs/design.md).
@@ -623,23 +549,15 @@ def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
 def default_grouped(wide: bool = False) -> dict:
     """Grouped gate/up default: 64 × 128, 4 warps, 3 stages; ``wide`` (FMAs) 32 × 32, 2 stages."""
     if _runtime.INTERPRET:
-        return {"BLOCK_I": 16, "BLOCK_H": 32, "num_warps": 4, "num_stages": 1}
-    if wide:
-        return {"BLOCK_I": 32, "BLOCK_H": 32, "num_warps": 4, "num_stages": 2}
-    return {"BLOCK_I": 64, "BLOCK_H": 128, "num_warps": 4, "num_stages": 3}
+        return _tile("BLOCK_I", 16, 32)
+    return _tile("BLOCK_I", 32, 32, 4, 2) if wide else _tile("BLOCK_I", 64, 128, 4, 3)
 
 
 def default_grouped_down(wide: bool = False) -> dict:
     """Grouped down default: 128 × 64, 4 warps, 4 stages; ``wide`` (FMAs) 32 × 32, 2 stages."""
     if _runtime.INTERPRET:
-        return {"BLOCK_H": 16, "BLOCK_I": 16, "num_warps": 4, "num_stages": 1}
-    if wide:
-        return {"BLOCK_H": 32, "BLOCK_I": 32, "num_warps": 4, "num_stages": 2}
-    return {"BLOCK_H": 128, "BLOCK_I": 64, "num_warps": 4, "num_stages": 4}
-
-
-#: Columns per scale along the reduction axis of each FP8 weight format (warpdecode.quant).
-FP8_GROUP_K = {"block128": 128, "mxfp8": 32}
+        return _tile("BLOCK_H", 16, 16)
+    return _tile("BLOCK_H", 32, 32, 4, 2) if wide else _tile("BLOCK_H", 128, 64, 4, 4)
 
 
 def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, elem: int = 2,  # noqa: E741
@@ -652,8 +570,7 @@ def expert_config(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False, 
     if _runtime.INTERPRET:
         tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 1}
         return {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile)}
-    return default_expert(H, I, E, K, T, fp8=fp8, elem=elem,
-                          group_k=FP8_GROUP_K[weights] if weights is not None else None)
+    return default_expert(H, I, E, K, T, fp8=fp8, elem=elem, group_k=FP8_GROUP_K.get(weights))
 
 
 #: Shared memory a GEMM's epilogue and layout conversions take beside its pipelined tiles (bytes).
@@ -694,7 +611,6 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
     swap = pairs_per_expert <= 0.5 and elem == 2
     swap_gate_up = swap and (SWAP_FP8_GATE_UP_SM100 or not fp8 or not 100 <= arch < 120)
     m_blocks = min(T * K, expected_distinct(E, K, T))  # the M tiles at decode: one per routed expert
-
     # a K step within one scale: 128 columns for FP8 activations, group_k for FP8 weights; FP32: 32
     k_max = min(32 if elem == 4 else 128 if fp8 else 256, group_k or 256)
 
@@ -715,9 +631,8 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
             block_n //= 2
         block_n = min(block_n, max(32, triton.next_power_of_2(n)))
         # deep pipelines before long K steps: K shrinks to 64 first, then the stages to 2; FP32 32-row tiles 2.
-        # 16-bit operands: a 16-row tile keeps its 128-deep K step on three stages (few wide experts, T 4-64:
-        # 0.96-0.98x), and a tile narrows to 128 columns before it gives up a stage (T = 256: 0.85-0.93x;
-        # experiments/results/NVIDIA_H200/expert_defaults.csv)
+        # 16-bit operands: a 16-row tile keeps its 128-deep K step on three stages, and a tile narrows to 128
+        # columns before it gives up a stage. Data: docs/design.md, "Few, wide experts"
         stages = 2 if elem == 4 and block_m <= 32 else 4
         wide = elem == 2 and not fp8 and not group_k
         while (block_m * block_k + accumulators * block_k * block_n) * elem * stages > budget:

@@ -1,16 +1,7 @@
-"""Rungs 2 and 3: the expert-centric path as production engines run it, one function per stage.
-
-    1 route    router logits → topk_weights, topk_ids           (warpdecode.route)
-    2 align    sort pairs by expert, pad each run to BLOCK_M    moves data
-    3 gather   x rows → expert-major buffer                      moves data
-    4 quantize cast (bf16: nothing to do) or FP8 e4m3 + scales  moves data
-    5 gate/up  grouped GEMM, SiLU·up, rounded to compute dtype  computes
-    6 down     grouped GEMM, × routing weight, rounded          computes
-    7 scatter  per-(token, slot) outputs back to token order    moves data
-    8 combine  sum over K, in the compute dtype (vLLM moe_sum)  moves data
-
-:func:`moe_expert` runs them as vLLM's ``fused_moe`` (gather and scatter inside the GEMMs, four
-launches chained with PDL); ``fuse_gather_scatter=False`` runs all eight, bit for bit the same.
+"""Rungs 2 and 3: the expert-centric path as production engines run it, one function per stage of
+``kernels/expert.py`` (1 route is ``warpdecode.route``; 2 align, 3 gather, 4 quantize, 5 gate/up, 6 down,
+7 scatter, 8 combine). :func:`moe_expert` runs them as vLLM's ``fused_moe`` (gather and scatter inside the
+GEMMs, four launches chained with PDL); ``fuse_gather_scatter=False`` runs all eight, bit for bit the same.
 """
 
 from __future__ import annotations

@@ -1,25 +1,19 @@
 """Warp decode across GPUs, over ``torch.distributed``: tensor parallel and expert parallel.
 
-    tensor parallel (tp ranks)  rank r holds every expert's neurons [r·I/tp, (r+1)·I/tp) (w13's
-                                gate and up rows, w2's columns); SiLU·up is per neuron, so
-                                y_r = Σ_j w_j · W2[e_j, :, slice] · a_slice, FP32, stays exact
-    expert parallel (ep ranks)  rank r holds experts [r·E/ep, (r+1)·E/ep); a slot routed elsewhere
-                                weighs 0 here (id 0, transformers' contract): y_r = Σ_{j local} …
+    tensor parallel (tp ranks)  rank r holds every expert's neurons [r·I/tp, (r+1)·I/tp): gate and up rows
+                                of w13, columns of w2; y_r = Σ_j w_j · W2[e_j, :, slice] · a_slice in FP32
+    expert parallel (ep ranks)  rank r holds experts [r·E/ep, (r+1)·E/ep); a slot routed elsewhere weighs 0
+                                here (id 0, transformers' contract): y_r = Σ_{j local} …
     both                        y = Σ_r y_r: one all-reduce of (T, H) FP32 per layer, rounded once
 
-x, topk_weights and topk_ids are the same on every rank. Byte ledger per rank and call, bf16:
-  tensor parallel  U·3·(I/tp)·H·2 B, 1/tp of the layer's (U: distinct experts routed)
-  expert parallel  the distinct experts it holds, ≈ U/ep on average; none chosen: only the routing
-  all-reduce       2·(tp − 1)/tp · T·H·4 B through the interconnect (ring)
-FP8 weights shard both ways (tensor parallel: I/tp in whole scale groups, 128 or 32 for MXFP8).
-
-Before any data collective the ranks agree (:func:`agree`, one small all-gather, skipped in graph
-capture and ``torch.compile``): a rank whose inputs fail raises its own error and every other one
-naming it, instead of hanging. ``check_routing=True`` also compares the routing bit for bit (one
-more all-gather of 2·T·K int64 per rank). Past the crossover ``"auto"`` runs the expert path,
-whose partial sums are rounded to x's dtype before the reduce.
+x and the routing are the same on every rank. Bytes per rank and call, bf16: tensor parallel U·3·(I/tp)·H·2 B
+(U distinct experts routed); expert parallel the distinct experts it holds (≈ U/ep); the all-reduce
+2·(tp − 1)/tp · T·H·4 B (ring). FP8 weights shard both ways (tensor parallel in whole scale groups).
+Before any data collective the ranks agree (:func:`agree`, one small all-gather, skipped in graph capture and
+``torch.compile``): a rank whose inputs fail raises its own error, every other one names it, none hangs.
+``check_routing=True`` also compares the routing bit for bit. Past the crossover ``"auto"`` runs the expert
+path, whose partial sums are rounded to x's dtype before the reduce.
 """
-
 from __future__ import annotations
 
 import torch
@@ -55,16 +49,20 @@ def _unchecked(x) -> bool:
     return torch.compiler.is_compiling() or (getattr(x, "is_cuda", False) and torch.cuda.is_current_stream_capturing())
 
 
+def _gather(group, mine: torch.Tensor) -> list[torch.Tensor]:
+    """Every rank's ``mine`` (int64, one shape on every rank), by one all-gather on the group's device."""
+    mine = mine.to(_device(group))
+    every = [torch.empty_like(mine) for _ in range(_world(group)[1])]
+    dist.all_gather(every, mine, group=group)
+    return every
+
+
 def agree(group, error: Exception | None, facts: dict, what: str) -> None:
     """One all-gather of [no error, *facts] per rank: all raise where one had an ``error`` (it its own, the
     others naming it) or the ``facts`` (ints, :data:`WORDS`) differ. ``what``: what the facts describe."""
-    _, world = _world(group)
     names = list(facts)
     sent = [-1] * len(names) if error else [WORDS.index(v) if isinstance(v, str) else int(v) for v in facts.values()]
-    mine = torch.tensor([int(error is None), *sent], dtype=torch.int64, device=_device(group))
-    every = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
-    rows = [t.tolist() for t in every]
+    rows = [t.tolist() for t in _gather(group, torch.tensor([int(error is None), *sent], dtype=torch.int64))]
     if error is not None:
         raise error
     failed = [r for r, row in enumerate(rows) if not row[0]]
@@ -85,11 +83,8 @@ def agree(group, error: Exception | None, facts: dict, what: str) -> None:
 
 def _same_routing(group, topk_weights, topk_ids) -> None:
     """``check_routing``: every rank holds rank 0's topk_ids and topk_weights, bit for bit (one all-gather)."""
-    _, world = _world(group)
-    mine = torch.cat([topk_ids.long().flatten(), topk_weights.contiguous().view(torch.int32).long().flatten()])
-    mine = mine.to(_device(group))
-    every = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
+    every = _gather(group, torch.cat([topk_ids.long().flatten(),
+                                      topk_weights.contiguous().view(torch.int32).long().flatten()]))
     differ = [r for r, t in enumerate(every) if not torch.equal(t, every[0])]
     if differ:
         who = f"ranks {', '.join(map(str, differ))} hold" if len(differ) > 1 else f"rank {differ[0]} holds"
@@ -98,12 +93,6 @@ def _same_routing(group, topk_weights, topk_ids) -> None:
 
 
 # --- sharding
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _wrap(w, weight: torch.Tensor, scale: torch.Tensor, validate: bool = True):
     """FP8 weights of ``w``'s format and dtype around ``weight`` and ``scale``."""
     cls = type(w)
@@ -160,60 +149,52 @@ def _own(w):
 
 
 # --- one layer call
-
-
-def _partial(x, w13, w2, topk_weights, topk_ids, method: str) -> torch.Tensor:
-    """This rank's (T, H) FP32 share of y."""
-    E, two_i, H = w13.shape
-    T, K = topk_ids.shape
-    if method == "warp" or (method == "auto" and api.pick_method(T, H, two_i // 2, E, K, x.element_size(),
-                                                                 api.weight_format(w13)) == "warp"):
-        return moe_warp(x, w13, w2, topk_weights, topk_ids, out_dtype=torch.float32)
-    return moe_expert(x, w13, w2, topk_weights, topk_ids).float()
-
-
-def _check_call(x, w13, w2, topk_weights, topk_ids, method: str, num_experts: int, local: bool):
-    """This rank's checks: options, tensors, and the ids' range (read here, so the ranks can agree on it)."""
-    if method not in ("auto", "warp", "expert"):
-        raise ValueError(f"method must be 'auto', 'warp' or 'expert', got {method!r}")
-    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (x, w13, w2, topk_weights)):
-        raise RuntimeError("warpdecode.parallel computes no gradients: run it under torch.no_grad()")
-    d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, local=local)
-    if is_fp8(w13):
-        api.check_fp8_device(x.device, "FP8 weights", "dequantize them (.dequantize())")
-    if not _unchecked(x):
-        check_id_range(topk_ids, num_experts, "num_experts" if local else "E")
-    return d
-
-
-def _call_facts(x, w13, topk_ids, layout: str, num_experts: int) -> dict:
-    E, two_i, H = w13.shape
-    return {"layout": layout, "T": x.shape[0], "H": H, "I": two_i // 2, "E": E, "num_experts": num_experts,
-            "K": topk_ids.shape[1], "x.dtype": str(x.dtype), "weights": api.weight_format(w13) or "16-bit"}
-
-
 def _begin(x, w13, w2, topk_weights, topk_ids, *, group, method, layout, num_experts, local, check_routing,
            first_expert: int = 0):
-    """Every rank's checks, then :func:`agree` (and with ``check_routing``, the routing compared)."""
+    """Every rank's checks (options, tensors, the ids' range: read here, so that the ranks can agree on it),
+    then :func:`agree` (and with ``check_routing``, the routing compared)."""
     _world(group)
-    error = facts = None
+    error, facts = None, dict.fromkeys(("layout", "T", "H", "I", "E", "num_experts", "K", "x.dtype", "weights"), 0)
     try:
         E_r = w13.shape[0] if hasattr(w13, "shape") else 0
         if local and not 0 <= first_expert <= num_experts - E_r:
             raise ValueError(f"first_expert={first_expert} with {E_r} local experts must fit in "
                              f"num_experts={num_experts}")
-        _check_call(x, w13, w2, topk_weights, topk_ids, method, num_experts, local)
-        facts = _call_facts(x, w13, topk_ids, layout, num_experts)
+        if method not in ("auto", "warp", "expert"):
+            raise ValueError(f"method must be 'auto', 'warp' or 'expert', got {method!r}")
+        if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (x, w13, w2, topk_weights)):
+            raise RuntimeError("warpdecode.parallel computes no gradients: run it under torch.no_grad()")
+        d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, local=local)
+        if is_fp8(w13):
+            api.check_fp8_device(x.device, "FP8 weights", "dequantize them (.dequantize())")
+        if not _unchecked(x):
+            check_id_range(topk_ids, num_experts, "num_experts" if local else "E")
+        facts = {"layout": layout, "T": d.T, "H": d.H, "I": d.I, "E": d.E, "num_experts": num_experts, "K": d.K,
+                 "x.dtype": str(x.dtype), "weights": api.weight_format(w13) or "16-bit"}
     except Exception as e:  # every rank must hear of it before anyone waits in a data collective
         error = e
     if _unchecked(x):
         if error is not None:
             raise error
         return
-    agree(group, error, facts or dict.fromkeys(("layout", "T", "H", "I", "E", "num_experts", "K", "x.dtype",
-                                                "weights"), 0), "the call's inputs")
+    agree(group, error, facts, "the call's inputs")
     if check_routing:
         _same_routing(group, topk_weights, topk_ids)
+
+
+def _reduced(x, w13, w2, topk_weights, topk_ids, method: str, group) -> torch.Tensor:
+    """This rank's (T, H) FP32 share of y, summed over ``group`` in one all-reduce, rounded once to x's dtype."""
+    E, two_i, H = w13.shape
+    T, K = topk_ids.shape
+    if T == 0:
+        y = x.new_zeros(T, H, dtype=torch.float32)
+    elif method == "warp" or (method == "auto" and api.pick_method(T, H, two_i // 2, E, K, x.element_size(),
+                                                                   api.weight_format(w13)) == "warp"):
+        y = moe_warp(x.contiguous(), w13, w2, topk_weights, topk_ids, out_dtype=torch.float32)
+    else:
+        y = moe_expert(x.contiguous(), w13, w2, topk_weights, topk_ids).float()
+    dist.all_reduce(y, group=group)
+    return y.to(x.dtype)
 
 
 def moe_tp(x, w13_r, w2_r, topk_weights, topk_ids, *, group=None, method: str = "auto",
@@ -224,11 +205,7 @@ def moe_tp(x, w13_r, w2_r, topk_weights, topk_ids, *, group=None, method: str = 
     E = w13_r.shape[0] if hasattr(w13_r, "shape") else 0
     _begin(x, w13_r, w2_r, topk_weights, topk_ids, group=group, method=method, layout="tp", num_experts=E,
            local=False, check_routing=check_routing)
-    T, H = x.shape
-    y = x.new_zeros(T, H, dtype=torch.float32) if T == 0 else _partial(
-        x.contiguous(), w13_r, w2_r, topk_weights.contiguous(), topk_ids.to(torch.int32).contiguous(), method)
-    dist.all_reduce(y, group=group)
-    return y.to(x.dtype)
+    return _reduced(x, w13_r, w2_r, topk_weights.contiguous(), topk_ids.to(torch.int32).contiguous(), method, group)
 
 
 def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_experts: int, group=None,
@@ -238,7 +215,6 @@ def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_exp
     all-reduce, rounded once; inputs agreed first, and with ``check_routing`` the routing too."""
     _begin(x, w13_r, w2_r, topk_weights, topk_ids, group=group, method=method, layout="ep", num_experts=num_experts,
            local=True, check_routing=check_routing, first_expert=first_expert)
-    T, H = x.shape
     ids, E_r = topk_ids.long(), w13_r.shape[0]
     local = (ids >= first_expert) & (ids < first_expert + E_r)
     # an id outside [0, num_experts) (unchecked only inside capture or torch.compile) stays out of range
@@ -246,10 +222,7 @@ def moe_ep(x, w13_r, w2_r, topk_weights, topk_ids, *, first_expert: int, num_exp
     valid = (ids >= 0) & (ids < num_experts)
     local_ids = torch.where(local, ids - first_expert, torch.where(valid, 0, E_r)).to(torch.int32).contiguous()
     local_w = torch.where(local | ~valid, topk_weights, 0.0).contiguous()
-    y = x.new_zeros(T, H, dtype=torch.float32) if T == 0 else _partial(
-        x.contiguous(), w13_r, w2_r, local_w, local_ids, method)
-    dist.all_reduce(y, group=group)
-    return y.to(x.dtype)
+    return _reduced(x, w13_r, w2_r, local_w, local_ids, method, group)
 
 
 class ParallelMoE(nn.Module):
@@ -260,7 +233,7 @@ class ParallelMoE(nn.Module):
     def __init__(self, w13, w2, layout: str = "tp", *, group=None, method: str = "auto", check_routing: bool = False):
         super().__init__()
         rank, world = _world(group)
-        error = facts = None
+        error, facts = None, dict.fromkeys(("E", "I", "H", "layout", "world", "dtype", "weights"), 0)
         try:
             if layout not in LAYOUTS:
                 raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -278,8 +251,7 @@ class ParallelMoE(nn.Module):
                      "dtype": str(w13.dtype), "weights": api.weight_format(w13) or "16-bit"}
         except Exception as e:
             error = e
-        agree(group, error, facts or dict.fromkeys(("E", "I", "H", "layout", "world", "dtype", "weights"), 0),
-              "the layer or the layout")
+        agree(group, error, facts, "the layer or the layout")
         self.layout, self.group, self.method, self.num_experts = layout, group, method, E
         self.check_routing = check_routing
         self.w13, self.w2, self.first_expert = w13_r, w2_r, first

@@ -37,12 +37,19 @@ class FP8Weights:
     FORMAT: str = ""
     GROUP_N: int = 1  # rows per scale
     GROUP_K: int = 1  # reduction columns per scale
+    SCALE_DTYPE, SCALE_WORDS = torch.float32, ""  # the scales' dtype, and how the message names it
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, *, dtype=torch.bfloat16, gate_up: bool = False,
                  name: str = "weight"):
         self.weight, self.scale, self.dtype, self.gate_up, self.name = weight, scale, dtype, bool(gate_up), name
         self._check_structure()
         self._check_values()
+
+    @classmethod
+    def from_checkpoint(cls, weight, scale, *, dtype=torch.bfloat16, gate_up: bool = False, name: str = "weight"):
+        """A checkpoint's ``weight`` (E, N, C) e4m3 and its scales (block128 ``weight_scale_inv``, float32; mxfp8
+        ``weight_scale`` (E, N, ⌈C/32⌉), e8m0 or uint8), held as they are."""
+        return cls(weight, scale, dtype=dtype, gate_up=gate_up, name=name)
 
     @classmethod
     def wrap(cls, weight: torch.Tensor, scale: torch.Tensor, *, dtype, gate_up: bool, name: str) -> FP8Weights:
@@ -145,6 +152,8 @@ class FP8Weights:
         if tuple(s.shape) != self.scale_shape():
             raise ValueError(f"{n}: {self.FORMAT} scales of a weight {tuple(w.shape)} must have shape "
                              f"{self.scale_shape()}{self._shape_note()}, got {tuple(s.shape)}")
+        if s.dtype != self.SCALE_DTYPE:
+            raise TypeError(f"{n}: {self.FORMAT} scales must be {self.SCALE_WORDS}, got {s.dtype}")
 
     def _shape_note(self) -> str:
         return ""
@@ -160,20 +169,13 @@ class BlockFP8Weights(FP8Weights):
     """e4m3 weights with one float32 scale per 128 × 128 block (DeepSeek-V3, Qwen3 FP8)."""
 
     FORMAT, GROUP_N, GROUP_K = "block128", 128, 128
-
-    @classmethod
-    def from_checkpoint(cls, weight, weight_scale_inv, *, dtype=torch.bfloat16, gate_up: bool = False,
-                        name: str = "weight") -> BlockFP8Weights:
-        """``weight`` (E, N, C) e4m3 and ``weight_scale_inv`` (float32), held as they are."""
-        return cls(weight, weight_scale_inv, dtype=dtype, gate_up=gate_up, name=name)
+    SCALE_DTYPE, SCALE_WORDS = torch.float32, "float32 (weight_scale_inv)"
 
     def _shape_note(self) -> str:
         return " (gate and up blocked separately: 2·⌈I/128⌉ row blocks)" if self.gate_up else ""
 
     def _check_values(self):
         n, s = self.name, self.scale
-        if s.dtype != torch.float32:
-            raise TypeError(f"{n}: block128 scales (weight_scale_inv) must be float32, got {s.dtype}")
         if self._readable() and s.numel():
             bad = ~torch.isfinite(s) | (s <= 0)
             if bool(bad.any()):
@@ -188,12 +190,7 @@ class MXFP8Weights(FP8Weights):
     """e4m3 weights with one e8m0 (power-of-two) scale per 32 elements of the reduction axis (OCP MX)."""
 
     FORMAT, GROUP_N, GROUP_K = "mxfp8", 1, 32
-
-    @classmethod
-    def from_checkpoint(cls, weight, weight_scale, *, dtype=torch.bfloat16, gate_up: bool = False,
-                        name: str = "weight") -> MXFP8Weights:
-        """``weight`` (E, N, C) e4m3 and ``weight_scale`` (E, N, ⌈C/32⌉) e8m0 or uint8, uncopied."""
-        return cls(weight, weight_scale, dtype=dtype, gate_up=gate_up, name=name)
+    SCALE_DTYPE, SCALE_WORDS = torch.uint8, "e8m0 (torch.float8_e8m0fnu, or its uint8 bits)"
 
     def __init__(self, weight, scale, **kwargs):
         if isinstance(scale, torch.Tensor) and E8M0 is not None and scale.dtype == E8M0:
@@ -202,8 +199,6 @@ class MXFP8Weights(FP8Weights):
 
     def _check_values(self):
         n, s = self.name, self.scale
-        if s.dtype != torch.uint8:
-            raise TypeError(f"{n}: mxfp8 scales must be e8m0 (torch.float8_e8m0fnu, or its uint8 bits), got {s.dtype}")
         if self._readable() and s.numel():
             bad = (s == 255) | (s == 0)
             if bool(bad.any()):

@@ -1,29 +1,10 @@
-"""Timing at microsecond scale: :func:`capture` puts a step in a CUDA graph, :func:`time_replays` times
-replays between CUDA events after a warm-up (the benchmarks': the checkout's ``bench/timing.py``).
+"""Timing at microsecond scale, for the tuner: :func:`capture` puts a step in a CUDA graph, :func:`replay_ms`
+times replays between CUDA events after a warm-up (the benchmarks' statistics: the checkout's ``bench/timing.py``).
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass
-
 import torch
-
-
-@dataclass
-class Timing:
-    median_us: float
-    p20_us: float
-    p80_us: float
-    reps: int
-
-    def scaled(self, factor: float) -> Timing:
-        return Timing(self.median_us * factor, self.p20_us * factor, self.p80_us * factor, self.reps)
-
-
-def _stats(times_ms: list[float]) -> Timing:
-    q = statistics.quantiles(times_ms, n=10)
-    return Timing(statistics.median(times_ms) * 1e3, q[1] * 1e3, q[7] * 1e3, len(times_ms))
 
 
 def capture(step):
@@ -56,8 +37,8 @@ def _warm_up(run, warmup: int, min_ms: float):
                 return
 
 
-def time_replays(graph, *, reps: int = 100, warmup: int = 10, min_warmup_ms: float = 50.0) -> Timing:
-    """Median, 20th and 80th percentiles of ``reps`` event-timed replays after :func:`_warm_up`."""
+def replay_ms(graph, *, reps: int = 100, warmup: int = 10, min_warmup_ms: float = 50.0) -> list[float]:
+    """The milliseconds of each of ``reps`` event-timed replays after :func:`_warm_up`."""
     _warm_up(graph.replay, warmup, min_warmup_ms)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -66,4 +47,4 @@ def time_replays(graph, *, reps: int = 100, warmup: int = 10, min_warmup_ms: flo
         graph.replay()
         e.record()
     torch.cuda.synchronize()
-    return _stats([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
+    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]

@@ -1,7 +1,6 @@
-"""Search launch configurations on the GPU into ``warpdecode/tuned/<GPU>.json`` (:func:`tune`) or the
-user's cache (:func:`tune_shape`), as vLLM's ``benchmark_moe.py --tune`` for both paths alike:
-candidates compiled in parallel (dropped if rejected or spilling), timed alone in a CUDA graph over
-layer copies (weights from HBM), the fastest kept per token bucket.
+"""Search launch configurations on the GPU into ``tuned/<GPU>.json`` (:func:`tune`) or the user's cache
+(:func:`tune_shape`), as vLLM's ``benchmark_moe.py --tune``: candidates compiled in parallel (dropped if rejected
+or spilling), timed alone in a CUDA graph over layer copies (weights from HBM), the fastest kept per token bucket.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ import contextlib
 import itertools
 import json
 import os
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -28,7 +28,7 @@ from .kernels import warp_grouped as kg
 from .kernels import warp_pair as kp
 from .kernels import warp_persistent as kf
 from .presets import MoEShape, get_preset
-from .timing import capture, time_replays
+from .timing import capture, replay_ms
 from .workload import make_inputs, make_layers, num_copies
 
 WARP_T = [1, 2, 4, 8, 16]
@@ -100,11 +100,6 @@ def grouped_down_candidates():
                 [(32, 128, 2), (64, 64, 4), (64, 128, 4), (64, 256, 4), (128, 64, 4), (128, 128, 8)], [3, 4])]
 
 
-def grouped_worth_timing(shape: MoEShape, T: int) -> bool:
-    """Rule: time the grouped schedule where T ≥ 2 and T·K ≥ E/2, where tokens start to share experts."""
-    return T >= 2 and T * shape.K >= shape.E / 2
-
-
 def gemm_candidates(fp8: bool = False, group_m: int = 1):
     """Expert GEMM tiles near the ones vLLM's tuned H100/H200 tables pick for decode and batch."""
     out = [{"BLOCK_N": n, "BLOCK_K": k, "GROUP_M": group_m, "num_warps": 4, "num_stages": s}
@@ -127,14 +122,8 @@ def half_m_variants(timed, block_m: int, best: int = 4):
 
 
 def block_m_candidates(T: int, shape: MoEShape):
-    pairs_per_expert = T * shape.K / shape.E
-    if pairs_per_expert <= 2:
-        return [16]
-    if pairs_per_expert <= 8:
-        return [16, 32]
-    if pairs_per_expert <= 32:
-        return [16, 32, 64]
-    return [16, 32, 64, 128]
+    """BLOCK_M 16, then 32, 64 and 128 past 2, 8 and 32 pairs per expert."""
+    return [16] + [bm for bm, least in ((32, 2), (64, 8), (128, 32)) if T * shape.K / shape.E > least]
 
 
 def group_m_candidates(T: int, shape: MoEShape, block_m: int):
@@ -143,8 +132,6 @@ def group_m_candidates(T: int, shape: MoEShape, block_m: int):
 
 
 # --- parallel compilation: a tiny launch per candidate, same specialization, fills Triton's disk cache
-
-
 _KERNEL_OF = {"warp_gate_up": kp.warp_gate_up_kernel, "warp_down": kp.warp_down_kernel,
               "warp_fused": kf.warp_fused_kernel,
               "grouped_gate_up": kg.warp_gate_up_grouped_kernel, "grouped_down": kg.warp_down_grouped_kernel,
@@ -204,8 +191,6 @@ def precompile(jobs, workers: int | None = None):
         return list(pool.map(_warm, jobs))
 
 
-# ---------------------------------------------------------------------------------------------
-
 
 def _best(timed):
     timed = [(t, c) for t, c in timed if t is not None]
@@ -218,7 +203,7 @@ def _time(step, reps):
     except Exception:  # out of resources at this shape
         torch.cuda.synchronize()
         return None
-    t = time_replays(g, reps=reps).median_us
+    t = statistics.median(replay_ms(g, reps=reps)) * 1e3
     del g
     return t
 
@@ -300,7 +285,7 @@ def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print
     L, w13s, w2s = _layer_copies(shape)
     out = []
     for T, cfg in buckets:
-        if not grouped_worth_timing(shape, T):
+        if not (T >= 2 and T * shape.K >= shape.E / 2):  # timed only where tokens start to share experts
             out.append([T, cfg])
             continue
         draws = [_warp_inputs(shape, T, L), _warp_inputs(shape, T, L, seed=6000)]

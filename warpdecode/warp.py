@@ -60,8 +60,6 @@ def warp_down(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torch.Te
 
 
 # --- The pair with FP8 weights, dequantized in registers (see warpdecode.kernels.warp_fp8)
-
-
 def _fp8_meta(w, block: int, name: str) -> dict:
     if block % w.GROUP_K:
         raise ValueError(f"{name}={block} must be a multiple of the {w.FORMAT} scale group ({w.GROUP_K} columns)")
@@ -117,7 +115,7 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
 #: Polls of the barrier before a program gives up (about a second): a safety net, never reached.
 MAX_SPINS = 1 << 20
 
-_barriers: dict = {}  # device index -> int32 [count, generation, timed_out]
+_barriers: dict = {}  # device index -> int32 [count, generation, timed_out]: timed_out 1, a launch gave up
 _resident: dict = {}  # compiled-kernel key -> programs one SM holds at once
 
 
@@ -127,11 +125,6 @@ def barrier_state(device=None) -> torch.Tensor:
     if device.index not in _barriers:
         _barriers[device.index] = torch.zeros(3, dtype=torch.int32, device=device)
     return _barriers[device.index]
-
-
-def barrier_health() -> list[tuple]:
-    """(device, count, generation, timed_out) per barrier used; timed_out 1 means a launch gave up (wrong output)."""
-    return [(d, *b.tolist()) for d, b in _barriers.items()]
 
 
 def programs_per_sm(regs_per_thread: int, num_warps: int, shared: int, *, regs: int = 65536,

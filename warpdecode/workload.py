@@ -55,10 +55,3 @@ def make_inputs(shape: MoEShape, T: int, n: int, *, dtype=torch.bfloat16, seed: 
         out.append(LayerInputs(x, logits, tw, ti))
     return out
 
-
-def bytes_needed(shape: MoEShape, inp: LayerInputs, elem: int = 2) -> int:
-    """The fewest bytes one call moves: each distinct routed expert's weights once, x, y and the routing."""
-    distinct = torch.unique(inp.topk_ids).numel()
-    T = inp.x.shape[0]
-    return (distinct * 3 * shape.I * shape.H * elem + 2 * T * shape.H * elem
-            + inp.topk_ids.numel() * 8)

@@ -71,13 +71,9 @@ def moe_align_kernel(
     first row), and, in the same pass, the pairs of the programs before it. It places its own
     pairs at first row + pairs of that expert before it, in pair order (inside its chunk, from a
     BLOCK_C × BLOCK_C comparison), and labels and pads its share of the blocks, writing the
-    sentinel only on rows no pair lands on, so no two programs ever write the same row. vLLM
-    places the pairs with atomic adds on per-expert cursors (in one block for small batches, then a
-    grid of blocks), so the order inside a run is free there; here it is fixed. A one-program
-    kernel with atomic adds takes 1.2-2.0x as long at T = 1 and 2.3-5.4x at 2048
-    pairs (Mixtral's 512 pairs over 8 experts: the same time; ``experiments/expert_path.py --version align``,
-    ``experiments/results/NVIDIA_H200/align_variants.csv``). Every program counts all the pairs, so the work
-    grows as pairs² / BLOCK_C: the launcher widens BLOCK_C past 2048 pairs."""
+    sentinel only on rows no pair lands on, so no two programs ever write the same row (vLLM's
+    atomic cursors leave the order inside a run free; docs/design.md). Every program counts all
+    the pairs, so the work grows as pairs² / BLOCK_C: the launcher widens BLOCK_C past 2048 pairs."""
     if USE_PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)

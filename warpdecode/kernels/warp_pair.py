@@ -14,16 +14,11 @@ Byte ledger of one call with T tokens (bf16 weights and x, FP32 intermediate a):
            routing). At T = 1, U = K: the pair reads exactly that. Past T = 1, pairs that share an
            expert ask for its rows again; the grid order below serves those from L2 where it can.
 
-No sort, padding or gather: gate/up reads x[t] once for a neuron's two rows; down folds the routing
-weight in and sums the K experts as one axis of its tile, storing y[t, h] once.
-
-Layout: a [rows, columns] tile, each lane 8 consecutive bf16 of a row, warps over rows (a row's
-``tl.sum`` is a warp shuffle). The down tile keeps the K experts in each thread, its form per Triton
-release (3.6 ``_3d``; 3.8+ ``_k_first`` or ``_per_slot``; docs/design.md).
-
-Weight loads are ``evict_first`` (L2 is left to the intermediate and shared rows). With ``USE_PDL``
-the down kernel streams its first w2 chunk before ``gdc_wait``. T and T·K are not specialized. The
-pair (or token) index runs fastest, so tokens sharing an expert read its rows from L2.
+No sort, padding or gather. A [rows, columns] tile, each lane 8 consecutive bf16 of a row, warps over
+rows (a row's ``tl.sum`` is a warp shuffle); the down tile keeps the K experts in each thread, its form
+per Triton release (3.6 ``_3d``; 3.8+ ``_k_first`` or ``_per_slot``; docs/design.md). Weight loads are
+``evict_first``; with ``USE_PDL`` the down kernel streams its first w2 chunk before ``gdc_wait``; T and T·K
+are not specialized; the pair (or token) index runs fastest, so tokens sharing an expert read its rows from L2.
 """
 
 import triton
@@ -75,8 +70,6 @@ def gate_up_slice(cfg: dict) -> int:
 
 
 # --- The two tiles both kernels (and warp_persistent.py's) are made of
-
-
 @triton.jit
 def _gate_up_tile(
     x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr,
@@ -89,26 +82,16 @@ def _gate_up_tile(
 ):
     """silu(gate)·up of neurons [pid_i·BLOCK_I, +BLOCK_I) of one (token, slot) pair.
 
-    The accumulators are one FP32 number per row: each step's products are summed across the warp
-    at once (five shuffles per row and step). Two [BLOCK_I, BLOCK_H] FP32 tile accumulators, summed
-    once at the end, would take per lane twice as many registers as the bf16 weights it loads each
-    step, which caps how many programs, and so how many bytes in flight, an SM holds; here the
-    registers go to loads in flight instead.
-
-    Each lane holds BLOCK_H / (32 · warps per row) columns of a row per step. Triton 3.6 sums a
-    lane's products one after another (one FMA each); from 3.8 it sums them as a tree (a multiply
-    and an add each, for 64 products 64 FMAs, 67 multiplies and 75 adds where 3.6 has 126 FMAs).
-    With SUB_H < BLOCK_H the step is loaded in BLOCK_H / SUB_H slices of the same layout (SUB_H =
-    256 columns per warp of a row: eight per lane) and the slices' products accumulate element
-    by element into a [BLOCK_I, SUB_H] partial, which is one FMA chain on every release; one sum of
-    that partial per step, then the shuffles, as before.
+    One FP32 accumulator per row: each step's products are summed across the warp at once, so the
+    registers hold loads in flight rather than tile accumulators. Each lane holds BLOCK_H / (32 · warps
+    per row) columns of a row per step; with SUB_H < BLOCK_H the step is loaded in BLOCK_H / SUB_H
+    slices of that layout whose products accumulate into a [BLOCK_I, SUB_H] partial, an FMA chain on
+    releases that sum a lane's products as a tree (3.8+), then one sum per step and the shuffles.
 
     An id outside [0, E) loads no weights and writes a zero row, or a NaN row where its routing
-    weight is not 0: the down tile folds that row into its token (``kernels/ids.py``). Its weight
-    loads are masked, or with ``BAD_BY_BOUND`` its loop takes no step. Each form is where ptxas
-    keeps its kernel without a spill: the loop bound costs the two-launch pair's tile two registers
-    on Triton 3.6 (66 > 64, so fewer than 32 one-warp programs per SM); the masks spill 12 B in
-    the persistent kernel on Triton 3.9 for sm_80 (fp16)."""
+    weight is not 0, which the down tile folds into its token (``kernels/ids.py``): its weight loads
+    are masked, or with ``BAD_BY_BOUND`` its loop takes no step, whichever form keeps its kernel
+    without a spill (docs/design.md, "The latest Triton releases")."""
     t = pair // K
     e, ok = guarded(tl.load(topk_ids_ptr + pair), E)
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -222,8 +205,6 @@ def _down_tile(
 
 
 # --- The down tile on Triton 3.6: one [rows, K, columns] tile
-
-
 @triton.jit
 def _down_chunk_3d(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
                    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
@@ -266,8 +247,6 @@ def _down_tile_3d(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E, stri
 
 
 # --- The down tile on Triton 3.8 and later: one [K, rows, columns] tile (K_FIRST) ...
-
-
 @triton.jit
 def _slots(x, N: tl.constexpr):
     """The N tensors x[..., j], j = 0 … N-1 in order, of x[..., N] (N a power of two), by halving
@@ -344,8 +323,6 @@ def _down_tile_k_first(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E,
 
 
 # --- ... or K [rows, columns] tiles, slot by slot (PER_SLOT; too-large k-first tiles; the persistent kernel)
-
-
 @triton.jit
 def _down_chunk_per_slot(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
                          K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
@@ -393,8 +370,6 @@ def _down_tile_per_slot(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E
 
 
 # --- The two kernels
-
-
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
 def warp_gate_up_kernel(
     # pointers
