@@ -274,11 +274,11 @@ LAYER_KINDS = ("two launches, PDL, the second holding its rows through the wait"
 
 
 def two_launch_bounds(gpu: str, root: Root = None) -> dict[str, dict]:
-    """Per preset: the fastest of :data:`LAYER_KINDS` in ``one_launch_bound.csv``'s latest run
-    (:func:`one_launch_bound`), the least time a T = 1 call with warp decode's dependency takes on
+    """Per preset: the fastest of :data:`LAYER_KINDS` in ``one_launch_bound.csv``'s latest run that
+    timed them (:func:`one_launch_bound`), the least time a T = 1 call with warp decode's dependency takes on
     this GPU. {} without the CSV."""
     out: dict = {}
-    for r in one_launch_bound(gpu, root):
+    for r in one_launch_bound(gpu, root, kinds=LAYER_KINDS):
         if r["kind"] in LAYER_KINDS and (r["preset"] not in out or r["frac"] > out[r["preset"]]["frac"]):
             out[r["preset"]] = r
     return out
@@ -409,15 +409,16 @@ def one_launch_attempts(gpu: str, T: int = 1, root: Root = None) -> list[dict]:
     return sorted(out, key=lambda r: (MODEL_PRESETS.index(r["preset"]), order.index(r["version"])))
 
 
-def one_launch_bound(gpu: str, root: Root = None) -> list[dict]:
-    """The one-launch bound experiment's latest run (``one_launch_bound.csv``, its ``run`` column;
-    rows of other runs, or without the column, are left out): per preset and kind (a read of a
-    T = 1 call's bytes, alone or with a way to wait for the other programs, in one launch or two),
-    the fastest of the program shapes timed, and how many were. [] without the CSV."""
+def one_launch_bound(gpu: str, root: Root = None, kinds=("read",)) -> list[dict]:
+    """The one-launch bound experiment's latest run that timed ``kinds`` (``one_launch_bound.csv``, its
+    ``run`` column; rows of other runs, or without the column, are left out; by default the latest
+    run with the plain read, the experiment's reference): per preset and kind (a read of a T = 1
+    call's bytes, alone or with a way to wait for the other programs, in one launch or two), the
+    fastest of the program shapes timed, and how many were. [] without the CSV."""
     path = data.experiment_csv(gpu, "one_launch_bound.csv", root)
     source = path.relative_to(data.checkout(root)).as_posix()
     rows = [r for r in data.read(path) if int(r["T"]) == 1]
-    latest = max((r.get("run") or "" for r in rows), default="")
+    latest = max((r.get("run") or "" for r in rows if r["variant"] in kinds), default="")
     rows = [r for r in rows if (r.get("run") or "") == latest]
     out = []
     for preset in [p for p in MODEL_PRESETS if any(r["preset"] == p for r in rows)]:

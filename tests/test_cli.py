@@ -13,6 +13,7 @@ import sys
 
 import torch
 
+import bench.sweep  # noqa: F401  imported before a test pretends to have a GPU: its import reads the device
 import warpdecode
 from bench import __main__ as lab
 from warpdecode import __main__ as cli

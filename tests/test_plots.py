@@ -292,9 +292,9 @@ def test_one_launch_attempts_set_each_design_against_the_pair_of_its_own_runs(re
 
 
 def test_one_launch_bound_reads_the_latest_run(results):
-    """The bound's table: the latest run only (rows of earlier runs, and rows without a run, left
-    out), per preset and kind the fastest program shape and how many were timed; rows of another T
-    left out; [] without the CSV."""
+    """The bound's table: the latest run that timed the read, or the kinds asked for (rows of other
+    runs, and rows without a run, left out), per preset and kind the fastest program shape and how
+    many were timed; rows of another T left out; [] without the CSV."""
     assert report.one_launch_bound(GPU) == []
 
     def row(kind, us, run, r=4, T=1):  # the experiments' schema: the program shape in config
@@ -314,6 +314,10 @@ def test_one_launch_bound_reads_the_latest_run(results):
     assert set(got) == {"read", "read + count"}
     assert (got["read"]["us"], got["read"]["rows"], got["read"]["timed"]) == (19.0, 4, 2)
     assert got["read + count"]["frac"] == pytest.approx(17.0 / 20.5)
+    # a later run of some kinds only: the default stays on the latest run with the read; asked for, those kinds
+    data.merge_write(bounds, [row("read + count", 21.0, "2026-12-04T15:00:00Z")])
+    assert {r["run"] for r in report.one_launch_bound(GPU)} == {"2026-11-30T18:00:00Z"}
+    assert [r["us"] for r in report.one_launch_bound(GPU, kinds=("read + count",))] == [21.0]
 
 
 def _bound_row(preset, kind, frac, run="2026-11-30T18:00:00Z", T=1):
@@ -369,9 +373,9 @@ def test_experiment_csvs_are_read_from_the_experiments_folder(results):
     shipped benchmark data beside it."""
     data.merge_write(results / "one_launch_bound.csv", [_bound_row("qwen3-30b-a3b", HOLD, 0.80)])
     assert data.experiment_csv(GPU, "one_launch_bound.csv") == data.experiments_dir(GPU) / "one_launch_bound.csv"
-    assert report.one_launch_bound(GPU) == []
+    assert report.one_launch_bound(GPU, kinds=(HOLD,)) == []
     data.merge_write(data.experiments_dir(GPU) / "one_launch_bound.csv", [_bound_row("qwen3-30b-a3b", HOLD, 0.7)])
-    assert [(r["frac"], r["source"]) for r in report.one_launch_bound(GPU)] == [
+    assert [(r["frac"], r["source"]) for r in report.one_launch_bound(GPU, kinds=(HOLD,))] == [
         (0.7, "experiments/results/Test_GPU/one_launch_bound.csv")]
 
 
