@@ -10,6 +10,7 @@ weight stream into the gate/up kernel's tail.
     python experiments/warp_down.py --version 15 --check   # compiles for sm_90a, no GPU needed
     python experiments/warp_down.py --version 18 [--presets …] [--T 1 2 4 8]
     TRITON_INTERPRET=1 python experiments/warp_down.py --version 18 --check
+    python experiments/warp_down.py --version count [--presets …] [--T 1]   # compiles for sm_90a, no GPU needed
 
 - ladder: the load geometry costs ~2 µs at T = 1 (the kernel's loads 10.3–10.5 µs against a tile
   read of the routed experts' w2 at 8.4 µs); no tile the tuner tries reaches the read.
@@ -20,6 +21,10 @@ weight stream into the gate/up kernel's tail.
   the down kernel alone is no faster with every byte requested (+5 %).
 - 17: K 2-D tiles (``PER_SLOT``) against the [rows, K, columns] tile: promoted where Triton ≥ 3.8.
 - 18: one [K, rows, columns] tile (``K_FIRST``) against the shipped form: on the H200 to decide.
+- count: the pair's two kernels as the H200's table or defaults launch them, compiled for sm_90a by the
+  installed Triton, and the down kernel in the other forms: registers, spills and lane instructions
+  per weight byte by mnemonic. Run under each release to compare what they compile (OLMoE T = 1 is
+  1.07× slower on Triton 3.6 than on 3.9 with the same tiles: vllm_baseline.csv).
 
 Rows: experiments/results/<GPU>/{down_ladder,down_preload,chunk_flags,down_tma,down_2d,down_kfirst}.csv.
 """
@@ -1139,7 +1144,60 @@ def main_v18():
     harness.save(harness.results_dir() / "down_kfirst.csv", rows)
 
 
+def main_count():
+    """Lane instructions per weight byte of the pair's kernels (``fp8_warp.executed``: each loop body
+    once per step), per release, into ``results/compiled/pair_instructions.csv``."""
+    import collections
+    import dataclasses
+
+    from fp8_warp import _sass, executed
+
+    from bench import compiled
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--presets", nargs="+", default=["olmoe-1b-7b", "qwen3-30b-a3b"])
+    p.add_argument("--T", type=int, nargs="+", default=[1])
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args()
+    forms = {"3-D": (False, False), "per-slot": (True, False), "k-first": (False, True)}
+    jobs = []
+    for name, T in itertools.product(args.presets, args.T):
+        s = wd.get_preset(name)
+        for ln in compiled.record_launches("warp", s, T, gpu_name="NVIDIA H200", arch=90):
+            j, gate = ln.job, "gate_up" in ln.job.name
+            if gate:
+                jobs.append((s, T, "gate_up", "shipped", j))
+                continue
+            shipped = (j.constexprs["PER_SLOT"], j.constexprs["K_FIRST"])
+            for form, (per_slot, k_first) in forms.items():
+                label = "shipped" if (per_slot, k_first) == shipped else form
+                jobs.append((s, T, "down", label if label == "shipped" else f"{form} form", dataclasses.replace(
+                    j, constexprs={**j.constexprs, "PER_SLOT": per_slot, "K_FIRST": k_first})))
+    rows = []
+    for (s, T, kernel, variant, j), c in zip(jobs, compiled.compile_many([r[-1] for r in jobs]), strict=True):
+        k, rep = j.constexprs, compiled.ptxas_report(c)
+        gate = kernel == "gate_up"
+        trips = triton.cdiv(s.H, k["BLOCK_H"]) if gate else triton.cdiv(s.I, k["BLOCK_I"])
+        weight_bytes = (2 * k["BLOCK_I"] * s.H if gate else k["BLOCK_H"] * s.K * s.I) * 2  # one program's rows
+        per_byte = 32 * j.num_warps / weight_bytes
+        ops = collections.Counter()
+        for op, n in executed(_sass(c), trips).items():
+            ops[op.split(".")[0]] += n
+        tile = {key: k[key] for key in ("BLOCK_I", "BLOCK_H", "SUB_H", "PER_SLOT", "K_FIRST") if key in k}
+        r = {"triton": triton.__version__, "arch": "sm_90a", "preset": s.name, "T": T, "kernel": kernel,
+             "variant": variant, "tile": json.dumps(tile), "num_warps": j.num_warps, "registers": rep["registers"],
+             "spill_bytes": rep["spill_stores"] + rep["spill_loads"],
+             "instr_per_byte": round(sum(ops.values()) * per_byte, 3),
+             "top": "; ".join(f"{op} {n * per_byte:.2f}" for op, n in ops.most_common(8))}
+        rows.append(r)
+        print(f"triton {r['triton']} {s.name} T={T} {kernel:7s} {variant:14s} {r['tile']} w{j.num_warps}: "
+              f"{r['registers']} regs, spills {r['spill_bytes']} B, {r['instr_per_byte']:.3f} instr/B ({r['top']})",
+              flush=True)
+    harness.write_compiled("pair_instructions", rows, {"sm_90a"})
+
+
 VERSIONS = {
+    "count": (main_count, []),
     "ladder": (main_ladder, []),
     "13": (main_v13, []),
     "14": (main_v14, []),
