@@ -186,6 +186,14 @@ def _vllm_over(cell: dict, method: str) -> float | None:
     return float(base["us"]) / float(cell[method]["us"]) if base and method in cell else None
 
 
+def _layers(names) -> str:
+    """How many of ``names`` are presets and how many other layers, in words."""
+    presets = sum(name in MODEL_PRESETS for name in names)
+    others = len(names) - presets
+    return (f"{presets} preset{'s' * (presets != 1)}"
+            + (f" and {others} other layer{'s' * (others != 1)}" if others else ""))
+
+
 def vllm_sentence(gpu: str, root: Root = None, preset: str = "qwen3-30b-a3b") -> str:
     """The headline's comparison with vLLM's ``fused_moe`` (bf16, the lowest Triton release measured):
     at T = 1 on ``preset``, and ``auto``'s least ratio over every layer and T; "" without the data."""
@@ -206,7 +214,7 @@ def vllm_sentence(gpu: str, root: Root = None, preset: str = "qwen3-30b-a3b") ->
     return (f"Against vLLM {version}'s Triton `fused_moe` on the same weights and timer, each captured in a CUDA "
             f"graph, warp decode takes {float(cell['warp']['us']):.1f} µs to vLLM's {float(cell['vllm']['us']):.1f} "
             f"({_vllm_over(cell, 'warp'):.2f}×), and `auto` is at least {least:.3f}× as fast as vLLM at every "
-            f"T in {Ts[0]}…{Ts[-1]} on {len(mine)} layers (the least at {layer}, T = {T}, where the two read at "
+            f"T in {Ts[0]}…{Ts[-1]} on {_layers(mine)} (the least at {layer}, T = {T}, where the two read at "
             f"{fracs} of the read ceiling; triton {triton}; `experiments/results/{data.gpu_folder(gpu)}/"
             f"{VLLM_CSV}`). ")
 

@@ -528,7 +528,7 @@ def test_report_vllm_block_compares_each_layer_and_marks_the_t1_bar(tmp_path):
     assert "vllm (bf16) 2.50" in table and "commit abc1234" in table
     said = report.vllm_sentence(H200, root, preset="olmoe-1b-7b")
     assert "30.0 µs to vLLM's 36.0 (1.20×)" in said and "at least 0.999×" in said and "olmoe-1b-7b, T = 8" in said
-    assert "triton 3.6.0" in said
+    assert "triton 3.6.0" in said and "1 preset and 1 other layer" in said
 
 
 def test_report_defaults_table_takes_each_releases_worst_row(tmp_path):
