@@ -382,14 +382,15 @@ def merge_rounds(rows: list[dict], tokens: dict) -> list[dict]:
     return list(merged.values())
 
 
-def _against_baseline(row: dict, b: dict, outs: dict) -> None:
+def _against_baseline(row: dict, b: dict, outs: dict | None) -> None:
     """Add the speed-up over the baseline's row ``b`` of the same batch, Amdahl's prediction from
-    the baseline's expert share, and the fraction of the same greedy tokens."""
+    the baseline's expert share, and the fraction of the same greedy tokens (empty without ``outs``)."""
     batch, impl = row["batch"], row["impl"]
     row["speedup_over_" + BASELINE] = round(row["tokens_per_s"] / b["tokens_per_s"], 4)
     row["amdahl_predicted"] = round(amdahl(b["moe_share"], b["moe_us"] / row["moe_us"]) if row["moe_us"] > 0
                                     else 1.0 / (1.0 - b["moe_share"]), 4)
-    row["same_tokens_as_" + BASELINE] = round((outs[impl, batch] == outs[BASELINE, batch]).float().mean().item(), 4)
+    row["same_tokens_as_" + BASELINE] = ("" if outs is None else
+                                         round((outs[impl, batch] == outs[BASELINE, batch]).float().mean().item(), 4))
 
 
 def _print_row(row: dict, name: str, layers: int, compile: str) -> None:

@@ -1157,7 +1157,6 @@ def main_count():
     p = argparse.ArgumentParser()
     p.add_argument("--presets", nargs="+", default=["olmoe-1b-7b", "qwen3-30b-a3b"])
     p.add_argument("--T", type=int, nargs="+", default=[1])
-    p.add_argument("--check", action="store_true")
     args = p.parse_args()
     forms = {"3-D": (False, False), "per-slot": (True, False), "k-first": (False, True)}
     jobs = []
@@ -1170,8 +1169,8 @@ def main_count():
                 continue
             shipped = (j.constexprs["PER_SLOT"], j.constexprs["K_FIRST"])
             for form, (per_slot, k_first) in forms.items():
-                label = "shipped" if (per_slot, k_first) == shipped else form
-                jobs.append((s, T, "down", label if label == "shipped" else f"{form} form", dataclasses.replace(
+                label = "shipped" if (per_slot, k_first) == shipped else f"{form} form"
+                jobs.append((s, T, "down", label, dataclasses.replace(
                     j, constexprs={**j.constexprs, "PER_SLOT": per_slot, "K_FIRST": k_first})))
     rows = []
     for (s, T, kernel, variant, j), c in zip(jobs, compiled.compile_many([r[-1] for r in jobs]), strict=True):

@@ -111,16 +111,11 @@ def generate(log_dir: Path, commit: str, date: str) -> None:
                 "first_call_s": first, "moe_us": moe, "moe_share": round(int(moe) / int(step), 4),
                 "graphs_compiled": graphs, "cudagraph_skips": "", **meta, "commit": commit, "date": date,
                 "transformers": version, "processes": 1}
-            rows[key] = dict(row)
+            rows[key] = {**row, **{k: float(row[k]) for k in ("tokens_per_s", "moe_us", "moe_share")}}
     for (layers, batch, impl), row in rows.items():
         base = rows.get((layers, batch, hf.BASELINE))
-        if impl == hf.BASELINE or base is None:
-            continue
-        share, moe = float(base["moe_share"]), float(row["moe_us"])
-        row["speedup_over_" + hf.BASELINE] = round(float(row["tokens_per_s"]) / float(base["tokens_per_s"]), 4)
-        row["amdahl_predicted"] = round(hf.amdahl(share, float(base["moe_us"]) / moe) if moe > 0
-                                        else 1.0 / (1.0 - share), 4)
-        row.setdefault("same_tokens_as_" + hf.BASELINE, "")
+        if impl != hf.BASELINE and base is not None:
+            hf._against_baseline(row, base, None)  # the tokens are not in the log
     data.merge_write(out, list(rows.values()))
     print(f"{len(rows)} rows into {out}")
 
