@@ -31,6 +31,7 @@ from unittest import mock
 import torch
 import triton.language as tl
 
+from bench import unfused as _un
 from warpdecode import _runtime, configs
 from warpdecode import expert as _ex
 from warpdecode import warp as _wp
@@ -318,7 +319,7 @@ def _as_on_a_gpu(gpu_name: str, launches: list, arch: int = 90):
             3, dtype=torch.int32, device="meta")))
         stack.enter_context(mock.patch.object(_wp, "fused_grid", lambda kernel, args, meta, cfg, device: (
             cfg["programs_per_sm"] * limits["sms"],)))
-        for mod in (_kx, _kp, _kg, _kf, _k8):
+        for mod in (_kx, _kp, _kg, _kf, _k8, _un):
             for name in dir(mod):
                 if name.endswith("_kernel"):
                     stack.enter_context(mock.patch.object(mod, name, _Recorder(getattr(mod, name), launches)))
@@ -360,8 +361,9 @@ def meta_fp8_weights(shape, weights: str, dtype=torch.bfloat16):
 
 def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bfloat16, arch: int = 90,
                     config: dict | None = None, weights: str | None = None, **options) -> list[Launch]:
-    """The kernel launches ``path`` ("warp" or "expert") makes for ``shape`` and T on ``gpu_name``,
-    a GPU of architecture ``arch`` (80, 90, 100, 120; its jobs compile for it), with the configs its
+    """The kernel launches ``path`` ("warp", "expert", or "expert-unfused": ``bench.unfused``) makes for
+    ``shape`` and T on ``gpu_name``, a GPU of architecture ``arch`` (80, 90, 100, 120; its jobs compile
+    for it), with the configs its
     launchers pick there (``configs.warp_config`` / ``expert_config`` from
     ``warpdecode/tuned/<gpu_name>.json``, else the defaults from that architecture's limits, unless
     ``config`` is given, and checked as a table's entry is: ``configs.check_warp`` /
@@ -391,7 +393,7 @@ def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bflo
             configs.check_warp(config, weights, where="config")
         elif config is not None:
             configs.check_expert(config, options.get("act_format") == "fp8", weights, where="config")
-        run = _wp.moe_warp if path == "warp" else _ex.moe_expert
+        run = {"warp": _wp.moe_warp, "expert": _ex.moe_expert, "expert-unfused": _un.moe_expert_unfused}[path]
         run(x, w13, w2, topk_weights, topk_ids, config=config, **options)
     return [Launch(k.fn.__name__, tuple(grid), _job(k, a, kw, arch)) for k, grid, a, kw in launches]
 

@@ -17,6 +17,7 @@ import triton
 from bench.ladder import bytes_needed
 from bench.methods import EAGER, KERNELS, registry
 from bench.timing import Timing, capture, capture_poisoned, time_eager, time_interleaved, time_replays
+from bench.unfused import gather, scatter
 from warpdecode import expert as ex
 from warpdecode import warp as wp
 from warpdecode.configs import expert_config, warp_config
@@ -173,7 +174,8 @@ def _call_each(fn, arg_rows):
 
 
 def _stage_fns(shape: MoEShape, T: int):
-    """The expert-centric stages (and warp decode's two kernels) as separately timeable steps.
+    """The expert-centric stages (and warp decode's two kernels) as separately timeable steps: gather and
+    scatter as kernels of their own (``bench.unfused``).
     Each takes one layer's inputs and the outputs of the stages before it."""
     cfg = expert_config(shape.H, shape.I, shape.E, shape.K, T)
     wcfg = warp_config(shape.H, shape.I, shape.E, shape.K, T)
@@ -181,21 +183,21 @@ def _stage_fns(shape: MoEShape, T: int):
     def prepare(inp, w13, w2):
         st = {"inp": inp, "w13": w13, "w2": w2}
         st["al"] = ex.align(inp.topk_ids, shape.E, cfg["BLOCK_M"])
-        st["a"] = ex.gather(inp.x, st["al"], shape.K)
+        st["a"] = gather(inp.x, st["al"], shape.K)
         st["h"] = ex.gate_up(st["a"], None, w13, st["al"], cfg["gate_up"])
         st["o"] = ex.down(st["h"], None, w2, st["al"], inp.topk_weights, cfg["down"])
-        st["s"] = ex.scatter(st["o"], st["al"])
+        st["s"] = scatter(st["o"], st["al"])
         st["act"] = wp.warp_gate_up(inp.x, w13, inp.topk_ids, inp.topk_weights, wcfg["gate_up"])
         return st
 
     stages = {
         ("expert", "1 route"): lambda st: route(st["inp"].router_logits, shape.K, renormalize=shape.renormalize),
         ("expert", "2 align"): lambda st: ex.align(st["inp"].topk_ids, shape.E, cfg["BLOCK_M"]),
-        ("expert", "3 gather"): lambda st: ex.gather(st["inp"].x, st["al"], shape.K),
+        ("expert", "3 gather"): lambda st: gather(st["inp"].x, st["al"], shape.K),
         ("expert", "5 gate/up GEMM"): lambda st: ex.gate_up(st["a"], None, st["w13"], st["al"], cfg["gate_up"]),
         ("expert", "6 down GEMM"): lambda st: ex.down(st["h"], None, st["w2"], st["al"], st["inp"].topk_weights,
                                                       cfg["down"]),
-        ("expert", "7 scatter"): lambda st: ex.scatter(st["o"], st["al"]),
+        ("expert", "7 scatter"): lambda st: scatter(st["o"], st["al"]),
         ("expert", "8 combine"): lambda st: ex.combine(st["s"], st["inp"].topk_ids, st["inp"].topk_weights, shape.E),
         ("warp", "gate/up kernel"): lambda st: wp.warp_gate_up(st["inp"].x, st["w13"], st["inp"].topk_ids,
                                                                st["inp"].topk_weights, wcfg["gate_up"]),

@@ -39,7 +39,7 @@
 # %%
 import torch
 from lessons import emulate as em
-from lessons import ladder, poisoned
+from lessons import ladder, poisoned, unfused
 
 import warpdecode as wd
 from warpdecode import expert as ex
@@ -57,17 +57,18 @@ print(ladder.tuning_note([wd.get_preset(S.preset)]))
 # |---|---|---|---|
 # | 1 route | `warpdecode.route` | logits → `topk_weights`, `topk_ids` | computes |
 # | 2 align | `expert.align` | sort the T·K pairs by expert, pad each expert's run to `BLOCK_M` rows | moves data |
-# | 3 gather | `expert.gather` | token rows → expert-major buffer | moves data |
+# | 3 gather | `unfused.gather` | token rows → expert-major buffer | moves data |
 # | 4 quantize | `expert.quantize` | bf16: nothing; FP8: e4m3 values + 1×128 scales | moves data |
 # | 5 gate/up | `expert.gate_up` | grouped GEMM, SiLU·up in the epilogue, rounded to bf16 | computes |
 # | 6 down | `expert.down` | grouped GEMM, × routing weight in the epilogue, rounded | computes |
-# | 7 scatter | `expert.scatter` | expert-major rows → (T·K, H) in token order | moves data |
+# | 7 scatter | `unfused.scatter` | expert-major rows → (T·K, H) in token order | moves data |
 # | 8 combine | `expert.combine` | Σ over the K slots, in bf16 like vLLM's `moe_sum` | moves data |
 #
 # In this notebook each stage is its own kernel, so that each can be shown and timed. vLLM's
 # `fused_moe`, and `warpdecode.moe(method="expert")`, fuse gather into the gate/up GEMM's loads and
 # scatter into the down GEMM's stores: the same numbers (the last cell of the walk-through checks
-# it to the bit) in four launches instead of six.
+# it to the bit) in four launches instead of six. The package ships only that fused form: gather and
+# scatter as kernels of their own live beside it, in `bench/unfused.py` (`unfused` here).
 #
 # ## A small example
 #
@@ -150,7 +151,7 @@ assert (al.expert_ids[used // BLOCK_M:] == -1).all()
 
 # %%
 with poisoned():
-    a = ex.gather(x, al, K)
+    a = unfused.gather(x, al, K)
 rows = al.sorted_token_ids[:used].long()
 valid = rows != sentinel
 print(f"a: {tuple(a.shape)} {a.dtype}; {int(valid.sum())} token rows, {int((~valid).sum())} padding rows (zeros), "
@@ -232,7 +233,7 @@ assert o[:used][~valid].isnan().all()  # padding rows: never written
 
 # %%
 with poisoned():
-    s = ex.scatter(o, al)
+    s = unfused.scatter(o, al)
     y = ex.combine(s, topk_ids, topk_weights, E)
 assert s.shape == (T * K, shape.H) and torch.equal(s[pair], o[:used][valid])
 
@@ -260,7 +261,7 @@ assert wd.rel_error(y_full, ref) <= ladder.bound("expert") * floor
 cfg_all = wd.configs.expert_config(shape.H, shape.I, E, K, T)
 with poisoned():
     y_fused = ex.moe_expert(x, w13, w2, topk_weights, topk_ids, config=cfg_all)
-    y_apart = ex.moe_expert(x, w13, w2, topk_weights, topk_ids, config=cfg_all, fuse_gather_scatter=False)
+    y_apart = unfused.moe_expert_unfused(x, w13, w2, topk_weights, topk_ids, config=cfg_all)
 print("fused gather/scatter == eight separate stages, bit for bit:", torch.equal(y_fused, y_apart))
 assert torch.equal(y_fused, y_apart)
 

@@ -5,9 +5,10 @@ A notebook runs with ``notebooks/`` as its working directory (Jupyter, nbval), w
 ``sys.path`` (so the checkout's ``bench`` and ``warpdecode`` are the ones imported) and re-exports
 what the lessons use: the ledgers and result readers (``ladder``), compiled-code inspection
 (``compiled``), the float64 rounding emulation (``emulate``), the benchmarks (``sweep``, ``fp8``,
-``e2e``, and the measured ``read_ceiling``), the decoder (``model``), and the report's data, tables
-and figures (``data``, ``report``, ``plots``: matplotlib, Agg backend); ``poisoned``, a context in
-which every buffer ``warpdecode`` allocates starts as NaN (an element a kernel never writes shows).
+``e2e``, and the measured ``read_ceiling``), the expert path's gather and scatter as kernels of their
+own (``unfused``), the decoder (``model``), and the report's data, tables and figures (``data``,
+``report``, ``plots``: matplotlib, Agg backend); ``poisoned``, a context in which every buffer
+``warpdecode`` allocates starts as NaN (an element a kernel never writes shows).
 """
 
 import sys
@@ -18,7 +19,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import warpdecode  # noqa: E402, F401  first: decides GPU or CPU interpreter before any kernel exists
-from bench import compiled, data, e2e, emulate, fp8, ladder, model, plots, report, sweep  # noqa: E402
+from bench import compiled, data, e2e, emulate, fp8, ladder, model, plots, report, sweep, unfused  # noqa: E402
 from bench.e2e import layer_errors  # noqa: E402
 from bench.model import MODELS  # noqa: E402
 from bench.timing import read_ceiling  # noqa: E402
@@ -27,4 +28,4 @@ from warpdecode._alloc import poisoned  # noqa: E402  every buffer a call alloca
 sweep.PROGRESS = False  # a lesson prints its results; progress bars would fill its saved outputs
 
 __all__ = ["MODELS", "ROOT", "compiled", "data", "e2e", "emulate", "fp8", "ladder", "layer_errors", "model", "plots",
-           "poisoned", "read_ceiling", "report", "sweep"]
+           "poisoned", "read_ceiling", "report", "sweep", "unfused"]

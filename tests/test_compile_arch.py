@@ -27,7 +27,7 @@ import re
 import pytest
 import torch
 
-from bench import compiled
+from bench import compiled, unfused
 from warpdecode import MoEShape
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_fp8 as k8
@@ -36,7 +36,7 @@ from warpdecode.kernels import warp_pair as kp
 from warpdecode.kernels import warp_persistent as kf
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-KERNEL_MODULES = (kx, kp, kg, kf, k8)
+KERNEL_MODULES = (kx, kp, kg, kf, k8, unfused)
 ARCHS = (80, 100, 120)
 FP8_ARCHS = {a for a in ARCHS if a >= 89}
 FP8_WEIGHT_ARCHS = {100}  # FP8 weights (warpdecode.quant): datacenter Blackwell here, Hopper in test_compile_sm90.py
@@ -72,10 +72,9 @@ def scenarios(arch: int) -> list[tuple]:
             out.append((f"odd-T={T}-expert-{dname}", "expert", ODD, T, dtype, {}))
         out.append((f"mixtral-T=256-expert-{dname}", "expert", MIXTRAL, 256, dtype, {}))  # the largest tiles
     # gather and scatter as kernels of their own, and the four launches without PDL
-    out.append(("odd-T=3-expert-eight-kernels", "expert", ODD, 3, BF16, dict(fuse_gather_scatter=False)))
+    out.append(("odd-T=3-expert-eight-kernels", "expert-unfused", ODD, 3, BF16, {}))
     if arch in FP8_ARCHS:
-        out.append(("qwen3-30b-T=8-expert-fp8-eight-kernels", "expert", QWEN, 8, BF16,
-                    dict(act_format="fp8", fuse_gather_scatter=False)))
+        out.append(("qwen3-30b-T=8-expert-fp8-eight-kernels", "expert-unfused", QWEN, 8, BF16, dict(act_format="fp8")))
     out.append(("qwen3-30b-T=256-expert-no-pdl", "expert", QWEN, 256, BF16, dict(pdl=False)))
     if arch in FP8_WEIGHT_ARCHS:  # FP8 weights (warpdecode.quant), both formats, at their default tiles
         for fmt in ("block128", "mxfp8"):
@@ -137,8 +136,8 @@ def built():
 
 
 def test_every_kernel_is_compiled_for_every_architecture():
-    """A kernel added to warpdecode/kernels/ but never launched by a scenario fails here; sm_80
-    launches no FP8 quantizer (no FP8 tensor cores); the FP8-weight pair is compiled for sm_100a."""
+    """A kernel added to warpdecode/kernels/ (or bench/unfused.py) but never launched by a scenario fails
+    here; sm_80 launches no FP8 quantizer (no FP8 tensor cores); the FP8-weight pair is compiled for sm_100a."""
     defined = {n for mod in KERNEL_MODULES for n in dir(mod) if n.endswith("_kernel")}
     fp8_weights = {n for n in dir(k8) if n.endswith("_kernel")}
     for arch in ARCHS:

@@ -1,14 +1,14 @@
-"""Every kernel in warpdecode/kernels/ compiles for the H200 (sm_90a) — on this machine, GPU or
-not — with the real Triton pipeline and ptxas (bench.compiled). The interpreter accepts code
-the GPU compiler rejects, so a green CPU run alone proves nothing about the GPU.
+"""Every kernel in warpdecode/kernels/ (and bench/unfused.py's gather and scatter) compiles for the
+H200 (sm_90a) — on this machine, GPU or not — with the real Triton pipeline and ptxas
+(bench.compiled). The interpreter accepts code the GPU compiler rejects, so a green CPU run alone
+proves nothing about the GPU.
 
 What is compiled is what the launchers pass on an H200 (bench.compiled.record_launches):
-warpdecode.warp.moe_warp and warpdecode.expert.moe_expert are run on ``meta`` tensors with every
-kernel replaced by a recorder, configs.py answering from its non-interpreter branch (its
-defaults, or the H200's tuned table), the GEMMs' DOT_FP32=False and PRECISION as on a GPU, and
-programmatic dependent launch on. So a
-kernel's new meta-parameter, or a launcher that passes a different one, is compiled as it will
-run, without this file knowing about it.
+warpdecode.warp.moe_warp, warpdecode.expert.moe_expert and bench.unfused.moe_expert_unfused are run
+on ``meta`` tensors with every kernel replaced by a recorder, configs.py answering from its
+non-interpreter branch (its defaults, or the H200's tuned table), the GEMMs' DOT_FP32=False and
+PRECISION as on a GPU, and programmatic dependent launch on. So a kernel's new meta-parameter, or a
+launcher that passes a different one, is compiled as it will run, without this file knowing about it.
 
 Beyond "it compiles": the warp-decode kernels do not spill, stream weights in 128-bit loads, and
 map output rows to warps as docs/design.md ("How one warp per output is written in Triton")
@@ -24,7 +24,7 @@ import re
 import pytest
 import torch
 
-from bench import compiled
+from bench import compiled, unfused
 from warpdecode import MoEShape, _runtime, configs
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_fp8 as k8
@@ -33,7 +33,7 @@ from warpdecode.kernels import warp_pair as kp
 from warpdecode.kernels import warp_persistent as kf
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-KERNEL_MODULES = (kx, kp, kg, kf, k8)
+KERNEL_MODULES = (kx, kp, kg, kf, k8, unfused)
 
 # (scenario id, path, layer shape, T, dtype, options, GPU whose tuned table configs.py reads)
 # The ids name the shape and what the scenario exercises. "no tuned table" gives configs.py's
@@ -68,10 +68,9 @@ SCENARIOS = [
     ("qwen3-30b-T=8-expert-fp8-decode", "expert", QWEN, 8, BF16, dict(act_format="fp8"), DEFAULTS),
     ("qwen3-30b-T=8-expert-H200-tuned", "expert", QWEN, 8, BF16, {}, H200),
     ("odd-T=1-expert-fp32", "expert", ODD, 1, FP32, {}, DEFAULTS),
-    # gather and scatter as kernels of their own (the stage-by-stage form of notebook 2)
-    ("odd-T=3-expert-eight-kernels", "expert", ODD, 3, BF16, dict(fuse_gather_scatter=False), DEFAULTS),
-    ("qwen3-30b-T=8-expert-fp8-eight-kernels", "expert", QWEN, 8, BF16,
-     dict(act_format="fp8", fuse_gather_scatter=False), DEFAULTS),
+    # gather and scatter as kernels of their own (bench.unfused, the stage-by-stage form of notebook 2)
+    ("odd-T=3-expert-eight-kernels", "expert-unfused", ODD, 3, BF16, {}, DEFAULTS),
+    ("qwen3-30b-T=8-expert-fp8-eight-kernels", "expert-unfused", QWEN, 8, BF16, dict(act_format="fp8"), DEFAULTS),
     # HALF_M (a tuner candidate): a block whose upper half is padding runs as a half-height tile, so
     # each GEMM holds two pipelined loops; at Mixtral T=256's tuned tiles (BLOCK_M=128, 8 warps)
     ("mixtral-T=256-expert-half-m", "expert", MIXTRAL, 256, BF16, dict(config={"BLOCK_M": 128,
@@ -177,11 +176,11 @@ def _all_specs() -> tuple[dict[str, compiled.Job], dict[str, dict]]:
             key = f"{name}-{sid}"
             if key in specs:  # the FP8 quantizer runs twice: on the activations, then the intermediate
                 key += "-2nd"
-            specs[key], options[key] = job, scenario[-2]
+            specs[key], options[key] = job, dict(scenario[-2], path=scenario[0])
     return specs, options
 
 
-SPECS, OPTIONS = _all_specs()  # id -> Job and its scenario's options, recorded at collection (no compile here)
+SPECS, OPTIONS = _all_specs()  # id -> Job and its scenario's options and path, recorded at collection (no compile)
 WARP = [n for n, j in SPECS.items() if j.name.startswith("warp_")]
 GROUPED = [n for n in WARP if "_grouped_" in SPECS[n].name]  # tensor-core tiles, not one warp per output
 PAIR = [n for n in WARP if n not in GROUPED]
@@ -203,7 +202,7 @@ def _bits(ld_line: str) -> int:
 
 
 def test_every_kernel_is_compiled():
-    """A kernel added to warpdecode/kernels/ but never launched by a scenario fails here."""
+    """A kernel added to warpdecode/kernels/ (or bench/unfused.py) but never launched by a scenario fails here."""
     defined = {n for mod in KERNEL_MODULES for n in dir(mod) if n.endswith("_kernel")}
     assert defined == {j.name for j in SPECS.values()}
 
@@ -232,7 +231,7 @@ def _expert_pdl(name: str) -> bool:
     """Whether a scenario's expert launches are chained: the default on a GPU that has PDL, in the
     fused form with native activations, unless the scenario passes pdl=False."""
     o = OPTIONS[name]
-    return o.get("pdl", True) and o.get("act_format", "native") == "native" and o.get("fuse_gather_scatter", True)
+    return o.get("pdl", True) and o.get("act_format", "native") == "native" and o["path"] != "expert-unfused"
 
 
 def test_expert_pdl_waits_before_it_reads(built):

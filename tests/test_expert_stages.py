@@ -1,4 +1,5 @@
-"""The expert-centric path one stage at a time (warpdecode.expert.align … combine), each against
+"""The expert-centric path one stage at a time (warpdecode.expert.align … combine; gather and
+scatter as kernels of their own from bench.unfused), each against
 an independent computation: pure Python for the index arrays, torch for the data movement, a
 torch re-implementation for the FP8 quantizer, float64 for the two grouped GEMMs.
 
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import warpdecode
+from bench import unfused
 from warpdecode import _alloc, expert
 from warpdecode.configs import expert_config
 
@@ -142,7 +144,7 @@ def test_gather_matches_index_select(T, K, E, dtype, seed):
     H = 45  # odd, below one BLOCK_H
     x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
     with _alloc.poisoned():
-        a = expert.gather(x, al, K)
+        a = unfused.gather(x, al, K)
     ntpp, ids, valid = _used_rows(al)
     want = torch.where(valid[:, None], x[torch.where(valid, ids, 0) // K], torch.zeros((), dtype=dtype, device=DEV))
     assert a.shape == (al.EM, H) and a.dtype == dtype
@@ -213,7 +215,7 @@ def test_gate_up_matches_float64(T, K, E, dtype, fmt, seed):
     x, w13, w2, al, cfg = _stage_inputs(T, K, E, dtype, seed, fmt == "fp8")
     I = w2.shape[2]  # noqa: E741
     with _alloc.poisoned():
-        a = expert.gather(x, al, K)
+        a = unfused.gather(x, al, K)
         aq, a_scales = expert.quantize(a, al, fmt)
         h = expert.gate_up(aq, a_scales, w13, al, cfg["gate_up"])
     ntpp, ids, valid = _used_rows(al)
@@ -260,7 +262,7 @@ def test_scatter_matches_index_copy(T, K, E, dtype, seed):
     H = 45
     o = torch.randn(al.EM, H, generator=g).to(dtype).to(DEV)
     with _alloc.poisoned():
-        s = expert.scatter(o, al)
+        s = unfused.scatter(o, al)
     ntpp, ids, valid = _used_rows(al)
     want = torch.full((T * K, H), float("nan"), dtype=dtype, device=DEV).index_copy_(0, ids[valid], o[:ntpp][valid])
     assert s.shape == (T * K, H)
@@ -292,10 +294,10 @@ def test_stages_compose_to_moe_expert(T, K, E, seed):
     topk_weights, topk_ids = warpdecode.route(torch.randn(T, E, generator=g).to(DEV), K)
     with _alloc.poisoned():
         al = expert.align(topk_ids, E, cfg["BLOCK_M"])
-        a, _ = expert.quantize(expert.gather(x, al, K), al)
+        a, _ = expert.quantize(unfused.gather(x, al, K), al)
         h = expert.gate_up(a, None, w13, al, cfg["gate_up"])
         o = expert.down(h, None, w2, al, topk_weights, cfg["down"])
-        y = expert.combine(expert.scatter(o, al), topk_ids, topk_weights, E)
+        y = expert.combine(unfused.scatter(o, al), topk_ids, topk_weights, E)
         want = warpdecode.moe(x, w13, w2, topk_weights, topk_ids, method="expert")
     assert torch.equal(y, want)
 
@@ -311,7 +313,7 @@ def test_fused_gather_scatter_is_the_same_to_the_bit(T, K, E, dtype, fmt, seed):
     topk_weights, topk_ids = warpdecode.route(torch.randn(T, E, generator=g).to(DEV), K)
     with _alloc.poisoned():
         fused = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=fmt)
-        apart = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=fmt, fuse_gather_scatter=False)
+        apart = unfused.moe_expert_unfused(x, w13, w2, topk_weights, topk_ids, act_format=fmt)
     assert not fused.isnan().any()
     assert torch.equal(fused, apart)
 

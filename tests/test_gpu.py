@@ -141,11 +141,14 @@ FUSED_IO_CASES = [(p, T, f) for p in warpdecode.MODEL_PRESETS for T in (1, 33) f
 def test_expert_fused_gather_scatter_is_the_eight_kernels(preset, T, act_format):
     """What moe(method='expert') runs (gather in the gate/up GEMM's loads, scatter in the down
     GEMM's stores, vLLM's form; the launches chained with PDL) gives the eight separate kernels'
-    result to the bit, and so do the four launches one after another (pdl=False), tuned configs."""
+    result (bench.unfused) to the bit, and so do the four launches one after another (pdl=False),
+    tuned configs."""
+    from bench import unfused
+
     inputs, _, _ = _preset_inputs(preset, T)
     with warpdecode._alloc.poisoned():
         fused = warpdecode.expert.moe_expert(*inputs, act_format=act_format)
-        apart = warpdecode.expert.moe_expert(*inputs, act_format=act_format, fuse_gather_scatter=False)
+        apart = unfused.moe_expert_unfused(*inputs, act_format=act_format)
         unchained = warpdecode.expert.moe_expert(*inputs, act_format=act_format, pdl=False)
     assert not fused.isnan().any()
     assert torch.equal(fused, apart) and torch.equal(fused, unchained)

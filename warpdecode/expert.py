@@ -1,7 +1,8 @@
 """Rungs 2 and 3: the expert-centric path as production engines run it, one function per stage of
-``kernels/expert.py`` (1 route is ``warpdecode.route``; 2 align, 3 gather, 4 quantize, 5 gate/up, 6 down,
-7 scatter, 8 combine). :func:`moe_expert` runs them as vLLM's ``fused_moe`` (gather and scatter inside the
-GEMMs, four launches chained with PDL); ``fuse_gather_scatter=False`` runs all eight, bit for bit the same.
+``kernels/expert.py`` (1 route is ``warpdecode.route``; 2 align, 4 quantize, 5 gate/up, 6 down, 8 combine).
+:func:`moe_expert` runs them as vLLM's ``fused_moe``: 3 gather inside the gate/up GEMM's loads, 7 scatter
+inside the down GEMM's stores, four launches chained with PDL. ``bench/unfused.py`` runs gather and scatter
+as kernels of their own, bit for bit the same.
 """
 
 from __future__ import annotations
@@ -72,17 +73,6 @@ def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False,
         USE_PDL=pdl and _runtime.HAS_PDL,  # launched as usual; it lets the next kernel launch early
     )
     return Alignment(sorted_token_ids, expert_ids, num_tokens_post_padded, block_m, num_pairs)
-
-
-def gather(x: torch.Tensor, al: Alignment, K: int) -> torch.Tensor:
-    """Stage 3: the expert-major activation buffer (EM, H); padding rows are zero."""
-    H = x.shape[1]
-    a = _alloc.empty(al.EM, H, dtype=x.dtype, device=x.device)
-    kx.gather_kernel[(al.EM,)](
-        x, al.sorted_token_ids, al.num_tokens_post_padded, a, H, al.num_pairs,
-        x.stride(0), a.stride(0), K=K, BLOCK_H=min(1024, triton.next_power_of_2(H)), num_warps=4,
-    )
-    return a
 
 
 def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
@@ -166,17 +156,6 @@ def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tenso
     return out
 
 
-def scatter(o: torch.Tensor, al: Alignment) -> torch.Tensor:
-    """Stage 7: expert-major rows back to (T*K, H) token order."""
-    H = o.shape[1]
-    dst = _alloc.empty(al.num_pairs, H, dtype=o.dtype, device=o.device)
-    kx.scatter_kernel[(al.EM,)](
-        o, al.sorted_token_ids, al.num_tokens_post_padded, dst, H, al.num_pairs, o.stride(0), dst.stride(0),
-        BLOCK_H=min(1024, triton.next_power_of_2(H)), num_warps=4,
-    )
-    return dst
-
-
 def combine(s: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, E: int, *,
             pdl: bool = False) -> torch.Tensor:
     """Stage 8: y[t] = Σ_j s[t*K + j] in the compute dtype (``moe_sum``); bad ids as ``kernels/ids.py``."""
@@ -190,32 +169,34 @@ def combine(s: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     return y
 
 
-def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native", config: dict | None = None,
-               fuse_gather_scatter: bool = True, pdl: bool | None = None):
-    """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
-
-    act_format: ``"native"`` (default, compute dtype) or ``"fp8"`` (e4m3 activations and intermediate,
-    1×128 power-of-two scales; with FP8 weights w8a8, else weight-only). fuse_gather_scatter (default
-    True): gather and scatter inside the GEMMs, as vLLM; False: kernels of their own. pdl: chain gate/up,
-    down and combine with PDL (Hopper+, fused, native); None (default): where the GPU has it unless
-    ``WARPDECODE_PDL=0``; False: as vLLM. Every option gives the same bits."""
-    T, H = x.shape
-    E, two_i, _ = w13.shape
-    K = topk_ids.shape[1]
+def launch_config(x, w13, topk_ids, act_format: str = "native", config: dict | None = None) -> dict:
+    """The configuration :func:`moe_expert` runs: ``config`` checked as the tables are, else the table's or the
+    default for this layer and T."""
     weights = w13.FORMAT if is_fp8(w13) else None
     if config is not None:  # a caller's own: checked as the tables are
         check_expert(config, act_format == "fp8", weights, "moe_expert(config=...)")
-    cfg = config or expert_config(H, two_i // 2, E, K, T, fp8=act_format == "fp8", elem=x.element_size(),
-                                  weights=weights)
+        return config
+    T, H = x.shape
+    E, two_i, _ = w13.shape
+    return expert_config(H, two_i // 2, E, topk_ids.shape[1], T, fp8=act_format == "fp8", elem=x.element_size(),
+                         weights=weights)
+
+
+def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native", config: dict | None = None,
+               pdl: bool | None = None):
+    """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
+
+    act_format: ``"native"`` (default, compute dtype) or ``"fp8"`` (e4m3 activations and intermediate,
+    1×128 power-of-two scales; with FP8 weights w8a8, else weight-only). pdl: chain gate/up, down and combine
+    with PDL (Hopper+, native); None (default): where the GPU has it unless ``WARPDECODE_PDL=0``; False: as
+    vLLM. Every option gives the same bits."""
+    E, K = w13.shape[0], topk_ids.shape[1]
+    cfg = launch_config(x, w13, topk_ids, act_format, config)
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
-    pdl = (_runtime.USE_PDL if pdl is None else pdl) and fuse_gather_scatter and act_format == "native"
+    pdl = (_runtime.USE_PDL if pdl is None else pdl) and act_format == "native"
     al = align(topk_ids, E, cfg["BLOCK_M"], pdl=pdl)
-    if fuse_gather_scatter:
-        a, a_scales = quantize(x, None, act_format)  # per token: the same values the gathered rows get
-        h = gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K, pdl=pdl)
-    else:
-        a, a_scales = quantize(gather(x, al, K), al, act_format)
-        h = gate_up(a, a_scales, w13, al, cfg["gate_up"])
+    a, a_scales = quantize(x, None, act_format)  # per token: the same values the gathered rows get
+    h = gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K, pdl=pdl)
     h, h_scales = quantize(h, al, act_format)
-    o = down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=fuse_gather_scatter, pdl=pdl)
-    return combine(o if fuse_gather_scatter else scatter(o, al), topk_ids, topk_weights, E, pdl=pdl)
+    o = down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=True, pdl=pdl)
+    return combine(o, topk_ids, topk_weights, E, pdl=pdl)

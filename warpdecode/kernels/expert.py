@@ -1,11 +1,11 @@
 """The expert-centric path's kernels, in the vocabulary of vLLM's ``fused_moe``.
 
     align    sorted_token_ids = the T·K pairs grouped by expert, each run padded to BLOCK_M; expert_ids per block
-    gather   A[r]    = x[sorted_token_ids[r] // K]                           (fused into gate/up's loads by default)
+    gather   A[r]    = x[sorted_token_ids[r] // K]                           (inside gate/up's loads)
     quant    A[r]    = e4m3(A[r] / s_r), one power-of-two s_r per 1×128 block (optional)
     gate/up  ∥(m, n): h[r, n] = silu(A[r]·Wg[e_m, n]) · (A[r]·Wu[e_m, n]), r in block m, rounded
     down     ∥(m, n): o[r, n] = w[r] · (h[r]·W2[e_m, n]), rounded
-    scatter  O[sorted_token_ids[r]] = o[r]                                   (fused into down's stores by default)
+    scatter  O[sorted_token_ids[r]] = o[r]                                   (inside down's stores)
     combine  y[t]    = Σ_j O[tK + j], one rounding per add
 
 Byte ledger of one call (bf16, B = blocks of BLOCK_M rows in use, each naming one expert; EM rows):
@@ -36,8 +36,10 @@ num_tokens_post_padded (1,)      rows of sorted_token_ids in use; the rest is ne
 EM = T*K + E*(BLOCK_M − 1) (vLLM's bound; T*K*BLOCK_M when T*K < E), known without a sync: grids
 are sized for it, and programs past num_tokens_post_padded return at once.
 
-Each stage is its own kernel, so each can be timed: moe_align_kernel, gather_kernel,
-quant_fp8_kernel, grouped_gate_up_kernel, grouped_down_kernel, scatter_kernel, combine_kernel.
+Each stage is its own kernel, so each can be timed: moe_align_kernel, quant_fp8_kernel,
+grouped_gate_up_kernel, grouped_down_kernel, combine_kernel. Gather and scatter are fused into the
+GEMMs as vLLM fuses them; ``bench/unfused.py`` runs them as kernels of their own (GATHER and SCATTER
+off), the stage-by-stage form notebook 2 shows.
 """
 
 import triton
@@ -117,32 +119,6 @@ def moe_align_kernel(
         pad = (offs_m[None, :] >= filled[:, None]) & mask_b[:, None]
         tl.store(sorted_token_ids_ptr + row[:, None] + offs_m[None, :],
                  tl.full([CHUNK, BLOCK_M], 0, tl.int32) + NUM_PAIRS, mask=pad)
-
-
-@triton.jit(do_not_specialize=["NUM_PAIRS"])
-def gather_kernel(
-    x_ptr,  # (T, H) compute dtype
-    sorted_token_ids_ptr,  # (EM,) int32
-    num_tokens_post_padded_ptr,  # (1,) int32
-    a_ptr,  # (EM, H) out: row r = x[sorted_token_ids[r] // K], zeros on padding rows
-    H,
-    NUM_PAIRS,
-    stride_xt,
-    stride_ar,
-    K: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-):
-    r = tl.program_id(0)
-    if r >= tl.load(num_tokens_post_padded_ptr):
-        return
-    pair = tl.load(sorted_token_ids_ptr + r)
-    valid = pair < NUM_PAIRS
-    t = (tl.where(valid, pair, 0) // K).to(tl.int64)
-    for h0 in range(0, H, BLOCK_H):
-        offs_h = h0 + tl.arange(0, BLOCK_H)
-        mask_h = offs_h < H
-        v = tl.load(x_ptr + t * stride_xt + offs_h, mask=mask_h & valid, other=0.0)
-        tl.store(a_ptr + r.to(tl.int64) * stride_ar + offs_h, v, mask=mask_h)
 
 
 @triton.jit
@@ -320,8 +296,8 @@ def grouped_gate_up_kernel(
     A_FP8: tl.constexpr,
     DOT_FP32: tl.constexpr,  # the CPU interpreter's bf16 dot is wrong: widen there
     PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no tf32 shortcut); ignored for bf16/fp16
-    GATHER: tl.constexpr,  # False: a is the gathered buffer (stage 3 ran); True: row r of the tile
-                           # reads x[sorted_token_ids[r] // K], stage 3 fused into the loads as vLLM does
+    GATHER: tl.constexpr,  # True: row r of the tile reads x[sorted_token_ids[r] // K], stage 3 fused
+                           # into the loads as vLLM does; False: a is gathered already (bench/unfused.py)
     HALF_M: tl.constexpr = False,  # a block whose upper half is padding runs as a BLOCK_M/2-row tile
     USE_PDL: tl.constexpr = False,  # launched early: wait for align, then let the down GEMM launch
     SWAP_AB: tl.constexpr = False,  # the tile transposed on the tensor cores (_down_rows)
@@ -461,7 +437,7 @@ def grouped_down_kernel(
     DOT_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
     SCATTER: tl.constexpr,  # store row r at row sorted_token_ids[r] (stage 7 fused into the stores,
-                            # as vLLM does)
+                            # as vLLM does); False: expert-major rows (bench/unfused.py)
     HALF_M: tl.constexpr = False,  # a block whose upper half is padding runs as a BLOCK_M/2-row tile
     USE_PDL: tl.constexpr = False,  # launched early: wait for the gate/up GEMM, then let combine launch
     SWAP_AB: tl.constexpr = False,  # the tile transposed on the tensor cores (_down_rows)
@@ -495,31 +471,6 @@ def grouped_down_kernel(
     else:
         _down_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER, SWAP_AB,
                    W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0)
-
-
-@triton.jit(do_not_specialize=["NUM_PAIRS"])
-def scatter_kernel(
-    src_ptr,  # (EM, H) compute dtype, expert-major
-    sorted_token_ids_ptr,  # (EM,) int32
-    num_tokens_post_padded_ptr,  # (1,) int32
-    dst_ptr,  # (T*K, H) compute dtype out: row p = pair p's weighted expert output
-    H,
-    NUM_PAIRS,
-    stride_sr,
-    stride_dr,
-    BLOCK_H: tl.constexpr,
-):
-    r = tl.program_id(0)
-    if r >= tl.load(num_tokens_post_padded_ptr):
-        return
-    pair = tl.load(sorted_token_ids_ptr + r)
-    if pair >= NUM_PAIRS:  # padding row
-        return
-    for h0 in range(0, H, BLOCK_H):
-        offs_h = h0 + tl.arange(0, BLOCK_H)
-        mask_h = offs_h < H
-        v = tl.load(src_ptr + r.to(tl.int64) * stride_sr + offs_h, mask=mask_h)
-        tl.store(dst_ptr + pair.to(tl.int64) * stride_dr + offs_h, v, mask=mask_h)
 
 
 @triton.jit
