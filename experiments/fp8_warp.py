@@ -243,14 +243,14 @@ def moe_bits(x, w13, w2, topk_weights, topk_ids, *, config=None, act_dtype=torch
     cfg = config or warp_config(H, I, E, K, T, weights=w13.FORMAT)
     gu, dn = cfg["gate_up"], cfg["down"]
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
-    q, s = w13.weight, w13.kernel_scale()
+    q, s = w13.weight, w13.scale
     bits_gate_up_kernel[(T * K * triton.cdiv(I, gu["BLOCK_I"]),)](
         x, q, s, topk_ids, act, H, I, E, T * K, K, w13.up_scale_row, x.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), act.stride(0),
         BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], **wp._fp8_meta(w13, gu["BLOCK_H"], "gate_up BLOCK_H"),
         USE_PDL=wp.USE_PDL, **BITS_META, num_warps=gu["num_warps"], num_stages=gu["num_stages"])
     y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
-    q, s = w2.weight, w2.kernel_scale()
+    q, s = w2.weight, w2.scale
     bits_down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
         act, q, s, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), y.stride(0),
@@ -702,7 +702,7 @@ def moe_nomath(x, w13, w2, topk_weights, topk_ids, *, config=None):
         raise ValueError(f"K={K}: the no-math copy has the unrolled down form only")
     cfg = config or warp_config(H, I, E, K, T, weights=w13.FORMAT)
     gu, dn = cfg["gate_up"], cfg["down"]
-    xw, q, s = _words(x), _words(w13.weight), w13.kernel_scale()
+    xw, q, s = _words(x), _words(w13.weight), w13.scale
     act = torch.empty(T * K, I, dtype=torch.int32, device=x.device)
     nomath_gate_up_kernel[(T * K * triton.cdiv(I, gu["BLOCK_I"]),)](
         xw, q, s, topk_ids, act, H, I, E, T * K, K, w13.up_scale_row, xw.stride(0), q.stride(0), q.stride(1),
@@ -710,7 +710,7 @@ def moe_nomath(x, w13, w2, topk_weights, topk_ids, *, config=None):
         BLOCK_I=gu["BLOCK_I"], BLOCK_H=gu["BLOCK_H"], **wp._fp8_meta(w13, gu["BLOCK_H"], "gate_up BLOCK_H"),
         USE_PDL=wp.USE_PDL, num_warps=gu["num_warps"], num_stages=gu["num_stages"])
     y = torch.empty(T, H, dtype=x.dtype, device=x.device)
-    q, s = _words(w2.weight), w2.kernel_scale()
+    q, s = _words(w2.weight), w2.scale
     nomath_down_kernel[(T * triton.cdiv(H, dn["BLOCK_H"]),)](
         act, q, s, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), q.stride(0), q.stride(1),
         s.stride(0), s.stride(1), s.stride(2), y.stride(0),
@@ -728,7 +728,7 @@ def _wrap(v: torch.Tensor) -> torch.Tensor:
 
 def _scale_sums(w, e) -> torch.Tensor:
     """(pairs, scale rows): each routed expert's scales summed along a row as the kernels add them."""
-    sc = w.kernel_scale()[e]
+    sc = w.scale[e]
     sc = sc.view(torch.int32) if sc.dtype == torch.float32 else sc
     return sc.to(torch.int64).sum(-1)
 

@@ -139,7 +139,7 @@ def test_bad_scales_are_refused_by_name(fmt, what):
     scale, pattern = _bad_scale(fmt, what)
     weight = torch.zeros(c.E, c.H, c.I, dtype=torch.float8_e4m3fn)
     with pytest.raises((ValueError, TypeError), match=f"w2: .*{pattern}"):
-        quant.CLASSES[fmt].from_checkpoint(weight, scale, name="w2")
+        quant.CLASSES[fmt](weight, scale, name="w2")
 
 
 def test_bad_weights_are_refused_by_name():

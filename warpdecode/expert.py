@@ -95,7 +95,7 @@ def _weight_operands(w) -> tuple:
     """(weights, scales, S_UP, scale strides, meta) of a GEMM's B operand, FP8 or plain (no scales read)."""
     if not is_fp8(w):
         return w, w, 0, (0, 0, 0), {"W_FP8": False, "W_GROUP_N": 1, "W_GROUP_K": 128, "W_E8M0": False}
-    s = w.kernel_scale()
+    s = w.scale
     return (w.weight, s, w.up_scale_row, s.stride(),
             {"W_FP8": True, "W_GROUP_N": w.GROUP_N, "W_GROUP_K": w.GROUP_K, "W_E8M0": w.FORMAT == "mxfp8"})
 

@@ -9,8 +9,8 @@ restart at row I: scales (E, 2·⌈I/128⌉, ⌈H/128⌉) (vLLM's ``w13_weight_s
 ⌈I/128⌉). ``mxfp8`` (Blackwell): (E, 2I, ⌈H/32⌉) and (E, H, ⌈I/32⌉). Bytes per weight: 1 + 4/16384
 (block128), 1 + 1/32 (mxfp8), against 2 in bf16.
 
-:func:`quantize_experts` makes either format, ``from_checkpoint`` wraps tensors uncopied; both
-validate once. ``warpdecode.moe`` takes them as ``w13``/``w2`` with every method;
+:func:`quantize_experts` makes either format, :func:`experts_from_checkpoint` wraps tensors uncopied;
+both validate once. ``warpdecode.moe`` takes them as ``w13``/``w2`` with every method;
 :meth:`FP8Weights.dequantize` is exact in float64, as the reference reads it.
 """
 
@@ -44,12 +44,6 @@ class FP8Weights:
         self.weight, self.scale, self.dtype, self.gate_up, self.name = weight, scale, dtype, bool(gate_up), name
         self._check_structure()
         self._check_values()
-
-    @classmethod
-    def from_checkpoint(cls, weight, scale, *, dtype=torch.bfloat16, gate_up: bool = False, name: str = "weight"):
-        """A checkpoint's ``weight`` (E, N, C) e4m3 and its scales (block128 ``weight_scale_inv``, float32; mxfp8
-        ``weight_scale`` (E, N, ⌈C/32⌉), e8m0 or uint8), held as they are."""
-        return cls(weight, scale, dtype=dtype, gate_up=gate_up, name=name)
 
     @classmethod
     def wrap(cls, weight: torch.Tensor, scale: torch.Tensor, *, dtype, gate_up: bool, name: str) -> FP8Weights:
@@ -90,18 +84,10 @@ class FP8Weights:
         parts = 2 if gate_up else 1
         return (E, parts * _cdiv(N // parts, cls.GROUP_N), _cdiv(C, cls.GROUP_K))
 
-    def scale_shape(self) -> tuple[int, int, int]:
-        """The scale tensor's shape this weight needs."""
-        return self.scale_shape_for(self.weight.shape, self.gate_up)
-
     @property
     def up_scale_row(self) -> int:
         """The scale row of w13's first up row (row I): the gate's row blocks come first."""
         return _cdiv(self.weight.shape[1] // 2, self.GROUP_N) if self.gate_up else 0
-
-    def kernel_scale(self) -> torch.Tensor:
-        """The scales as the kernels read them: float32, or e8m0 as its uint8 bits (a view)."""
-        return self.scale
 
     def scale_factors(self, e: int | None = None) -> torch.Tensor:
         """The scales as float64 factors, in the scale tensor's shape (expert ``e``'s only, if given)."""
@@ -149,9 +135,9 @@ class FP8Weights:
             raise TypeError(f"{n}: dtype must be bfloat16, float16 or float32, got {self.dtype}")
         if s.device != w.device:
             raise ValueError(f"{n}: the scale is on {s.device}, the weight on {w.device}")
-        if tuple(s.shape) != self.scale_shape():
+        if tuple(s.shape) != (want := self.scale_shape_for(w.shape, self.gate_up)):
             raise ValueError(f"{n}: {self.FORMAT} scales of a weight {tuple(w.shape)} must have shape "
-                             f"{self.scale_shape()}{self._shape_note()}, got {tuple(s.shape)}")
+                             f"{want}{self._shape_note()}, got {tuple(s.shape)}")
         if s.dtype != self.SCALE_DTYPE:
             raise TypeError(f"{n}: {self.FORMAT} scales must be {self.SCALE_WORDS}, got {s.dtype}")
 
@@ -194,7 +180,7 @@ class MXFP8Weights(FP8Weights):
 
     def __init__(self, weight, scale, **kwargs):
         if isinstance(scale, torch.Tensor) and E8M0 is not None and scale.dtype == E8M0:
-            scale = scale.view(torch.uint8)
+            scale = scale.view(torch.uint8)  # the kernels and the checks read e8m0 as its uint8 bits
         super().__init__(weight, scale, **kwargs)
 
     def _check_values(self):
@@ -244,29 +230,29 @@ def _quantize_mxfp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.view(E, N, -1)[:, :, :C].contiguous(), (up + 127).to(torch.uint8)
 
 
-def quantize(w: torch.Tensor, format: str = "block128", *, gate_up: bool = False, name: str = "weight") -> FP8Weights:
-    """One stacked expert weight (E, N, C) in bf16/fp16/fp32 → :class:`FP8Weights` of ``format``."""
+def _format_class(format: str) -> type[FP8Weights]:
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    return CLASSES[format]
+
+
+def quantize(w: torch.Tensor, format: str = "block128", *, gate_up: bool = False, name: str = "weight") -> FP8Weights:
+    """One stacked expert weight (E, N, C) in bf16/fp16/fp32 → :class:`FP8Weights` of ``format``."""
+    cls = _format_class(format)
     if not isinstance(w, torch.Tensor) or w.dim() != 3 or w.dtype not in COMPUTE_DTYPES:
         raise ValueError(f"{name} must be a 3-D bfloat16, float16 or float32 tensor to quantize, got "
                          f"{getattr(w, 'dtype', type(w).__name__)} {tuple(getattr(w, 'shape', ()))}")
     if not bool(torch.isfinite(w).all()):
         raise ValueError(f"{name} holds non-finite values: no FP8 scale represents them")
-    fn = _quantize_block128 if format == "block128" else _quantize_mxfp8
     if gate_up and w.shape[1] % 2:
         raise ValueError(f"{name} must have an even number of rows (2I), got {tuple(w.shape)}")
-    cls = CLASSES[format]
+    fn = _quantize_block128 if format == "block128" else _quantize_mxfp8
     q = torch.empty(w.shape, dtype=FP8, device=w.device)
-    s = torch.empty(cls.scale_shape_for(w.shape, gate_up),
-                    dtype=torch.float32 if format == "block128" else torch.uint8, device=w.device)
+    s = torch.empty(cls.scale_shape_for(w.shape, gate_up), dtype=cls.SCALE_DTYPE, device=w.device)
     for e in range(w.shape[0]):  # one expert at a time: the FP32 working copy stays one expert's size
-        if gate_up:  # gate and up rows quantized as the separate projections they are in a checkpoint
-            (qg, sg), (qu, su) = (fn(half) for half in w[e:e + 1].chunk(2, dim=1))
-            q[e], s[e] = torch.cat([qg, qu], dim=1)[0], torch.cat([sg, su], dim=1)[0]
-        else:
-            (qe, se) = fn(w[e:e + 1])
-            q[e], s[e] = qe[0], se[0]
+        # gate and up rows quantized as the separate projections they are in a checkpoint
+        qs, ss = zip(*(fn(part) for part in w[e:e + 1].chunk(2 if gate_up else 1, dim=1)), strict=True)
+        q[e], s[e] = torch.cat(qs, dim=1)[0], torch.cat(ss, dim=1)[0]
     return cls(q, s, dtype=w.dtype, gate_up=gate_up, name=name)
 
 
@@ -279,12 +265,10 @@ def quantize_experts(w13: torch.Tensor, w2: torch.Tensor, format: str = "block12
 def experts_from_checkpoint(w13, w13_scale, w2, w2_scale, *, format: str = "block128",
                             dtype=torch.bfloat16) -> tuple[FP8Weights, FP8Weights]:
     """A checkpoint's stacked FP8 tensors w13 (E, 2I, H, gate then up), w2 (E, H, I) and scales (w13_scale,
-    w2_scale: block128 ``weight_scale_inv``, or mxfp8 e8m0) in ``format``, uncopied; ``dtype``: the activations'."""
-    if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
-    cls = CLASSES[format]
-    return (cls.from_checkpoint(w13, w13_scale, dtype=dtype, gate_up=True, name="w13"),
-            cls.from_checkpoint(w2, w2_scale, dtype=dtype, name="w2"))
+    w2_scale: block128 ``weight_scale_inv``, float32; mxfp8 ``weight_scale``, e8m0 or its uint8 bits) in
+    ``format``, uncopied; ``dtype``: the activations'."""
+    cls = _format_class(format)
+    return cls(w13, w13_scale, dtype=dtype, gate_up=True, name="w13"), cls(w2, w2_scale, dtype=dtype, name="w2")
 
 
 def is_fp8(w) -> bool:

@@ -72,7 +72,7 @@ def warp_gate_up_fp8(x, w13, topk_ids, cfg: dict, act_dtype=torch.float32) -> to
     I = w13.shape[1] // 2  # noqa: E741
     K = topk_ids.shape[1]
     act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
-    q, s = w13.weight, w13.kernel_scale()
+    q, s = w13.weight, w13.scale
     grid = (T * K * triton.cdiv(I, cfg["BLOCK_I"]),)
     k8.warp_gate_up_fp8_kernel[grid](
         x, q, s, topk_ids, act, H, I, w13.shape[0], T * K, K, w13.up_scale_row, x.stride(0), q.stride(0), q.stride(1),
@@ -97,7 +97,7 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
     E, H, I = w2.shape
     T, K = topk_ids.shape
     y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
-    q, s = w2.weight, w2.kernel_scale()
+    q, s = w2.weight, w2.scale
     grid = (T * triton.cdiv(H, cfg["BLOCK_H"]),)
     k8.warp_down_fp8_kernel[grid](
         act, q, s, topk_ids, topk_weights, y, H, I, E, T, act.stride(0), q.stride(0), q.stride(1),
