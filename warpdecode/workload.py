@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -35,15 +36,9 @@ def num_copies(shape: MoEShape, *, min_working_set: float = 3.0, budget_bytes: f
 
 def make_layers(shape: MoEShape, n: int, *, dtype=torch.bfloat16, seed: int = 0):
     """``n`` independent random copies of the layer's weights on the GPU, std 1/sqrt(fan_in)."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    layers = []
-    for _ in range(n):
-        w13 = torch.randn(shape.E, 2 * shape.I, shape.H, device="cuda", dtype=dtype, generator=g)
-        w13.mul_(shape.H**-0.5)
-        w2 = torch.randn(shape.E, shape.H, shape.I, device="cuda", dtype=dtype, generator=g)
-        w2.mul_(shape.I**-0.5)
-        layers.append((w13, w2))
-    return layers
+    randn = partial(torch.randn, device="cuda", dtype=dtype, generator=torch.Generator(device="cuda").manual_seed(seed))
+    E, I, H = shape.E, shape.I, shape.H  # noqa: E741
+    return [(randn(E, 2 * I, H).mul_(H**-0.5), randn(E, H, I).mul_(I**-0.5)) for _ in range(n)]
 
 
 def make_inputs(shape: MoEShape, T: int, n: int, *, dtype=torch.bfloat16, seed: int = 1) -> list[LayerInputs]:
