@@ -1,8 +1,8 @@
 """The lab's command line, run from the root of a warpdecode checkout:
 ``python -m bench <command> …``; ``--help`` lists the commands, and ``python -m bench <command>
 --help`` explains each option. It needs the checkout (``results/``, ``README.md``, ``docs/``,
-``figures/``), which the wheel does not hold; the installed package's own command line is
-``python -m warpdecode tune``.
+``figures/``, the shipped ``warpdecode/tuned/``), which the wheel does not hold; the installed package's
+own command line is ``python -m warpdecode tune --shape H I E K``.
 
 Without a CUDA GPU the kernels run in Triton's CPU interpreter: the commands that can, run a
 small preset and report error only, and say which options they cannot honour there.
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from bench.cli import on_gpu, parse, say_ignored, subcommands
+from bench.cli import each_in_own_process, on_gpu, parse, say_ignored, subcommands
 from warpdecode import _runtime
-from warpdecode.__main__ import each_in_own_process, tokens
+from warpdecode.__main__ import PATHS, tokens
 from warpdecode.presets import MODEL_PRESETS, PRESETS, get_preset
 
 ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -143,6 +143,19 @@ def bench_argv(args, preset: str) -> list[str]:
     argv += ["--T", *map(str, args.T)] if args.T else []
     argv += ["--root", str(args.root)] if args.root else []
     return argv + (["--out", args.out] if args.out else [])
+
+
+def cmd_tune(args):
+    from warpdecode import tuner
+
+    if not on_gpu():
+        sys.exit("tune needs a CUDA GPU: it times launch configs, and the CPU interpreter times nothing")
+    presets = args.presets or MODEL_PRESETS
+    if len(presets) > 1 and not args.in_process:
+        each_in_own_process(lambda args, preset: [sys.executable, "-m", "bench", "tune", "--presets", preset,
+                                                  "--in-process", "--paths", *args.paths], args, presets)
+        return
+    tuner.tune(presets, paths=args.paths)
 
 
 def cmd_e2e(args):
@@ -286,6 +299,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every preset in this process (by default, on a GPU, each preset runs in a process "
                         "of its own: what an earlier preset allocated changes later timings)")
     b.set_defaults(fn=cmd_bench)
+
+    t = add_parser("tune", help="search launch configs for the presets into warpdecode/tuned/<GPU>.json",
+                   description="Time launch configurations on this GPU and write the fastest per token bucket of "
+                               "each preset, in bf16 at the default token buckets, into warpdecode/tuned/<GPU>.json "
+                               "(the shipped table; the auto crossover comes from report). Each preset runs in a "
+                               "process of its own. Needs a CUDA GPU; any other layer: python -m warpdecode tune "
+                               "--shape H I E K.")
+    t.add_argument("--presets", nargs="+", choices=presets, metavar="PRESET",
+                   help=f"layer shapes to tune (default: every model preset); from {presets}")
+    t.add_argument("--paths", nargs="+", default=PATHS, choices=PATHS,
+                   help="the tuner's steps, as python -m warpdecode tune --help explains them (default all: "
+                        f"{' '.join(PATHS)})")
+    t.add_argument("--in-process", action="store_true",
+                   help="tune every preset in this process (by default each preset gets a process of its own)")
+    t.set_defaults(fn=cmd_tune)
 
     e = add_parser("e2e", help="whole decode steps: tokens/s, per-layer error vs float64, HF generate",
                        description="The minimal decoder (bench.model) end to end: decode tokens/s per MoE "

@@ -4,12 +4,20 @@ command line spells out, so that a command can say which of them it ignores and 
 from __future__ import annotations
 
 import argparse
+import subprocess
 
 from warpdecode import _runtime
 
 
 def on_gpu() -> bool:
     return _runtime.DEFAULT_DEVICE.type == "cuda"
+
+
+def each_in_own_process(argv_of, args, presets: list[str]):
+    """One process per preset, so that none inherits another's memory history (docs/design.md)."""
+    for preset in presets:
+        print(f"== {preset}, in a process of its own", flush=True)
+        subprocess.run(argv_of(args, preset), check=True)
 
 
 def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:

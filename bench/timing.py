@@ -1,4 +1,4 @@
-"""The benchmarks' timing beside the tuner's (``warpdecode.timing``: :func:`capture`, re-exported here, and
+"""The benchmarks' timing beside the tuner's (``warpdecode.workload``: :func:`capture`, re-exported here, and
 the replays :func:`time_replays` summarizes): timing several graphs interleaved, eager calls, the outputs
 poisoned before a timed graph, and the memory ceilings measured in the same run.
 :func:`read_ceiling` and :func:`copy_ceiling` stream several GB through the GPU: the best a
@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from warpdecode.timing import _warm_up, capture, replay_ms
+from warpdecode.workload import _warm_up, capture, replay_ms
 
 __all__ = ["Timing", "capture", "capture_poisoned", "copy_ceiling", "read_ceiling", "small_read", "time_eager",
            "time_interleaved", "time_replays"]
@@ -38,7 +38,7 @@ def _stats(times_ms: list[float]) -> Timing:
 
 
 def time_replays(graph, *, reps: int = 100, warmup: int = 10, min_warmup_ms: float = 50.0) -> Timing:
-    """Median, 20th and 80th percentiles of ``reps`` event-timed replays after a warm-up (``warpdecode.timing``)."""
+    """Median, 20th and 80th percentiles of ``reps`` event-timed replays after a warm-up (``warpdecode.workload``)."""
     return _stats(replay_ms(graph, reps=reps, warmup=warmup, min_warmup_ms=min_warmup_ms))
 
 

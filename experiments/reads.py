@@ -35,7 +35,7 @@ from bench.timing import capture, read_ceiling, small_read, time_replays
 # ==================================================================================================
 # version stream: How fast can one kernel read a decode-sized amount of memory? The streaming-read kernel of
 #
-# warpdecode.timing on the byte counts of real decode calls, against the multi-GB ceiling.
+# bench.timing on the byte counts of real decode calls, against the multi-GB ceiling.
 #
 #     python experiments/reads.py --version stream [--out experiments/results/<GPU>/small_reads.csv]
 #
@@ -66,7 +66,7 @@ def main_stream():
 # ==================================================================================================
 # version tiles: Is 83 % the most one launch can read of 75.5 MB on this GPU? The streaming-read kernel of
 #
-# warpdecode.timing (a persistent grid striding over the buffer) against two other ways to
+# bench.timing (a persistent grid striding over the buffer) against two other ways to
 # read the same bytes once, at the byte counts of a Qwen3-30B-A3B T=1 call (25.2 MB down, 50.3 MB
 # gate/up, 75.5 MB both):
 #

@@ -119,7 +119,7 @@ assert wd.rel_error(y_fused, ref) <= ladder.bound("warp") * floor
 assert wd.rel_error(y_split, ref) <= ladder.bound("warp") * floor
 
 # %% [markdown]
-# The tuner (`python -m warpdecode tune --paths fused`) times every persistent configuration of
+# The tuner (`python -m bench tune --paths fused`) times every persistent configuration of
 # `warpdecode.tuner.fused_candidates` (warps, tile sizes, programs per SM) against the tuned
 # pair for every preset and token bucket, and would keep `fused` where it won. The H200's table
 # records both times:

@@ -1,4 +1,4 @@
-"""The command lines (``python -m warpdecode tune``; the checkout's ``python -m bench``): on a GPU,
+"""The command lines (``python -m warpdecode tune --shape``; the checkout's ``python -m bench``): on a GPU,
 ``bench`` and ``tune`` run each preset
 in a process of its own (what one preset allocated changes another's timings), forwarding every
 option they were given; without one, the options the CPU cannot honour say so; ``report`` names
@@ -161,21 +161,39 @@ def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
     monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
     monkeypatch.setattr(tune, "tune", lambda *a, **k: (_ for _ in ()).throw(AssertionError("tuned in this process")))
-    cli.main(["tune", "--presets", "olmoe-1b-7b", "gpt-oss-20b", "--paths", "warp", "fused"])
+    lab.main(["tune", "--presets", "olmoe-1b-7b", "gpt-oss-20b", "--paths", "warp", "fused"])
     assert [c[c.index("--presets") + 1:c.index("--presets") + 2] for c in calls] == [["olmoe-1b-7b"], ["gpt-oss-20b"]]
-    assert all(c[:4] == [sys.executable, "-m", "warpdecode", "tune"] and "--in-process" in c
+    assert all(c[:4] == [sys.executable, "-m", "bench", "tune"] and "--in-process" in c
                and c[c.index("--paths") + 1:] == ["warp", "fused"] for c in calls)
     # one preset, or --in-process: tuned right here
     seen = []
     monkeypatch.setattr(tune, "tune", lambda presets, paths: seen.append((presets, paths)))
-    cli.main(["tune", "--presets", "olmoe-1b-7b"])
-    cli.main(["tune", "--presets", "olmoe-1b-7b", "gpt-oss-20b", "--in-process", "--paths", "expert"])
+    lab.main(["tune", "--presets", "olmoe-1b-7b"])
+    lab.main(["tune", "--presets", "olmoe-1b-7b", "gpt-oss-20b", "--in-process", "--paths", "expert"])
     assert seen == [(["olmoe-1b-7b"], ["warp", "fused", "grouped", "expert", "expert_swap"]),
                     (["olmoe-1b-7b", "gpt-oss-20b"], ["expert"])]
     assert len(calls) == 2
 
 
-def test_tune_shape_on_a_gpu_tunes_that_shape_here_with_its_options(monkeypatch, capsys):
+def test_the_installed_tune_without_shape_points_the_presets_at_bench(monkeypatch):
+    """The shipped table is tuned from a checkout: ``python -m warpdecode tune`` without ``--shape``
+    (with the presets' options or none) says to run ``python -m bench tune`` and tunes nothing."""
+    import pytest
+
+    from warpdecode import tuner as tune
+
+    monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
+    monkeypatch.setattr(tune, "tune", lambda *a, **k: pytest.fail("tuned"))
+    for argv in (["tune"], ["tune", "--presets", "olmoe-1b-7b"], ["tune", "--paths", "warp", "--in-process"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == cli.TUNE_PRESETS and "`python -m bench tune` from its root" in e.value.code
+    with pytest.raises(SystemExit) as e:  # an option tune --shape does not take is refused, not dropped
+        cli.main(["tune", "--shape", "1", "2", "3", "1", "--presets", "olmoe-1b-7b"])
+    assert e.value.code == 2
+
+
+def test_tune_shape_on_a_gpu_tunes_that_shape_here_with_its_options(monkeypatch):
     import pytest
 
     from warpdecode import tuner as tune
@@ -190,13 +208,6 @@ def test_tune_shape_on_a_gpu_tunes_that_shape_here_with_its_options(monkeypatch,
     cli.main(["tune", "--shape", "4096", "1536", "128", "8"])
     assert seen == [((5120, 1408, 60, 6), {"dtype": "fp16", "Ts": [1, 4], "paths": ["warp", "expert"]}),
                     ((4096, 1536, 128, 8), {"dtype": "bf16", "Ts": None, "paths": list(tune.PATHS)})]
-    with pytest.raises(SystemExit, match="--shape or --presets, not both"):
-        cli.main(["tune", "--shape", "1", "2", "3", "1", "--presets", "olmoe-1b-7b"])
-    # the presets' tuner takes its own buckets and dtype, and says so
-    monkeypatch.setattr(tune, "tune", lambda presets, paths: seen.append(presets))
-    cli.main(["tune", "--presets", "olmoe-1b-7b", "--T", "4"])
-    assert seen[-1] == ["olmoe-1b-7b"]
-    assert "--T ignored: the presets take the default token buckets" in capsys.readouterr().out
 
 
 def test_tune_shape_on_the_cpu_says_what_is_missing_and_writes_nothing(monkeypatch, tmp_path):
@@ -672,7 +683,7 @@ def test_progress_without_tqdm_prints_lines(monkeypatch, capsys):
 def test_help_lists_every_command_and_explains_every_option(capsys):
     import pytest
 
-    for module, names in ((cli, ["tune"]), (lab, ["compare", "bench", "e2e", "report"])):
+    for module, names in ((cli, ["tune"]), (lab, ["compare", "bench", "tune", "e2e", "report"])):
         p = module.build_parser()
         commands = p._subparsers._group_actions[0]
         assert list(commands.choices) == names

@@ -52,7 +52,7 @@
 #             --version bf16; --version fp8 for the w8a8 path): carry .vllm (bash tools/vllm_bundle.sh), unpacked
 #             into ~/vllm; the sweep stops starting cases TIMEOUT_VLLM − 60 s in (default limit 520 s)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
-#   tune      search launch configs, writes warpdecode/tuned/<GPU>.json (copied to $OUT)
+#   tune      search the presets' launch configs (python -m bench tune, TUNE_ARGS), writes warpdecode/tuned/<GPU>.json (copied to $OUT)
 #   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
 #   e2e       whole decode steps (E2E_ARGS): tokens/s, per-layer error vs float64, HF generate
 #   generate  GEN_BUDGET seconds in all (default 460): the CUDA-graph and batch-invariance GPU tests, batch
@@ -191,7 +191,7 @@ for stage in "$@"; do
     nopdl)
       run nopdl "${TIMEOUT_QUICK:-200}" env WARPDECODE_PDL=0 python3 -m bench compare --preset qwen3-30b-a3b --T 1 2 4 8 ;;
     tune)
-      run tune "${TIMEOUT_TUNE:-420}" python3 -m warpdecode tune ${TUNE_ARGS:-}
+      run tune "${TIMEOUT_TUNE:-420}" python3 -m bench tune ${TUNE_ARGS:-}
       cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
     bench)
       run bench "${TIMEOUT_BENCH:-480}" python3 -m bench bench ${BENCH_ARGS:-}

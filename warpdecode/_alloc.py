@@ -15,10 +15,7 @@ INT_POISON = 2**30  # far outside any valid index
 def empty(*shape, dtype, device) -> torch.Tensor:
     t = torch.empty(*shape, dtype=dtype, device=device)
     if _POISON:
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        else:
-            t.fill_(INT_POISON)
+        t.fill_(float("nan") if t.is_floating_point() else INT_POISON)
     return t
 
 

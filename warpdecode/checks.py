@@ -105,7 +105,7 @@ def check_id_range(topk_ids: torch.Tensor, E: int, name: str = "E") -> None:
     """Raise unless every id is in [0, E): a read-back in eager mode, a device assert under capture/compile."""
     if topk_ids.numel() == 0 or topk_ids.device.type == "meta":
         return
-    if torch.compiler.is_compiling() or _capturing(topk_ids):
+    if torch.compiler.is_compiling() or (topk_ids.is_cuda and torch.cuda.is_current_stream_capturing()):
         torch._assert_async(((topk_ids >= 0) & (topk_ids < E)).all(), f"topk_ids must lie in [0, {name}={E})")
     else:
         lo, hi = (int(v) for v in torch.aminmax(topk_ids))
@@ -161,7 +161,3 @@ def check_views(**tensors) -> None:
             raise ValueError(f"{name} is a view with a pending {'negation' if t.is_neg() else 'conjugation'} "
                              f"(torch._neg_view / .conj()): call {name}.resolve_neg() / .resolve_conj() first, "
                              "the kernels read its storage as it is")
-
-
-def _capturing(t: torch.Tensor) -> bool:
-    return t.is_cuda and not torch.compiler.is_compiling() and torch.cuda.is_current_stream_capturing()

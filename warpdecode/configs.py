@@ -1,11 +1,11 @@
 """Launch configurations: tuned tables, then the default rules (data: docs/design.md, "Launch configuration rules").
 
-A table (``python -m warpdecode tune``) keys ``[T_max, config]`` buckets by family and layer shape: T takes the
-first bucket with T ≤ T_max, else the last. The shipped ``tuned/<GPU>.json`` wins over the user's cache
-(:func:`cache_dir`) per family and shape. Reads are checked (a bad file is skipped with one warning); writes are
-checked, locked, merged and replace the file whole. ``WARPDECODE_TUNED`` (on, ``cache`` or off; :func:`tables`
-wins) and ``WARPDECODE_AUTOTUNE`` (off; :func:`autotune`: tune an unseen shape on its first call) are read at
-import and by :func:`read_env`.
+A table (``python -m warpdecode tune --shape``; the shipped ones: the checkout's ``python -m bench tune``) keys
+``[T_max, config]`` buckets by family and layer shape: T takes the first bucket with T ≤ T_max, else the last. The
+shipped ``tuned/<GPU>.json`` wins over the user's cache (:func:`cache_dir`) per family and shape. Reads are checked (a
+bad file is skipped with one warning); writes are checked, locked, merged and replace the file whole.
+``WARPDECODE_TUNED`` (on, ``cache`` or off; :func:`tables` wins) and ``WARPDECODE_AUTOTUNE`` (off; :func:`autotune`:
+tune an unseen shape on its first call) are read at import and by :func:`read_env`.
 """
 
 from __future__ import annotations
@@ -280,7 +280,8 @@ def _read(path: Path) -> dict:
         if str(e) not in _warned_tables:
             _warned_tables.add(str(e))
             warnings.warn(f"warpdecode skips a tuned table: {e}. Its launches run on the defaults; "
-                          "`python -m warpdecode tune` overwrites the file", stacklevel=3)
+                          "tuning again (`python -m warpdecode tune --shape` for the cache) overwrites the file",
+                          stacklevel=3)
         return {}
 
 

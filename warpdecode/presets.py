@@ -1,12 +1,5 @@
 """MoE layer shapes of real models (routed experts only), plus small ones for the CPU.
-
-    T  tokens in the step            E  routed experts in the layer
-    K  experts per token (top-k)     H  hidden size
-    I  intermediate size of one expert
-
-``w13`` (E, 2I, H), each expert's gate rows then up rows, and ``w2`` (E, H, I), as vLLM's
-``w13``/``w2`` and Hugging Face's ``gate_up_proj``/``down_proj``.
-"""
+The symbols (T, E, K, H, I) and the weights' layout: README.md, "Symbols"."""
 
 from __future__ import annotations
 

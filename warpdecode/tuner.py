@@ -28,8 +28,7 @@ from .kernels import warp_grouped as kg
 from .kernels import warp_pair as kp
 from .kernels import warp_persistent as kf
 from .presets import MoEShape, get_preset
-from .timing import capture, replay_ms
-from .workload import make_inputs, make_layers, num_copies
+from .workload import capture, make_inputs, make_layers, num_copies, replay_ms
 
 WARP_T = [1, 2, 4, 8, 16]
 EXPERT_T = [1, 8, 32, 128, 256]
