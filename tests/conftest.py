@@ -30,17 +30,23 @@ import warpdecode  # noqa: E402  first, so TRITON_INTERPRET is decided before an
 GPU = warpdecode.DEFAULT_DEVICE.type == "cuda"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--lab", action="store_true",
+                     help="also run the experiments' own checks (tests marked lab: minutes in the interpreter)")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (kernels compiled, not interpreted); skipped elsewhere")
 
 
 def pytest_collection_modifyitems(config, items):
-    if GPU:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU; kernels run in Triton's CPU interpreter here")
+    lab = pytest.mark.skip(reason="an experiment's own check: run with --lab")
+    gpu = pytest.mark.skip(reason="needs a CUDA GPU; kernels run in Triton's CPU interpreter here")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "lab" in item.keywords and not config.getoption("--lab"):
+            item.add_marker(lab)
+        if "gpu" in item.keywords and not GPU:
+            item.add_marker(gpu)
 
 
 @pytest.fixture

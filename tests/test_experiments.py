@@ -1,6 +1,8 @@
 """The experiments' kernels that are not in the package stay correct between the runs that time
 them: each version's own correctness check, run in Triton's CPU interpreter (small and odd shapes,
-against float64)."""
+against float64). The checks take about twelve minutes on two cores, so they run on request
+(``pytest --lab tests/test_experiments.py``) and before an experiment is re-timed, not in the
+default suite; the cheap structural checks below always run."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import warpdecode
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.lab
 @pytest.mark.skipif(not warpdecode.INTERPRET, reason="the checks run in Triton's CPU interpreter")
 @pytest.mark.parametrize(("script", "version", "marker", "checks"), [
     ("one_launch.py", "8", "× the bf16 floor", 3),  # v8: one launch, poisoned output, three shapes

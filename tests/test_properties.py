@@ -36,7 +36,7 @@ def cases(draw):
     )
 
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, print_blob=True,
+SETTINGS = settings(max_examples=15, deadline=None, derandomize=True, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
