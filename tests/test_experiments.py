@@ -1,6 +1,6 @@
 """The experiments' kernels that are not in the package stay correct between the runs that time
 them: each version's own correctness check, run in Triton's CPU interpreter (small and odd shapes,
-against float64). The checks take about twelve minutes on two cores, so they run on request
+against float64). The checks take about twelve minutes of interpreter work, so they run on request
 (``pytest --lab tests/test_experiments.py``) and before an experiment is re-timed, not in the
 default suite; the cheap structural checks below always run."""
 
