@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import io
 import os
 import pickle
 import re
@@ -54,6 +55,7 @@ class Compiled:
     shared: int  # bytes of shared memory per program
     num_warps: int
     num_stages: int
+    ptxas: str = ""  # what ptxas -v said when Triton built the cubin ("" where the binary came from Triton's cache)
 
 
 @dataclass
@@ -124,15 +126,23 @@ def _compile_here(j: Job) -> Compiled:
     import importlib
 
     import triton
+    from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     kernel = getattr(importlib.import_module(j.module), j.name)
     signature, attrs = _source(kernel, j)
     src = ASTSource(fn=kernel, signature=signature, constexprs=j.constexprs, attrs=attrs)
-    c = triton.compile(src, target=GPUTarget("cuda", j.arch, 32),
-                       options={"num_warps": j.num_warps, "num_stages": j.num_stages})
-    return Compiled(j.name, dict(c.asm), c.metadata.shared, j.num_warps, j.num_stages)
+    # Triton runs ptxas with -v to build the cubin; its log, printed, is the register report (ptxas runs once)
+    log, before = io.StringIO(), knobs.nvidia.dump_ptxas_log
+    knobs.nvidia.dump_ptxas_log = True
+    try:
+        with contextlib.redirect_stdout(log):
+            c = triton.compile(src, target=GPUTarget("cuda", j.arch, 32),
+                               options={"num_warps": j.num_warps, "num_stages": j.num_stages})
+    finally:
+        knobs.nvidia.dump_ptxas_log = before
+    return Compiled(j.name, dict(c.asm), c.metadata.shared, j.num_warps, j.num_stages, log.getvalue())
 
 
 def compile_key(j: Job) -> tuple:
@@ -217,13 +227,14 @@ def target(compiled: Compiled) -> str:
 
 
 def ptxas_log(compiled: Compiled) -> str:
-    """What ptxas -v says about the kernel's PTX, run as Triton runs it to build the cubin: Triton's
+    """What ptxas -v says about the kernel's PTX: the log of the build itself (``Compiled.ptxas``), else
+    (a binary from Triton's cache) ptxas run again as Triton runs it to build the cubin: Triton's
     own ``make_cubin`` for the PTX's target, so its ptxas (``get_ptxas``: the Blackwell one for
     sm_100a and sm_120a, on Triton 3.9 for sm_90a too) and its flags (from Triton 3.8,
     ``--regAllocOptLevel=2``, without which ptxas 13 reports spills at 128 registers that the
     cubin Triton launches does not have)."""
-    import io
-
+    if "Used" in compiled.ptxas:  # the log of the build itself
+        return compiled.ptxas
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import CUDABackend

@@ -88,6 +88,12 @@ def decode_speed(name: str, Ts, ctxs, methods, *, layers: int | None = None, cei
 ERROR_METHODS = ("expert", "warp", "loop", "moe-only:expert", "moe-only:warp", "moe-only:loop")
 
 
+def differing_tokens(topk_ids: torch.Tensor, other: torch.Tensor) -> int:
+    """Tokens (rows of two (T, K) id arrays) whose sets of experts differ; the order within a row,
+    which follows the routing weights, does not count."""
+    return int((topk_ids.sort(dim=-1).values != other.sort(dim=-1).values).any(dim=-1).sum())
+
+
 class _Lines:
     """A progress counter for when tqdm is not installed: one line per finished part."""
 
@@ -114,17 +120,19 @@ def progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="step", file=sys.stderr)
 
 
-def decode_trace(model, prompt, method: str, on_step=None):
+def decode_trace(model, prompt, method: str, on_step=None, routes=None):
     """(logits, trace) of ``method`` decoding ``prompt`` ((steps, T) token ids) from an empty cache:
     the last step's logits and each layer's hidden state at that step. ``reference`` and the
     ``moe-only:`` methods keep the cache in float64, as their layers compute. ``on_step`` is called
-    after each step."""
+    after each step; ``routes``, a list, receives each step's per-layer (T, K) expert ids."""
     steps, T = prompt.shape
     f64 = method == "reference" or method.startswith("moe-only:")
     cache = model.new_cache(T, steps, dtype=torch.float64 if f64 else model.dtype)
     for s in range(steps):
-        trace = []
-        logits = model.step(prompt[s], s, cache, method=method, trace=trace)
+        trace, step_routes = [], []
+        logits = model.step(prompt[s], s, cache, method=method, trace=trace, routes=step_routes)
+        if routes is not None:
+            routes.append(step_routes)
         if on_step:
             on_step()
     return logits, trace
@@ -132,9 +140,12 @@ def decode_trace(model, prompt, method: str, on_step=None):
 
 def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS,
                  layers: int | None = None, device="cuda", seed: int = 0, compile: bool = False,
-                 progress_bar: bool = False):
+                 progress_bar: bool = False, flips: dict | None = None):
     """Feed the same ``steps`` tokens per sequence through the float64 model and through each
     method; report every layer's hidden state error at the last step, and the logits' error.
+    ``flips``, a dict, receives from the same runs, per method, per layer, the number of the
+    steps · T tokens whose set of K experts differs from the float64 model's (a routing decision
+    the rounding changed: the token then moves by a whole expert's output, far more than a rounding).
 
     ``expert``/``warp``/``loop``: the whole model in bf16 (what a deployment sees; attention,
     norms, residuals and routing decisions contribute too). ``moe-only:…``: the model in float64
@@ -148,16 +159,20 @@ def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS
     bar = progress((1 + len(methods)) * steps, f"{name}: layer errors") if progress_bar else None
 
     def run(method):
-        logits, trace = decode_trace(model, prompt, method, on_step=bar.update if bar else None)
+        routes = []
+        logits, trace = decode_trace(model, prompt, method, on_step=bar.update if bar else None, routes=routes)
         if bar:
             bar.set_postfix_str(f"{method} done")
-        return logits, trace
+        return logits, trace, routes
 
-    ref_logits, ref_trace = run("reference")
+    ref_logits, ref_trace, ref_routes = run("reference")
     info = meta()
     rows = []
     for m in methods:
-        logits, trace = run(m)
+        logits, trace, routes = run(m)
+        if flips is not None:
+            flips[m] = [sum(differing_tokens(got[li], want[li]) for got, want in zip(routes, ref_routes, strict=True))
+                        for li in range(len(model.layers))]
         dense = "eager" if m.startswith("moe-only:") else model.dense  # the float64 path is never compiled
         for li, (h, r) in enumerate(zip(trace, ref_trace, strict=True)):
             rows.append({"model": name, "T": T, "steps": steps, "method": m, "dense": dense, "layer": li + 1,

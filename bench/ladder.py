@@ -142,47 +142,6 @@ def step_ledger(cfg, T: int, ctx: int, experts_read: float, *, layers: int | Non
     }
 
 
-def routing_flips(name: str, *, T: int, steps: int, methods, layers: int | None = None, device=None,
-                  seed: int = 0) -> dict[str, list[int]]:
-    """How often rounding changes a routing decision. A decoder ``bench.model.MODELS[name]``
-    (random weights from ``seed``) decodes the same random prompt, ``steps`` steps of T tokens, in
-    float64 (``method="reference"``) and with each of ``methods``; returns, per method, per layer,
-    the number of the steps · T tokens whose set of K experts differs from the float64 model's.
-
-    Once a token takes another expert, its hidden state moves by that expert's whole output times
-    its routing weight, far more than a rounding; the error study (``bench.e2e.layer_errors``) sees
-    that as a jump."""
-    from bench.model import MODELS, Decoder
-
-    model = Decoder(MODELS[name], device=device, layers=layers, seed=seed)
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    prompt = torch.randint(0, model.cfg.vocab, (steps, T), generator=g).to(model.device)
-
-    def routes(method):
-        f64 = method == "reference" or method.startswith("moe-only:")
-        cache = model.new_cache(T, steps, dtype=torch.float64 if f64 else model.dtype)
-        out = []  # per step, per layer: (T, K) expert ids
-        for s in range(steps):
-            r = []
-            model.step(prompt[s], s, cache, method=method, routes=r)
-            out.append(r)
-        return out
-
-    ref = routes("reference")
-    flips = {}
-    for m in methods:
-        got = routes(m)
-        flips[m] = [sum(differing_tokens(a[li], b[li]) for a, b in zip(got, ref, strict=True))
-                    for li in range(len(model.layers))]
-    return flips
-
-
-def differing_tokens(topk_ids: torch.Tensor, other: torch.Tensor) -> int:
-    """Tokens (rows of two (T, K) id arrays) whose sets of experts differ; the order within a row,
-    which follows the routing weights, does not count."""
-    return int((topk_ids.sort(dim=-1).values != other.sort(dim=-1).values).any(dim=-1).sum())
-
-
 # ---------------------------------------------------------------------------------------------
 # measured results
 

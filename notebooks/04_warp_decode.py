@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -50,7 +50,7 @@ from warpdecode.kernels import warp_pair
 ON_GPU = wd.DEFAULT_DEVICE.type == "cuda"
 DEVICE = wd.DEFAULT_DEVICE
 shape = wd.get_preset("qwen3-30b-a3b" if ON_GPU else "tiny")
-Ts = (1, 8) if ON_GPU else (1, 4)
+Ts = (1, 8) if ON_GPU else (1, 2)  # the interpreter runs one program at a time
 H200 = "NVIDIA H200"  # whose measurements this notebook reads where it cannot measure
 
 
@@ -131,11 +131,12 @@ def layer(T: int, seed: int):
 
 
 cases = {T: layer(T, seed=T) for T in Ts}
+err32 = {}  # the minimal pair's error per T (its intermediate in FP32), for the exercises below
 for T, (inputs, ref, floor) in cases.items():
     y = mini_moe(*inputs, fill=float("nan"))
-    err = wd.rel_error(y, ref)  # NaN anywhere makes it NaN, and NaN fails the assertion
-    print(f"T={T}: minimal pair {err / floor:.3f} × floor")
-    assert y.shape == ref.shape and err <= 1.1 * floor
+    err32[T] = wd.rel_error(y, ref)  # NaN anywhere makes it NaN, and NaN fails the assertion
+    print(f"T={T}: minimal pair {err32[T] / floor:.3f} × floor")
+    assert y.shape == ref.shape and err32[T] <= 1.1 * floor
 
 # %% [markdown]
 # ## Exercise 1: round the intermediate
@@ -146,10 +147,9 @@ for T, (inputs, ref, floor) in cases.items():
 
 # %%
 for T, (inputs, ref, floor) in cases.items():
-    err32 = wd.rel_error(mini_moe(*inputs, fill=float("nan")), ref)
     err16 = wd.rel_error(mini_moe(*inputs, act_dtype=torch.bfloat16, fill=float("nan")), ref)
-    print(f"T={T}: FP32 intermediate {err32 / floor:.3f} × floor, bf16 intermediate {err16 / floor:.3f} × floor")
-    assert err16 > 1.1 * err32
+    print(f"T={T}: FP32 intermediate {err32[T] / floor:.3f} × floor, bf16 intermediate {err16 / floor:.3f} × floor")
+    assert err16 > 1.1 * err32[T]
 
 # %% [markdown]
 # ## Exercise 2: move the combine out of the down kernel

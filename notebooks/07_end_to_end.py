@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -221,8 +221,9 @@ assert all(math.isfinite(v) and v > 0 for e in run["errors"].values() for v in e
 
 # %%
 live = (dict(name=cfg.name, layers=8, T=4, steps=4) if S.on_gpu else dict(name="tiny", layers=None, T=4, steps=3))
+flips = {}  # the same runs also count routing decisions that differ from the float64 model's (next cell)
 rows = layer_errors(live["name"], T=live["T"], steps=live["steps"], layers=live["layers"], device=S.device.type,
-                    seed=0)
+                    seed=0, flips=flips)
 err = {}
 for r in rows:
     err.setdefault(r["method"], {})[r["layer"]] = r["error"]
@@ -246,12 +247,11 @@ for m in ("moe-only:expert", "moe-only:warp"):  # both accumulate
 # %% [markdown]
 # A router picks each token's top K of E experts; where the K-th and (K+1)-th are nearly tied, an
 # error in the hidden state can swap them, and the token then moves by a whole expert's output.
-# `ladder.routing_flips` counts, per layer, the tokens whose experts differ from the float64 model's:
+# `layer_errors(…, flips=…)` counted, in the runs above, per layer, the tokens whose experts differ
+# from the float64 model's:
 
 # %%
-flips = ladder.routing_flips(live["name"], T=live["T"], steps=live["steps"], layers=live["layers"],
-                             device=S.device.type, seed=0,
-                             methods=("expert", "warp", "moe-only:expert", "moe-only:warp"))
+flips = {m: flips[m] for m in ("expert", "warp", "moe-only:expert", "moe-only:warp")}
 print(f"{live['name']} on {S.gpu}: tokens routed differently from the float64 model, of "
       f"{live['T'] * live['steps']} per layer, at layer …")
 print(ladder.table([{"method": m, **{str(i + 1): n for i, n in enumerate(f)}, "all layers": sum(f)}

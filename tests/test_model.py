@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import warpdecode
-from bench.e2e import layer_errors
+from bench.e2e import ERROR_METHODS, differing_tokens, layer_errors
 from bench.model import MODELS, Decoder
 from warpdecode.reference import reference_moe, rel_error
 from warpdecode.routing import route
@@ -83,8 +83,33 @@ def test_lean_step_matches_the_straightforward_step():
 
 
 @pytest.fixture(scope="module")
-def errors():
-    return layer_errors("tiny", T=2, steps=3, device="cpu", seed=3)
+def errors_and_flips():
+    flips = {}
+    return layer_errors("tiny", T=2, steps=3, device="cpu", seed=3, flips=flips), flips
+
+
+@pytest.fixture(scope="module")
+def errors(errors_and_flips):
+    return errors_and_flips[0]
+
+
+def test_differing_tokens_compares_sets():
+    a = torch.tensor([[0, 1, 2], [3, 4, 5], [6, 0, 1]])
+    assert differing_tokens(a, a.flip(-1)) == 0  # same experts, other order (weights tied)
+    b = a.clone()
+    b[1, 2] = 6  # token 1 takes expert 6 instead of 5
+    assert differing_tokens(a, b) == 1
+    assert differing_tokens(a, b + 1) == 3
+
+
+def test_routing_flips_counts_per_layer(errors_and_flips):
+    """Counted from the error study's own runs: one count per layer per method; with only the MoE
+    layers rounded, the first layer routes exactly as the float64 model (everything before its
+    router is float64)."""
+    _, flips = errors_and_flips
+    assert set(flips) == set(ERROR_METHODS)
+    assert all(len(f) == MODELS["tiny"].layers and min(f) >= 0 for f in flips.values())
+    assert all(flips[m][0] == 0 for m in flips if m.startswith("moe-only:"))
 
 
 @pytest.mark.parametrize("method", ["loop", "expert", "warp"])
