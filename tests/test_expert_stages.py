@@ -129,6 +129,12 @@ STAGE_CASES = [
 ]
 stage_params = pytest.mark.parametrize("T,K,E", [c[1:] for c in STAGE_CASES], ids=[c[0] for c in STAGE_CASES])
 dtypes = pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+# The GEMM stages: each routing case in one dtype, each dtype (its own tiles: FP32's on FMAs) in at
+# least one case; the routing cases exercise the index arithmetic, the dtypes the operand types
+GEMM_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.bfloat16)
+gemm_params = pytest.mark.parametrize(
+    "T,K,E,dtype", [(*c[1:], d) for c, d in zip(STAGE_CASES, GEMM_DTYPES, strict=True)],
+    ids=[f"{str(d).removeprefix('torch.')}-{c[0]}" for c, d in zip(STAGE_CASES, GEMM_DTYPES, strict=True)])
 
 
 def _used_rows(al):
@@ -208,8 +214,7 @@ def _ratio(got, want64, dtype):
     return warpdecode.rel_error(got, want64) / warpdecode.rounding_floor(want64, dtype)
 
 
-@stage_params
-@dtypes
+@gemm_params
 @pytest.mark.parametrize("fmt", ["native", "fp8"])
 def test_gate_up_matches_float64(T, K, E, dtype, fmt, seed):
     x, w13, w2, al, cfg = _stage_inputs(T, K, E, dtype, seed, fmt == "fp8")
@@ -230,8 +235,7 @@ def test_gate_up_matches_float64(T, K, E, dtype, fmt, seed):
     assert _ratio(h[:ntpp][valid], want[valid], dtype) <= _tol(dtype, x.shape[1])
 
 
-@stage_params
-@dtypes
+@gemm_params
 @pytest.mark.parametrize("fmt", ["native", "fp8"])
 def test_down_matches_float64(T, K, E, dtype, fmt, seed):
     x, w13, w2, al, cfg = _stage_inputs(T, K, E, dtype, seed, fmt == "fp8")
@@ -302,8 +306,7 @@ def test_stages_compose_to_moe_expert(T, K, E, seed):
     assert torch.equal(y, want)
 
 
-@stage_params
-@dtypes
+@gemm_params
 @pytest.mark.parametrize("fmt", ["native", "fp8"])
 def test_fused_gather_scatter_is_the_same_to_the_bit(T, K, E, dtype, fmt, seed):
     """Gather inside the gate/up GEMM's loads and scatter inside the down GEMM's stores (vLLM's
