@@ -220,7 +220,7 @@ assert all(math.isfinite(v) and v > 0 for e in run["errors"].values() for v in e
 # The `tiny` model (3 layers, odd sizes, prime E) on a CPU; the first layers of Qwen3-30B-A3B on a GPU.
 
 # %%
-live = (dict(name=cfg.name, layers=8, T=4, steps=4) if S.on_gpu else dict(name="tiny", layers=None, T=4, steps=3))
+live = (dict(name=cfg.name, layers=8, T=4, steps=4) if S.on_gpu else dict(name="tiny", layers=None, T=4, steps=2))
 flips = {}  # the same runs also count routing decisions that differ from the float64 model's (next cell)
 rows = layer_errors(live["name"], T=live["T"], steps=live["steps"], layers=live["layers"], device=S.device.type,
                     seed=0, flips=flips)
