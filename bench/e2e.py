@@ -129,7 +129,7 @@ def decode_trace(model, prompt, method: str, on_step=None, routes=None):
     f64 = method == "reference" or method.startswith("moe-only:")
     cache = model.new_cache(T, steps, dtype=torch.float64 if f64 else model.dtype)
     for s in range(steps):
-        trace, step_routes = [], []
+        trace, step_routes = [], ([] if routes is not None else None)
         logits = model.step(prompt[s], s, cache, method=method, trace=trace, routes=step_routes)
         if routes is not None:
             routes.append(step_routes)
@@ -159,7 +159,7 @@ def layer_errors(name: str, *, T: int = 4, steps: int = 8, methods=ERROR_METHODS
     bar = progress((1 + len(methods)) * steps, f"{name}: layer errors") if progress_bar else None
 
     def run(method):
-        routes = []
+        routes = [] if flips is not None else None  # kept only where the flips are counted
         logits, trace = decode_trace(model, prompt, method, on_step=bar.update if bar else None, routes=routes)
         if bar:
             bar.set_postfix_str(f"{method} done")
