@@ -56,9 +56,7 @@ def moe_align_kernel(
     sorted_token_ids_ptr,  # (EM,) int32 out
     expert_ids_ptr,  # (EM // BLOCK_M,) int32 out
     num_tokens_post_padded_ptr,  # (1,) int32 out
-    NUM_PAIRS,  # T*K
-    EM,
-    E,
+    NUM_PAIRS, EM, E,  # NUM_PAIRS = T*K
     BLOCKS_PER_PROG,  # blocks of BLOCK_M rows this program labels and pads
     BLOCK_M: tl.constexpr,
     SCAN: tl.constexpr,  # pairs counted per step, power of two
@@ -127,10 +125,7 @@ def quant_fp8_kernel(
     q_ptr,  # (EM, N) float8_e4m3fn out
     scale_ptr,  # (EM, cdiv(N, GROUP)) fp32 out: power-of-two scales
     num_tokens_post_padded_ptr,  # (1,) int32, read only when GUARD_ROWS
-    N,
-    stride_ar,
-    stride_qr,
-    stride_sr,
+    N, stride_ar, stride_qr, stride_sr,
     GROUP: tl.constexpr,  # 128: one scale per 1×128 block, as DeepSeek-V3 and vLLM's block FP8
     GUARD_ROWS: tl.constexpr,  # an expert-major buffer: rows past num_tokens_post_padded are skipped
 ):
@@ -272,27 +267,13 @@ def grouped_gate_up_kernel(
     sorted_token_ids_ptr,  # (EM,) int32
     expert_ids_ptr,  # (EM // BLOCK_M,) int32
     num_tokens_post_padded_ptr,  # (1,) int32
-    # sizes
-    EM,
-    H,
-    I,
-    NUM_PAIRS,  # T*K, the padding sentinel of sorted_token_ids
-    K,  # experts per token: pair p is token p // K's (read only when GATHER)
-    S_UP,  # W_FP8: the scale row of the first up row (gate and up are blocked separately)
+    # sizes: NUM_PAIRS = T*K, the padding sentinel of sorted_token_ids; pair p is token p // K's (K read
+    # only when GATHER); S_UP (W_FP8): the scale row of the first up row (gate and up blocked separately)
+    EM, H, I, NUM_PAIRS, K, S_UP,
     # strides (elements)
-    stride_ar,
-    stride_sr,
-    stride_we,
-    stride_wr,
-    stride_wse,
-    stride_wsr,
-    stride_wsc,
-    stride_or,
+    stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc, stride_or,
     # meta
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     A_FP8: tl.constexpr,
     DOT_FP32: tl.constexpr,  # the CPU interpreter's bf16 dot is wrong: widen there
     PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no tf32 shortcut); ignored for bf16/fp16
@@ -414,28 +395,12 @@ def grouped_down_kernel(
     expert_ids_ptr,  # (EM // BLOCK_M,) int32
     num_tokens_post_padded_ptr,  # (1,) int32
     topk_weights_ptr,  # (T*K,) fp32
-    # sizes
-    EM,
-    H,
-    I,
-    NUM_PAIRS,
-    # strides (elements)
-    stride_ar,
-    stride_sr,
-    stride_we,
-    stride_wr,
-    stride_wse,
-    stride_wsr,
-    stride_wsc,
-    stride_or,
+    # sizes and strides (elements)
+    EM, H, I, NUM_PAIRS,
+    stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc, stride_or,
     # meta
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    A_FP8: tl.constexpr,
-    DOT_FP32: tl.constexpr,
-    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    A_FP8: tl.constexpr, DOT_FP32: tl.constexpr, PRECISION: tl.constexpr,
     SCATTER: tl.constexpr,  # store row r at row sorted_token_ids[r] (stage 7 fused into the stores,
                             # as vLLM does); False: expert-major rows (bench/unfused.py)
     HALF_M: tl.constexpr = False,  # a block whose upper half is padding runs as a BLOCK_M/2-row tile
@@ -479,10 +444,7 @@ def combine_kernel(
     topk_ids_ptr,  # (T, K) int32 or int64
     topk_weights_ptr,  # (T, K) fp32: read only by the guard
     y_ptr,  # (T, H) compute dtype out
-    H,
-    E,
-    stride_sr,
-    stride_yt,
+    H, E, stride_sr, stride_yt,
     K: tl.constexpr,
     K_PAD: tl.constexpr,  # next power of two ≥ K
     BLOCK_H: tl.constexpr,

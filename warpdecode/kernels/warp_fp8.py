@@ -65,21 +65,10 @@ def warp_gate_up_fp8_kernel(
     w13_scale_ptr,  # block128: (E, 2·cdiv(I, 128), cdiv(H, 128)) fp32; mxfp8: (E, 2I, cdiv(H, 32)) uint8 e8m0
     topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     act_ptr,  # (T*K, I) fp32 or compute dtype: silu(gate) * up per (token, slot)
-    # sizes
-    H,
-    I,
-    E,
-    NUM_PAIRS,  # T * K
-    K,
-    S_UP,  # the scale row of the first up row (gate and up are blocked separately)
+    # sizes (NUM_PAIRS = T * K; S_UP: the scale row of the first up row, gate and up blocked separately)
+    H, I, E, NUM_PAIRS, K, S_UP,
     # strides (elements)
-    stride_xt,
-    stride_we,
-    stride_wr,
-    stride_se,
-    stride_sr,
-    stride_sc,
-    stride_at,
+    stride_xt, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_at,
     # meta
     BLOCK_I: tl.constexpr,  # neurons per program (rows of the tile)
     BLOCK_H: tl.constexpr,  # columns of H per step, a multiple of GROUP_K
@@ -196,19 +185,9 @@ def warp_down_fp8_kernel(
     topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     topk_weights_ptr,  # (T, K) fp32
     y_ptr,  # (T, H) compute dtype
-    # sizes
-    H,
-    I,
-    E,
-    T,
-    # strides (elements)
-    stride_at,
-    stride_we,
-    stride_wr,
-    stride_se,
-    stride_sr,
-    stride_sc,
-    stride_yt,
+    # sizes and strides (elements)
+    H, I, E, T,
+    stride_at, stride_we, stride_wr, stride_se, stride_sr, stride_sc, stride_yt,
     # meta
     K: tl.constexpr,
     K_PAD: tl.constexpr,  # next power of two ≥ K

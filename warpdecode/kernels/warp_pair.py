@@ -378,17 +378,9 @@ def warp_gate_up_kernel(
     topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     topk_weights_ptr,  # (T, K) fp32: read only by the guard
     act_ptr,  # (T*K, I) fp32 or compute dtype: silu(gate) * up per (token, slot)
-    # sizes
-    H,
-    I,
-    E,
-    NUM_PAIRS,  # T * K
-    K,
-    # strides (elements)
-    stride_xt,
-    stride_we,
-    stride_wr,
-    stride_at,
+    # sizes (NUM_PAIRS = T * K) and strides (elements)
+    H, I, E, NUM_PAIRS, K,
+    stride_xt, stride_we, stride_wr, stride_at,
     # meta
     BLOCK_I: tl.constexpr,  # neurons per program (rows of the tile)
     BLOCK_H: tl.constexpr,  # columns of H per step
@@ -412,16 +404,9 @@ def warp_down_kernel(
     topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     topk_weights_ptr,  # (T, K) fp32
     y_ptr,  # (T, H) compute dtype
-    # sizes
-    H,
-    I,
-    E,
-    T,
-    # strides (elements)
-    stride_at,
-    stride_we,
-    stride_wr,
-    stride_yt,
+    # sizes and strides (elements)
+    H, I, E, T,
+    stride_at, stride_we, stride_wr, stride_yt,
     # meta
     K: tl.constexpr,
     K_PAD: tl.constexpr,  # next power of two ≥ K
