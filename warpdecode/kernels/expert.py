@@ -167,6 +167,19 @@ def _scaled_mma(a, w, acc, a_s, w_s, PRECISION: tl.constexpr, SWAP_AB: tl.conste
 
 
 @triton.jit
+def _grouped_order(pid, EM, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of program ``pid`` over EM rows × N columns: grouped ordering, as in Triton's matmul
+    tutorial, GROUP_M blocks of rows side by side so that a weight tile's second read comes from L2."""
+    num_pid_m = tl.cdiv(EM, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    return first_pid_m + ((pid % num_pid_in_group) % group_size_m), (pid % num_pid_in_group) // group_size_m
+
+
+@triton.jit
 def _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M: tl.constexpr, HALF_M: tl.constexpr):
     """Whether rows m0 + BLOCK_M/2 … m0 + BLOCK_M − 1 of a block are all padding. An expert's pairs
     fill the front of its run and the sentinel the rest, so the first row of the upper half decides.
@@ -290,15 +303,7 @@ def grouped_gate_up_kernel(
     if USE_PDL:
         gdc_wait()  # align has finished and its index arrays are visible
         gdc_launch_dependents()
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(EM, BLOCK_M)
-    num_pid_n = tl.cdiv(I, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n  # grouped ordering, as in Triton's matmul tutorial
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _grouped_order(tl.program_id(0), EM, I, BLOCK_M, BLOCK_N, GROUP_M)
 
     if pid_m * BLOCK_M >= tl.load(num_tokens_post_padded_ptr):
         return
@@ -414,15 +419,7 @@ def grouped_down_kernel(
     if USE_PDL:
         gdc_wait()
         gdc_launch_dependents()
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(EM, BLOCK_M)
-    num_pid_n = tl.cdiv(H, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _grouped_order(tl.program_id(0), EM, H, BLOCK_M, BLOCK_N, GROUP_M)
 
     if pid_m * BLOCK_M >= tl.load(num_tokens_post_padded_ptr):
         return
