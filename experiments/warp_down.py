@@ -1053,7 +1053,7 @@ def main_v17():
     from harness import cases, checked_us_or_none, down_runs, row
 
     rows = []
-    other = not kp.PER_SLOT
+    other = True  # per slot: no release ships it as its form (warp_pair.down_form)
     for case in cases(args.presets, args.T):
         s, T = case.shape, case.T
         tuned = wd.configs.warp_config(s.H, s.I, s.E, s.K, T)
@@ -1103,7 +1103,7 @@ def check_v18():
         ref = torch.einsum("tkhi,tki,tk->th", w2.double()[ids.long()], act.double().view(T, K, I), tw.double())
         cfg = {"BLOCK_H": 8, "BLOCK_I": c, "num_warps": 1, "num_stages": 1}
         errs = {}
-        for label, form in (("shipped", down_form(kp.PER_SLOT, kp.K_FIRST)), ("k-first", down_form(False, True))):
+        for label, form in (("shipped", down_form(False, kp.K_FIRST)), ("k-first", down_form(False, True))):
             with _alloc.poisoned():  # an output element left unwritten is NaN
                 y = form(act, w2, ids, tw, cfg, torch.float32)
             errs[label] = ((y.double() - ref).norm() / ref.norm()).item()
@@ -1122,7 +1122,7 @@ def main_v18():
 
     from harness import cases, checked_us_or_none, down_runs, row
 
-    shipped = "k-first" if kp.K_FIRST else "per-slot" if kp.PER_SLOT else "3-D"
+    shipped = "k-first" if kp.K_FIRST else "3-D"
     print(f"triton {triton.__version__}, torch {torch.__version__}: shipped form {shipped}", flush=True)
     rows = []
     for case in cases(args.presets, args.T):

@@ -103,8 +103,7 @@ def test_warp_down_forms_match_float64(form, T, H, I, E, K, seed, monkeypatch): 
     from warpdecode import warp as wp
     from warpdecode.kernels import warp_pair as kp
 
-    monkeypatch.setattr(kp, "PER_SLOT", form == "per-slot")
-    monkeypatch.setattr(kp, "K_FIRST", form == "k-first")
+    monkeypatch.setattr(kp, "down_form", lambda *args, **kwargs: (form == "per-slot", form == "k-first"))
     gen = torch.Generator().manual_seed(seed)
     act = torch.randn(T * K, I, generator=gen)
     w2 = (torch.randn(E, H, I, generator=gen) * I**-0.5).bfloat16()

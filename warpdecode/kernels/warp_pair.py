@@ -27,16 +27,11 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .ids import guarded, poisoned
 
-#: Whether this release's coalesce pass puts a [rows, K, columns] tile's warps over K (3.8+): another down form.
-WARPS_OVER_K = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
-
-#: The down form on such a release: "per-slot" (K [rows, columns] tiles) or "k-first" (one [K, rows,
-#: columns] tile, the faster). Data: docs/design.md, "The latest Triton releases".
-LATE_DOWN_FORM = "k-first"
-
-#: The release's down form (neither: [rows, K, columns]); a launch takes :func:`down_form`'s.
-PER_SLOT = WARPS_OVER_K and LATE_DOWN_FORM == "per-slot"
-K_FIRST = WARPS_OVER_K and LATE_DOWN_FORM == "k-first"
+#: Whether this release (3.8+) puts a [rows, K, columns] tile's warps over K and sums a lane's products as
+#: a tree. Both come with the release, so one flag: the down tile then takes the [K, rows, columns] form
+#: (``_k_first``, faster than per slot), and gate/up loads a step in ``SUB_H`` slices (:func:`gate_up_slice`).
+#: Data: docs/design.md, "The latest Triton releases".
+K_FIRST = TREE_SUMS = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8)
 
 #: A k-first step's weight bytes per thread (K_PAD · BLOCK_H · BLOCK_I · elem / (32 · num_warps)) before
 #: it spills, past which per-slot runs. Data: ptxas; docs/design.md, "The latest Triton releases".
@@ -44,15 +39,12 @@ K_FIRST_MAX_BYTES_PER_THREAD = 256
 
 
 def down_form(cfg: dict, K: int, elem_bytes: int, *, persistent: bool = False) -> tuple[bool, bool]:
-    """(PER_SLOT, K_FIRST) for ``cfg``, K and ``elem_bytes``: the release's, but per slot past
-    :data:`K_FIRST_MAX_BYTES_PER_THREAD` and for the ``persistent`` kernel (128 registers)."""
+    """(PER_SLOT, K_FIRST) for ``cfg``, K and ``elem_bytes``: the release's (3-D, or :data:`K_FIRST`), but per
+    slot past :data:`K_FIRST_MAX_BYTES_PER_THREAD` and for the ``persistent`` kernel (128 registers)."""
     if K_FIRST and (persistent or triton.next_power_of_2(K) * cfg["BLOCK_H"] * cfg["BLOCK_I"] * elem_bytes
                     > K_FIRST_MAX_BYTES_PER_THREAD * 32 * cfg["num_warps"]):
         return True, False
-    return PER_SLOT, K_FIRST
-
-#: Whether the compiler sums a lane's products as a tree (3.8+), so gate/up loads a step in ``SUB_H`` slices.
-TREE_SUMS = WARPS_OVER_K
+    return False, K_FIRST
 
 
 def gate_up_slice(cfg: dict) -> int:
@@ -152,8 +144,8 @@ def _down_chunk(
     w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr,
     t, pid_h, i0,  # token, block of BLOCK_H hidden outputs, first column
     K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr,
-    PER_SLOT: tl.constexpr,  # the tile's form: see PER_SLOT below
-    K_FIRST: tl.constexpr = False,  # the tile's form: see K_FIRST below
+    PER_SLOT: tl.constexpr,  # the tile's form (:func:`down_form`)
+    K_FIRST: tl.constexpr = False,
 ):
     """Columns [i0, i0 + BLOCK_I) of the w2 rows token t needs, in the tile's form: one
     [BLOCK_H, K_PAD, BLOCK_I] tile (:func:`_down_chunk_3d`), with ``PER_SLOT`` a tuple of K
@@ -322,7 +314,7 @@ def _down_tile_k_first(act_ptr, w2_ptr, topk_ids_ptr, topk_weights_ptr, H, I, E,
     return acc
 
 
-# --- ... or K [rows, columns] tiles, slot by slot (PER_SLOT; too-large k-first tiles; the persistent kernel)
+# --- ... or K [rows, columns] tiles, slot by slot (PER_SLOT: too-large k-first tiles; the persistent kernel)
 @triton.jit
 def _down_chunk_per_slot(w2_ptr, topk_ids_ptr, H, I, E, stride_we, stride_wr, t, pid_h, i0,
                          K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr):
@@ -413,7 +405,7 @@ def warp_down_kernel(
     BLOCK_H: tl.constexpr,  # hidden outputs per program (rows of the tile)
     BLOCK_I: tl.constexpr,  # columns of I per step
     USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
-    PER_SLOT: tl.constexpr,  # the down tile's form (PER_SLOT, K_FIRST below)
+    PER_SLOT: tl.constexpr,  # the down tile's form (:func:`down_form`)
     K_FIRST: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
