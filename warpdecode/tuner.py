@@ -99,11 +99,10 @@ def grouped_down_candidates():
                 [(32, 128, 2), (64, 64, 4), (64, 128, 4), (64, 256, 4), (128, 64, 4), (128, 128, 8)], [3, 4])]
 
 
-def gemm_candidates(fp8: bool = False, group_m: int = 1):
+def gemm_candidates(group_m: int = 1):
     """Expert GEMM tiles near the ones vLLM's tuned H100/H200 tables pick for decode and batch."""
     out = [{"BLOCK_N": n, "BLOCK_K": k, "GROUP_M": group_m, "num_warps": 4, "num_stages": s}
-           for n, k, s in itertools.product([64, 128], [64, 128, 256], [3, 4])
-           if not (fp8 and k > 128)]
+           for n, k, s in itertools.product([64, 128], [64, 128, 256], [3, 4])]
     out += [{"BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": group_m, "num_warps": 8, "num_stages": 4},
             {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": group_m, "num_warps": 8, "num_stages": 3},
             {"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": group_m, "num_warps": 8, "num_stages": 4},
@@ -335,30 +334,27 @@ def _time_tiles(gemm: str, block_m: int, fn, columns, tiles, reps: int, dropped)
             for c in tiles if _key(gemm, 2, [block_m, c]) not in dropped]
 
 
-def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, fp8: bool = False, dropped=(), log=print):
+def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, dropped=(), log=print):
     L, w13s, w2s = _layer_copies(shape)
     buckets = []
-    fmt = "fp8" if fp8 else "native"
     for T in Ts:
         inputs = make_inputs(shape, T, L, dtype=_DTYPE, seed=4000 + T)
         tws = [i.topk_weights for i in inputs]
         best = None
-        a_s = [ex.quantize(inp.x, None, fmt) for inp in inputs]  # token rows: the GEMM gathers them
-        a_, s_ = [a for a, _ in a_s], [s for _, s in a_s]
+        a_, none = [inp.x for inp in inputs], [None] * len(inputs)  # token rows (the GEMM gathers them), no scales
         for bm in block_m_candidates(T, shape):
             als = [ex.align(inp.topk_ids, shape.E, bm) for inp in inputs]
-            cands = [c for gm in group_m_candidates(T, shape, bm) for c in gemm_candidates(fp8, gm)]
-            gu_fn, gu_cols = partial(ex.gate_up, gather_k=shape.K), (a_, s_, w13s, als)
+            cands = [c for gm in group_m_candidates(T, shape, bm) for c in gemm_candidates(gm)]
+            gu_fn, gu_cols = partial(ex.gate_up, gather_k=shape.K), (a_, none, w13s, als)
             gu = _time_tiles("gate_up", bm, gu_fn, gu_cols, cands, reps, dropped)
             t_gu, c_gu = _best(gu + _time_tiles("gate_up", bm, gu_fn, gu_cols, half_m_variants(gu, bm), reps, dropped))
-            hs = [ex.quantize(ex.gate_up(a, s, w13, al, c_gu, gather_k=shape.K), al, fmt)
-                  for a, s, w13, al in zip(a_, s_, w13s, als, strict=True)]
-            dn_fn, dn_cols = partial(ex.down, scatter=True), ([h for h, _ in hs], [s for _, s in hs], w2s, als, tws)
+            hs = [ex.gate_up(*row, c_gu, gather_k=shape.K) for row in zip(a_, none, w13s, als, strict=True)]
+            dn_fn, dn_cols = partial(ex.down, scatter=True), (hs, none, w2s, als, tws)
             dn = _time_tiles("down", bm, dn_fn, dn_cols, cands, reps, dropped)
             t_dn, c_dn = _best(dn + _time_tiles("down", bm, dn_fn, dn_cols, half_m_variants(dn, bm), reps, dropped))
             if best is None or t_gu + t_dn < best[0]:
                 best = (t_gu + t_dn, {"BLOCK_M": bm, "gate_up": c_gu, "down": c_dn})
-            log(f"expert{'_fp8' if fp8 else ''} {shape.name} T={T} BLOCK_M={bm}: gate/up {t_gu / L:.2f} us {c_gu}; "
+            log(f"expert {shape.name} T={T} BLOCK_M={bm}: gate/up {t_gu / L:.2f} us {c_gu}; "
                 f"down {t_dn / L:.2f} us {c_dn}")
         buckets.append([T, best[1]])
     w13s = w2s = None
