@@ -145,10 +145,15 @@ class FP8Weights:
         return ""
 
     def _check_values(self):
-        raise NotImplementedError
-
-    def _readable(self) -> bool:
-        return self.scale.device.type != "meta"
+        """The scales' values (read once, not on ``meta``): ValueError naming the first bad one."""
+        s, mx = self.scale, self.FORMAT == "mxfp8"
+        bad = ((s == 255) | (s == 0)) if mx else (~torch.isfinite(s) | (s <= 0))
+        if s.device.type != "meta" and s.numel() and bool(bad.any()):
+            idx = tuple(int(v) for v in bad.nonzero()[0])
+            valid = "finite e8m0 in [2^-126, 2^127]" if mx else "finite and positive"
+            got = (("NaN (255)" if int(s[idx]) == 255 else "2^-127 (0), below float32's normal range") if mx
+                   else float(s[idx]))
+            raise ValueError(f"{self.name}: {self.FORMAT} scales must be {valid}, got {got} at {idx}")
 
 
 class BlockFP8Weights(FP8Weights):
@@ -159,14 +164,6 @@ class BlockFP8Weights(FP8Weights):
 
     def _shape_note(self) -> str:
         return " (gate and up blocked separately: 2·⌈I/128⌉ row blocks)" if self.gate_up else ""
-
-    def _check_values(self):
-        n, s = self.name, self.scale
-        if self._readable() and s.numel():
-            bad = ~torch.isfinite(s) | (s <= 0)
-            if bool(bad.any()):
-                idx = tuple(int(v) for v in bad.nonzero()[0])
-                raise ValueError(f"{n}: block128 scales must be finite and positive, got {float(s[idx])} at {idx}")
 
     def _factors(self, scale: torch.Tensor) -> torch.Tensor:
         return scale.double()
@@ -182,15 +179,6 @@ class MXFP8Weights(FP8Weights):
         if isinstance(scale, torch.Tensor) and E8M0 is not None and scale.dtype == E8M0:
             scale = scale.view(torch.uint8)  # the kernels and the checks read e8m0 as its uint8 bits
         super().__init__(weight, scale, **kwargs)
-
-    def _check_values(self):
-        n, s = self.name, self.scale
-        if self._readable() and s.numel():
-            bad = (s == 255) | (s == 0)
-            if bool(bad.any()):
-                idx = tuple(int(v) for v in bad.nonzero()[0])
-                what = "NaN (255)" if int(s[idx]) == 255 else "2^-127 (0), below float32's normal range"
-                raise ValueError(f"{n}: mxfp8 scales must be finite e8m0 in [2^-126, 2^127], got {what} at {idx}")
 
     def _factors(self, scale: torch.Tensor) -> torch.Tensor:
         return torch.exp2(scale.double() - 127)
