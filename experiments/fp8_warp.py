@@ -87,7 +87,7 @@ from bench.ladder import bytes_needed
 from bench.timing import capture, small_read, time_replays
 from warpdecode import _alloc, quant
 from warpdecode import warp as wp
-from warpdecode.configs import warp_config, warp_fp8_config
+from warpdecode.configs import warp_config
 from warpdecode.kernels.warp_fp8 import _down_fp8_chunk, _scales  # the loads are the shipped kernel's
 from warpdecode.workload import make_inputs, make_layers
 
@@ -297,7 +297,7 @@ def check_tiles():
             q13, q2 = quant.quantize_experts(w13, w2, fmt)
             ref = wd.reference_moe(x, q13, q2, tw, ids)
             floor = wd.rounding_floor(ref, torch.bfloat16)
-            cfg = warp_fp8_config(shape.H, shape.I, shape.E, shape.K, T, fmt)
+            cfg = warp_config(shape.H, shape.I, shape.E, shape.K, T, weights=fmt)
             runs = [("bits", cfg)]
             if shape.name == "c2" and fmt == "block128":  # several rows per program, on one and two warps
                 runs += [("tiles", {"gate_up": gate_up_cfg((4, 128, 1)), "down": down_cfg((8, 128, 2))})]
@@ -495,7 +495,7 @@ def main_tiles():
     rows, path = [], harness.results_dir() / "fp8_tiles.csv"
     for case, fcase in fp8_cases(presets, Ts, ceiling):
         s = case.shape
-        default = warp_fp8_config(s.H, s.I, s.E, s.K, case.T, "block128")
+        default = warp_config(s.H, s.I, s.E, s.K, case.T, weights="block128")
         run = partial(_run, rows, fcase, args.reps)
         tuned16 = warp_config(s.H, s.I, s.E, s.K, case.T)
         run("bf16 pair (tuned)", "shipped", wp.moe_warp, tuned16, c=case,
@@ -827,7 +827,7 @@ def check_bound():
         tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
         for fmt in formats:
             q13, q2 = quant.quantize_experts(w13, w2, fmt)
-            c = cfg or warp_fp8_config(shape.H, shape.I, shape.E, shape.K, T, fmt)
+            c = cfg or warp_config(shape.H, shape.I, shape.E, shape.K, T, weights=fmt)
             check_nomath(x, q13, q2, tw, ids, c, f"{shape.name} {fmt}")
             print(f"{shape.name} T={T} {fmt} {c['gate_up']['BLOCK_I']}x{c['gate_up']['BLOCK_H']} / "
                   f"{c['down']['BLOCK_H']}x{c['down']['BLOCK_I']}: no math, every word the pair must load summed "
@@ -881,7 +881,7 @@ def main_bound():
     for name in args.presets or list(BOUND_PLAN):
         for _, fcase in fp8_cases([name], args.T or BOUND_PLAN.get(name, [1]), ceiling):
             s, L = fcase.shape, len(fcase.layers)
-            cfg = warp_fp8_config(s.H, s.I, s.E, s.K, fcase.T, "block128")
+            cfg = warp_config(s.H, s.I, s.E, s.K, fcase.T, weights="block128")
             steps = list(zip(fcase.layers, fcase.inputs, strict=True))
             # (a) the shipped pair, checked against float64 first
             us, err, _ = harness.checked_us(fcase, partial(wp.moe_warp, config=cfg), "fp8 pair (default)",

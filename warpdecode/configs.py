@@ -466,12 +466,15 @@ def _tile(rows: str, r: int, c: int, warps: int = 4, stages: int = 1) -> dict:
 
 
 def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None = None) -> dict:  # noqa: E741
-    """Warp decode's ``{"gate_up": ..., "down": ...}`` config, tuned else default (``weights``: an FP8 format)."""
-    if weights is not None:
-        return warp_fp8_config(H, I, E, K, T, weights)
-    tuned = _lookup("warp", H, I, E, K, T)
+    """Warp decode's ``{"gate_up": ..., "down": ...}`` config: the tuned ``warp`` entry, else the defaults; for
+    ``weights`` in an FP8 format, the ``warp_<format>`` entry, else :func:`default_warp_fp8`."""
+    tuned = _lookup("warp" if weights is None else f"warp_{weights}", H, I, E, K, T)
     if tuned:
         return tuned
+    if weights is not None and _runtime.INTERPRET:  # 128-column steps: past 128, H and I end in a partial step
+        return {"gate_up": _tile("BLOCK_I", 16, 128), "down": _tile("BLOCK_H", 16, 128)}
+    if weights is not None:
+        return default_warp_fp8(H, I, K)
     if _runtime.INTERPRET:
         return {"gate_up": _tile("BLOCK_I", 16, min(256, triton.next_power_of_2(H))),
                 "down": _tile("BLOCK_H", 16, min(256, triton.next_power_of_2(I)))}
@@ -501,16 +504,6 @@ def default_down(H: int, I: int, K: int) -> dict:  # noqa: E741
     if H * K * 256 * 2 < DOWN_IN_FLIGHT and I >= 512:
         return wide or _tile("BLOCK_H", 8, 512)
     return _tile("BLOCK_H", 4, 256)
-
-
-def warp_fp8_config(H: int, I: int, E: int, K: int, T: int, weights: str) -> dict:  # noqa: E741
-    """The FP8-weight pair's config: the ``warp_<format>`` entry, else :func:`default_warp_fp8`."""
-    tuned = _lookup(f"warp_{weights}", H, I, E, K, T)
-    if tuned:
-        return tuned
-    if _runtime.INTERPRET:  # 128-column steps: H and I past 128 span steps and end in a partial block
-        return {"gate_up": _tile("BLOCK_I", 16, 128), "down": _tile("BLOCK_H", 16, 128)}
-    return default_warp_fp8(H, I, K)
 
 
 def default_warp_fp8(H: int, I: int, K: int) -> dict:  # noqa: E741
