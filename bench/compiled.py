@@ -81,7 +81,8 @@ ARCHS = (80, 90, 100, 120)
 ARCH_LIMITS = {
     80: {"arch": 80, "shared_per_block": 166912, "shared_per_sm": 167936, "regs_per_sm": 65536,
          "threads_per_sm": 2048, "sms": 108},
-    90: _runtime.HOPPER_LIMITS,
+    90: {"arch": 90, "shared_per_block": 232448, "shared_per_sm": 233472, "regs_per_sm": 65536,
+         "threads_per_sm": 2048, "sms": 132},
     100: {"arch": 100, "shared_per_block": 232448, "shared_per_sm": 233472, "regs_per_sm": 65536,
           "threads_per_sm": 2048, "sms": 148},
     120: {"arch": 120, "shared_per_block": 101376, "shared_per_sm": 102400, "regs_per_sm": 65536,

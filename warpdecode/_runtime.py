@@ -62,10 +62,9 @@ def gpu_name() -> str:
     return "CPU (Triton interpreter)"
 
 
-#: The H100/H200's (sm_90) launch limits, where no GPU reports its own: shared memory per program (opt-in) and
-#: per SM, registers and threads per SM, SMs (other architectures' for the compile checks: ``bench/compiled.py``).
-HOPPER_LIMITS = {"arch": 90, "shared_per_block": 232448, "shared_per_sm": 233472, "regs_per_sm": 65536,
-                 "threads_per_sm": 2048, "sms": 132}
+#: The H100/H200's (sm_90) launch limits the defaults read, where no GPU reports its own: shared memory per
+#: program (opt-in) and SMs (per-SM limits, for compiled-code inspection: ``bench/compiled.py``).
+HOPPER_LIMITS = {"arch": 90, "shared_per_block": 232448, "sms": 132}
 
 
 def device_limits() -> dict:
@@ -73,10 +72,5 @@ def device_limits() -> dict:
     if DEFAULT_DEVICE.type != "cuda":
         return dict(HOPPER_LIMITS)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    h = HOPPER_LIMITS
-    return {"arch": 10 * props.major + props.minor,
-            "shared_per_block": getattr(props, "shared_memory_per_block_optin", h["shared_per_block"]),
-            "shared_per_sm": getattr(props, "shared_memory_per_multiprocessor", h["shared_per_sm"]),
-            "regs_per_sm": getattr(props, "regs_per_multiprocessor", h["regs_per_sm"]),
-            "threads_per_sm": getattr(props, "max_threads_per_multi_processor", h["threads_per_sm"]),
-            "sms": props.multi_processor_count}
+    return {"arch": 10 * props.major + props.minor, "sms": props.multi_processor_count,
+            "shared_per_block": getattr(props, "shared_memory_per_block_optin", HOPPER_LIMITS["shared_per_block"])}
