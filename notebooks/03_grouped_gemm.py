@@ -53,12 +53,13 @@ print(ladder.tuning_note([wd.get_preset(S.preset)]))
 # %% [markdown]
 # ## The kernel
 #
-# `grouped_gate_up_kernel` (stage 5) in full: the program's place in the grid, then its tile,
-# `_gate_up_rows`; `grouped_down_kernel` (stage 6) is the same loop over I with one accumulator and
-# the routing weight in the epilogue.
+# `grouped_gate_up_kernel` (stage 5) in full: the program's place in the grid (`_grouped_order`, both
+# GEMMs'), then its tile, `_gate_up_rows`; `grouped_down_kernel` (stage 6) is the same loop over I with
+# one accumulator and the routing weight in the epilogue.
 
 # %%
 print(inspect.getsource(kx.grouped_gate_up_kernel.fn))
+print(inspect.getsource(kx._grouped_order.fn))
 print(inspect.getsource(kx._gate_up_rows.fn))
 
 # %% [markdown]
