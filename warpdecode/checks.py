@@ -9,9 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _runtime
-from .quant import FP8Weights, is_fp8
-
-COMPUTE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+from .quant import COMPUTE_DTYPES, FP8Weights, is_fp8
 
 
 @dataclass(frozen=True)

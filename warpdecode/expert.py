@@ -15,9 +15,8 @@ import triton
 from . import _alloc, _runtime
 from .configs import check_expert, expert_config
 from .kernels import expert as kx
-from .quant import is_fp8
+from .quant import FP8, is_fp8
 
-FP8 = torch.float8_e4m3fn
 FP8_GROUP = 128
 
 

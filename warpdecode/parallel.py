@@ -23,25 +23,19 @@ from torch import nn
 from . import api
 from .checks import check_fp8_pair, check_id_range, check_moe_inputs
 from .expert import moe_expert
-from .quant import FORMATS, is_fp8
+from .quant import COMPUTE_DTYPES, FORMATS, is_fp8
 from .warp import moe_warp
 
 LAYOUTS = ("tp", "ep")
 
 #: The words a rank's facts hold (:func:`agree`), each sent as its index here.
-WORDS = ("16-bit", *FORMATS, *LAYOUTS, *(str(t) for t in (torch.bfloat16, torch.float16, torch.float32)))
+WORDS = ("16-bit", *FORMATS, *LAYOUTS, *map(str, COMPUTE_DTYPES))
 
 
 def _world(group) -> tuple[int, int]:
     if not dist.is_initialized():
         raise RuntimeError("warpdecode.parallel needs torch.distributed initialized (dist.init_process_group)")
     return dist.get_rank(group), dist.get_world_size(group)
-
-
-def _device(group) -> torch.device:
-    """Where the group's collectives take tensors: the current GPU for NCCL, else the CPU."""
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else \
-        torch.device("cpu")
 
 
 def _unchecked(x) -> bool:
@@ -51,7 +45,8 @@ def _unchecked(x) -> bool:
 
 def _gather(group, mine: torch.Tensor) -> list[torch.Tensor]:
     """Every rank's ``mine`` (int64, one shape on every rank), by one all-gather on the group's device."""
-    mine = mine.to(_device(group))
+    # on the device the group's collectives take: the current GPU for NCCL, else the CPU
+    mine = mine.to(torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu")
     every = [torch.empty_like(mine) for _ in range(_world(group)[1])]
     dist.all_gather(every, mine, group=group)
     return every
