@@ -22,8 +22,8 @@ import warpdecode  # noqa: E402, F401  first: decides GPU or CPU interpreter bef
 from bench import compiled, data, e2e, emulate, fp8, ladder, model, plots, report, sweep, unfused  # noqa: E402
 from bench.e2e import layer_errors  # noqa: E402
 from bench.model import MODELS  # noqa: E402
+from bench.poison import poisoned  # noqa: E402  every buffer a call allocates starts as NaN, inside it
 from bench.timing import read_ceiling  # noqa: E402
-from warpdecode._alloc import poisoned  # noqa: E402  every buffer a call allocates starts as NaN, inside it
 
 sweep.PROGRESS = False  # a lesson prints its results; progress bars would fill its saved outputs
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 import warpdecode
-from warpdecode import _alloc
+from bench.poison import poisoned
 from warpdecode.presets import MoEShape
 
 
@@ -110,7 +110,7 @@ def resolved(variant: str, T: int, H: int, I: int, E: int, K: int) -> str:  # no
 
 def run_poisoned(inputs, **kwargs):
     """warpdecode.moe with every buffer it allocates filled with NaN / 2**30 first."""
-    with _alloc.poisoned():
+    with poisoned():
         return warpdecode.moe(*inputs, **kwargs)
 
 

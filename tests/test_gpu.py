@@ -31,6 +31,7 @@ from test_accuracy import (
 )
 
 import warpdecode
+from bench.poison import poisoned
 
 pytestmark = pytest.mark.gpu
 
@@ -146,7 +147,7 @@ def test_expert_fused_gather_scatter_is_the_eight_kernels(preset, T, act_format)
     from bench import unfused
 
     inputs, _, _ = _preset_inputs(preset, T)
-    with warpdecode._alloc.poisoned():
+    with poisoned():
         fused = warpdecode.expert.moe_expert(*inputs, act_format=act_format)
         apart = unfused.moe_expert_unfused(*inputs, act_format=act_format)
         unchained = warpdecode.expert.moe_expert(*inputs, act_format=act_format, pdl=False)

@@ -12,7 +12,7 @@ import sys
 import torch
 
 import warpdecode as wd
-from warpdecode._alloc import poisoned
+from bench.poison import poisoned
 from warpdecode.workload import make_layers
 
 BOUND = {"loop": 12, "expert": 8, "expert_fp8": 120, "warp": 1.1, "warp_split": 1.1, "warp_fused": 1.1,
