@@ -177,7 +177,9 @@ def test_grid_barriers_opened_every_time():
     """Runs last: every persistent-kernel launch above passed its grid barrier (none timed out,
     none left a partial count), i.e. the launcher's occupancy sizing kept every program resident."""
     torch.cuda.synchronize()
-    health = [(d, *b.tolist()) for d, b in warpdecode.warp._barriers.items()]
+    from bench import persistent
+
+    health = [(d, *b.tolist()) for d, b in persistent._barriers.items()]
     assert health, "no fused launch ran"
     for device, count, generation, timed_out in health:
         assert timed_out == 0 and count == 0 and generation > 0, (device, count, generation, timed_out)
