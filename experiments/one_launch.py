@@ -15,7 +15,7 @@
   promoted: a tie at OLMoE, +3 % at Qwen3-30B (its down streams slower per byte).
 - 16c (``--form two --space seg``): v16b by segments of experts, pipelined loads. Not promoted:
   27.5 against 22.5 µs (the poll before each segment removes the early start).
-v4 (the persistent schedule) is in the package (``schedule="fused"``); v6 is at commit 2dee57b.
+v4 (the persistent schedule) is ``bench/persistent.py``, beside the package; v6 is at commit 2dee57b.
 
 Rows: experiments/results/<GPU>/{ordered_launch,expert_order}.csv.
 """
