@@ -21,13 +21,16 @@ import torch
 
 from bench.cli import each_in_own_process, on_gpu, parse, say_ignored, subcommands
 from warpdecode import _runtime
-from warpdecode.__main__ import PATHS, tokens
+from warpdecode.__main__ import PATHS as PACKAGE_PATHS
+from warpdecode.__main__ import tokens
 from warpdecode.presets import MODEL_PRESETS, PRESETS, get_preset
 
 ALL_T = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 SWEEPS = ["speed", "stages", "accuracy"]
 E2E_PARTS = ["speed", "errors", "generate"]
 CPU_PRESET = "tiny"  # what the interpreter runs: odd sizes, prime E, fast enough
+#: tune's steps: the package tuner's, and the persistent schedule's (bench/persistent.py) after the pair's
+PATHS = [PACKAGE_PATHS[0], "fused", *PACKAGE_PATHS[1:]]
 
 
 def table(rows, cols):
@@ -146,7 +149,7 @@ def bench_argv(args, preset: str) -> list[str]:
 
 
 def cmd_tune(args):
-    from warpdecode import tuner
+    from bench import persistent
 
     if not on_gpu():
         sys.exit("tune needs a CUDA GPU: it times launch configs, and the CPU interpreter times nothing")
@@ -155,7 +158,7 @@ def cmd_tune(args):
         each_in_own_process(lambda args, preset: [sys.executable, "-m", "bench", "tune", "--presets", preset,
                                                   "--in-process", "--paths", *args.paths], args, presets)
         return
-    tuner.tune(presets, paths=args.paths)
+    persistent.tune(presets, paths=args.paths)
 
 
 def cmd_e2e(args):
@@ -309,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--presets", nargs="+", choices=presets, metavar="PRESET",
                    help=f"layer shapes to tune (default: every model preset); from {presets}")
     t.add_argument("--paths", nargs="+", default=PATHS, choices=PATHS,
-                   help="the tuner's steps, as python -m warpdecode tune --help explains them (default all: "
+                   help="the tuner's steps, as python -m warpdecode tune --help explains them, and fused: the "
+                        "persistent warp schedule (bench/persistent.py), against the tuned pair (default all: "
                         f"{' '.join(PATHS)})")
     t.add_argument("--in-process", action="store_true",
                    help="tune every preset in this process (by default each preset gets a process of its own)")

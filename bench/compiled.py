@@ -32,6 +32,7 @@ from unittest import mock
 import torch
 import triton.language as tl
 
+from bench import persistent as _kf
 from bench import unfused as _un
 from warpdecode import _runtime, configs
 from warpdecode import expert as _ex
@@ -40,7 +41,6 @@ from warpdecode.kernels import expert as _kx
 from warpdecode.kernels import warp_fp8 as _k8
 from warpdecode.kernels import warp_grouped as _kg
 from warpdecode.kernels import warp_pair as _kp
-from warpdecode.kernels import warp_persistent as _kf
 
 _TORCH_TO_TT = {
     torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4nv",
@@ -271,10 +271,10 @@ def ptxas_report(compiled: Compiled) -> dict:
 
 def programs_per_sm(compiled: Compiled) -> int:
     """How many programs of ``compiled`` one SM of its architecture holds at once
-    (:func:`warpdecode.warp.programs_per_sm` with the register count ptxas reports and the SM's
+    (:func:`bench.persistent.programs_per_sm` with the register count ptxas reports and the SM's
     limits, ``ARCH_LIMITS``)."""
     limits = ARCH_LIMITS[int(re.sub(r"\D", "", target(compiled)))]
-    return _wp.programs_per_sm(ptxas_report(compiled)["registers"], compiled.num_warps, compiled.shared,
+    return _kf.programs_per_sm(ptxas_report(compiled)["registers"], compiled.num_warps, compiled.shared,
                                regs=limits["regs_per_sm"], threads=limits["threads_per_sm"],
                                smem=limits["shared_per_sm"])
 
@@ -327,9 +327,10 @@ def _as_on_a_gpu(gpu_name: str, launches: list, arch: int = 90):
         stack.enter_context(mock.patch.object(_wp, "_runtime", gpu_runtime))
         stack.enter_context(mock.patch.object(_wp, "USE_PDL", pdl))
         # the persistent kernel's grid and barrier buffer, as on that GPU's SMs, without a GPU
-        stack.enter_context(mock.patch.object(_wp, "barrier_state", lambda *a, **k: torch.empty(
+        stack.enter_context(mock.patch.object(_kf, "_runtime", gpu_runtime))
+        stack.enter_context(mock.patch.object(_kf, "barrier_state", lambda *a, **k: torch.empty(
             3, dtype=torch.int32, device="meta")))
-        stack.enter_context(mock.patch.object(_wp, "fused_grid", lambda kernel, args, meta, cfg, device: (
+        stack.enter_context(mock.patch.object(_kf, "fused_grid", lambda kernel, args, meta, cfg, device: (
             cfg["programs_per_sm"] * limits["sms"],)))
         for mod in (_kx, _kp, _kg, _kf, _k8, _un):
             for name in dir(mod):
@@ -373,7 +374,8 @@ def meta_fp8_weights(shape, weights: str, dtype=torch.bfloat16):
 
 def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bfloat16, arch: int = 90,
                     config: dict | None = None, weights: str | None = None, **options) -> list[Launch]:
-    """The kernel launches ``path`` ("warp", "expert", or "expert-unfused": ``bench.unfused``) makes for
+    """The kernel launches ``path`` ("warp", "expert", or "expert-unfused": ``bench.unfused``; "warp" with
+    ``schedule="fused"``: ``bench.persistent.moe_fused``, ``config`` its persistent config) makes for
     ``shape`` and T on ``gpu_name``, a GPU of architecture ``arch`` (80, 90, 100, 120; its jobs compile
     for it), with the configs its
     launchers pick there (``configs.warp_config`` / ``expert_config`` from
@@ -400,12 +402,15 @@ def record_launches(path: str, shape, T: int, *, gpu_name: str, dtype=torch.bflo
     topk_weights = torch.empty(T, s.K, dtype=torch.float32, **meta)
     topk_ids = torch.empty(T, s.K, dtype=torch.int32, **meta)
     launches = []
+    run = {"warp": _wp.moe_warp, "expert": _ex.moe_expert, "expert-unfused": _un.moe_expert_unfused}[path]
+    if path == "warp" and options.get("schedule") == "fused":  # beside the package; moe_fused checks its config
+        run = _kf.moe_fused
+        del options["schedule"]
     with _as_on_a_gpu(gpu_name, launches, arch):
-        if config is not None and path == "warp":  # checked as a table's entry is, on that GPU's limits
+        if config is not None and run is _wp.moe_warp:  # checked as a table's entry is, on that GPU's limits
             configs.check_warp(config, weights, where="config")
-        elif config is not None:
+        elif config is not None and run is not _kf.moe_fused:
             configs.check_expert(config, options.get("act_format") == "fp8", weights, where="config")
-        run = {"warp": _wp.moe_warp, "expert": _ex.moe_expert, "expert-unfused": _un.moe_expert_unfused}[path]
         run(x, w13, w2, topk_weights, topk_ids, config=config, **options)
     return [Launch(k.fn.__name__, tuple(grid), _job(k, a, kw, arch)) for k, grid, a, kw in launches]
 

@@ -24,6 +24,9 @@ from warpdecode.warp import SCHEDULES, schedule_of
 
 Root = str | Path | None
 
+#: The schedules the tuner times against the pair: the package's, and the persistent one (bench/persistent.py).
+TIMED = (*SCHEDULES, "fused")
+
 
 class NoData(RuntimeError):
     """The checkout holds no benchmark data for the GPU asked for."""
@@ -478,7 +481,7 @@ def schedules_table(gpu: str, root: Root = None) -> str | None:
         for _, cfg in buckets:
             runs = schedule_of(cfg)
             us = cfg.get("measured_us", {})
-            others = ", ".join(f"{k} {us[k]:.1f}" for k in SCHEDULES if k != runs and k in us)
+            others = ", ".join(f"{k} {us[k]:.1f}" for k in TIMED if k != runs and k in us)
             cells.append(f"**{runs}** {us[runs]:.1f}" + (f" ({others})" if others else "") if runs in us else runs)
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     if not rows:

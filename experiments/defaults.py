@@ -47,6 +47,7 @@ import torch
 import triton
 
 import warpdecode as wd
+from bench.poison import poisoned
 from warpdecode import api, configs
 
 #: Real MoE layers that are not presets: I not a power of two, E not a power of two, K = 6, H ≥ 5120.
@@ -125,7 +126,7 @@ def check():
         x = torch.randn(T, shape.H, generator=gen)
         tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
         ref = wd.reference_moe(x, w13, w2, tw, ids)
-        with no_tables(), wd._alloc.poisoned():
+        with no_tables(), poisoned():
             for method in ("warp", "expert", "auto"):
                 err = wd.rel_error(wd.moe(x, w13, w2, tw, ids, method=method), ref)
                 assert err < 1e-5, (shape, T, method, err)

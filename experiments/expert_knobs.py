@@ -364,7 +364,7 @@ def warm(job) -> dict | str:
     this copy with MATH=math) on a tiny problem with the specialization of a real launch (sizes
     divisible by 16), which puts its binary in Triton's disk cache. Returns its registers, spilled
     bytes, shared memory and programs per SM on this GPU, or why it failed."""
-    from warpdecode import warp as wp
+    from bench.persistent import _programs_per_sm
     from warpdecode.kernels import expert as kx
 
     kind, math, K, block_m, cfg, pdl = job
@@ -399,7 +399,7 @@ def warm(job) -> dict | str:
         return {}
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return {"registers": b.n_regs, "spills": b.n_spills, "shared": b.metadata.shared,
-            "programs_per_sm": wp._programs_per_sm(b, cfg["num_warps"], props)}
+            "programs_per_sm": _programs_per_sm(b, cfg["num_warps"], props)}
 
 
 def precompile(jobs: list) -> list:

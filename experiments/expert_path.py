@@ -45,6 +45,7 @@ from triton.language.extra.cuda import gdc_launch_dependents
 
 import warpdecode as wd
 from bench.ladder import bytes_needed
+from bench.poison import poisoned
 from bench.sweep import meta
 from bench.timing import capture, read_ceiling, small_read, time_replays
 from warpdecode import _alloc, _runtime
@@ -309,7 +310,7 @@ def main_align():
         for T, K, E, bm in [(256, 8, 64, 64), (3, 2, 8, 16), (1, 8, 128, 16), (64, 4, 61, 16), (5, 3, 3, 16)]:
             ids = torch.rand(T, E, generator=g).topk(K, dim=1).indices.to(torch.int32)
             for kind, fn in VARIANTS.items():
-                with _alloc.poisoned():
+                with poisoned():
                     check_align(fn(ids, E, bm), ids, E)
                 print(f"{kind}: T={T} K={K} E={E} BLOCK_M={bm}: the contract holds")
         return
@@ -324,7 +325,7 @@ def main_align():
                         for _ in range(32)]
             us = {}
             for kind, fn in VARIANTS.items():
-                with _alloc.poisoned():
+                with poisoned():
                     check_align(fn(routings[0], s.E, bm), routings[0], s.E)
                 graph, _ = capture(lambda fn=fn, E=s.E, bm=bm, rs=routings: [fn(r, E, bm) for r in rs])
                 us[kind] = time_replays(graph, reps=50).median_us / len(routings)
@@ -479,7 +480,7 @@ def check_pdl():
         w13, w2 = shape.weights(dtype=torch.float32, seed=1)
         x = torch.randn(T, H, generator=gen)
         tw, ids = wd.route(torch.randn(T, E, generator=gen), K)
-        with _alloc.poisoned():
+        with poisoned():
             a = ex.moe_expert(x, w13, w2, tw, ids)
             b = ex.moe_expert(x, w13, w2, tw, ids, pdl=True)
         err = wd.rel_error(b, wd.reference_moe(x, w13, w2, tw, ids))
@@ -569,7 +570,7 @@ def check_half_m():
         x = torch.randn(T, H, generator=gen)
         tw, ids = wd.route(torch.randn(T, E, generator=gen), K)
         cfg = {"BLOCK_M": 32, "gate_up": dict(tile), "down": dict(tile)}
-        with _alloc.poisoned():
+        with poisoned():
             a = ex.moe_expert(x, w13, w2, tw, ids, config=cfg)
             b = ex.moe_expert(x, w13, w2, tw, ids, config=halved(cfg))
         err = wd.rel_error(b, wd.reference_moe(x, w13, w2, tw, ids))
@@ -651,7 +652,7 @@ def check_swap_ab():
         floor = wd.rounding_floor(ref, torch.bfloat16)
         for half in ([False, True] if block_m >= 32 else [False]):
             cfg = {"BLOCK_M": block_m, "gate_up": dict(tile, HALF_M=half), "down": dict(tile, HALF_M=half)}
-            with _alloc.poisoned():
+            with poisoned():
                 plain = ex.moe_expert(x, w13, w2, tw, ids, act_format=fmt, config=cfg)
                 bar = 4 if fmt == "native" else 1.05 * wd.rel_error(plain, ref) / floor  # FP8: ~30 × the floor
                 for form, gemms in FORMS.items():
@@ -821,7 +822,7 @@ def check_bound():
         tw, ids = wd.route(torch.randn(T, E, generator=gen), K)
         cfg = {"BLOCK_M": block_m, "gate_up": dict(tile, **extra), "down": dict(tile, **extra)}
         ref = wd.reference_moe(x, w13, w2, tw, ids)
-        with _alloc.poisoned(), warnings.catch_warnings():
+        with poisoned(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "invalid value", RuntimeWarning)  # combine adds no-math bits
             y = ex.moe_expert(x, w13, w2, tw, ids, config=cfg)
             same = torch.equal(kn.moe(x, w13, w2, tw, ids, config=cfg, math=True), y)

@@ -112,8 +112,9 @@ def check():
     import torch
 
     import warpdecode as wd
-    from warpdecode import _alloc, quant
+    from bench.poison import poisoned
     from warpdecode import expert as ex
+    from warpdecode import quant
 
     folder = Path(tempfile.mkdtemp())
     sys.path.insert(0, str(folder))
@@ -125,7 +126,7 @@ def check():
         tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
         for fmt in quant.FORMATS:
             q13, q2 = quant.quantize_experts(w13, w2, fmt)
-            with _alloc.poisoned():
+            with poisoned():
                 shipped = wd.moe(x, q13, q2, tw, ids, method="expert")
                 with mock.patch.object(ex, "kx", f16):
                     got = wd.moe(x, q13, q2, tw, ids, method="expert")

@@ -84,6 +84,7 @@ import warpdecode as wd
 from bench import compiled
 from bench import fp8 as bench_fp8
 from bench.ladder import bytes_needed
+from bench.poison import poisoned
 from bench.timing import capture, small_read, time_replays
 from warpdecode import _alloc, quant
 from warpdecode import warp as wp
@@ -302,7 +303,7 @@ def check_tiles():
             if shape.name == "c2" and fmt == "block128":  # several rows per program, on one and two warps
                 runs += [("tiles", {"gate_up": gate_up_cfg((4, 128, 1)), "down": down_cfg((8, 128, 2))})]
             for kind, c in runs:
-                with _alloc.poisoned():
+                with poisoned():
                     shipped = wp.moe_warp(x, q13, q2, tw, ids, config=c)
                     bits = moe_bits(x, q13, q2, tw, ids, config=c)
                 assert torch.equal(shipped.view(torch.int16), bits.view(torch.int16)), (shape.name, fmt, c)
@@ -836,7 +837,7 @@ def check_bound():
             hot = torch.zeros_like(ids)
             check_nomath(x, q13, q2, tw, hot, c, f"{shape.name} {fmt} expert 0")
             ref = wd.reference_moe(x, q13, q2, tw, hot)
-            with _alloc.poisoned():
+            with poisoned():
                 y = wp.moe_warp(x, q13, q2, tw, hot, config=c)
             err = wd.rel_error(y, ref) / wd.rounding_floor(ref, torch.bfloat16)
             assert err <= 4.0 and not y.isnan().any(), (shape.name, fmt, err)

@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 import warpdecode as wd
+from bench.poison import poisoned
 from warpdecode import configs
 from warpdecode import warp as wp
 
@@ -288,7 +289,7 @@ def check_slices():
         down = {"BLOCK_H": 4, "BLOCK_I": 16, "num_warps": 1, "num_stages": 1}
         for sub in (128, 32):
             gu = {"BLOCK_I": 2, "BLOCK_H": 128, "SUB_H": sub, "num_warps": 1, "num_stages": 1}
-            with wd._alloc.poisoned():
+            with poisoned():
                 err = wd.rel_error(slice_pair(gu, down)(x, w13, w2, tw, ids), ref)
             print(f"T={T} H={H} I={I} E={E} K={K} SUB_H={sub}: relative error {err:.1e} against float64")
             assert err < 1e-5, err

@@ -15,7 +15,7 @@
   promoted: a tie at OLMoE, +3 % at Qwen3-30B (its down streams slower per byte).
 - 16c (``--form two --space seg``): v16b by segments of experts, pipelined loads. Not promoted:
   27.5 against 22.5 µs (the poll before each segment removes the early start).
-v4 (the persistent schedule) is in the package (``schedule="fused"``); v6 is at commit 2dee57b.
+v4 (the persistent schedule) is ``bench/persistent.py``, beside the package; v6 is at commit 2dee57b.
 
 Rows: experiments/results/<GPU>/{ordered_launch,expert_order}.csv.
 """
@@ -35,6 +35,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import warpdecode as wd
+from bench.poison import poisoned
 from warpdecode import _alloc
 from warpdecode import warp as wp
 from warpdecode.kernels.warp_pair import _down_chunk, _down_tile, _gate_up_tile
@@ -235,7 +236,7 @@ def check_v8(shape, T: int, cfg: dict, device) -> float:
     (w13, w2), = make_layers(shape, 1) if device.type == "cuda" else [_cpu_layer(shape)]
     inp = make_inputs(shape, T, 1, seed=77)[0] if device.type == "cuda" else _cpu_inputs(shape, T)
     ref = wd.reference_moe(inp.x, w13, w2, inp.topk_weights, inp.topk_ids)
-    with _alloc.poisoned():  # NaN in every buffer: an element never written fails the check
+    with poisoned():  # NaN in every buffer: an element never written fails the check
         y = moe_warp_ordered(inp.x, w13, w2, inp.topk_weights, inp.topk_ids, cfg)
     assert sync_state(device).tolist() == [0, 0, 0, 0], sync_state(device).tolist()
     return wd.rel_error(y, ref) / wd.rounding_floor(ref, torch.bfloat16)
@@ -822,20 +823,20 @@ def check_v16():
             gu = wd.configs.warp_config(H, I, E, K, T)["gate_up"]
             two = {"BLOCK_H": r, "BLOCK_I": c, "num_warps": 1, "pair_fastest": call == 1, "lean": gr == 2,
                    "group": triton.next_power_of_2(K) if call == 1 else 2}  # groups past K: masked slots
-            with _alloc.poisoned():  # an output element left unwritten is NaN
+            with poisoned():  # an output element left unwritten is NaN
                 y2 = pair_expert_order(x, w13, w2, tw, ids, gu, two, torch.float32)
             check_state()
             err2 = wd.rel_error(y2, ref)
             assert not y2.isnan().any() and err2 < 1e-5, (T, H, I, E, K, c, err2)
             print(f"two kernels: error {err2:.1e}, state reset")
             seg = {"BLOCK_H": r, "BLOCK_I": c, "num_warps": 1, "seg": 1 if K % 2 else 2, "stages": 2}
-            with _alloc.poisoned():
+            with poisoned():
                 y3 = pair_expert_order(x, w13, w2, tw, ids, gu, seg, torch.float32)
             check_state()
             err3 = wd.rel_error(y3, ref)
             assert not y3.isnan().any() and err3 < 1e-5, (T, H, I, E, K, c, err3)
             print(f"two kernels, segments of {seg['seg']}: error {err3:.1e}, state reset")
-            with _alloc.poisoned():  # an output element left unwritten is NaN
+            with poisoned():  # an output element left unwritten is NaN
                 y = moe_expert_order(x, w13, w2, tw, ids, cfg, torch.float32)
             check_flag()
             err = wd.rel_error(y, ref)

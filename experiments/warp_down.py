@@ -52,6 +52,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.language.extra.cuda import gdc_wait
 
 import warpdecode as wd
+from bench.poison import poisoned
 from warpdecode import _alloc, configs
 from warpdecode import warp as wp
 from warpdecode.kernels import warp_pair as kp
@@ -434,7 +435,7 @@ def check_v13():
         tw = torch.rand(T, K, generator=gen)
         act = wp.warp_gate_up(x, w13, ids, tw, wd.configs.warp_config(H, I, E, K, T)["gate_up"])
         cfg = {"BLOCK_H": 4, "BLOCK_I": c, "num_warps": 1}
-        with _alloc.poisoned():  # an output element left unwritten is NaN
+        with poisoned():  # an output element left unwritten is NaN
             y = down_preload(act, w2, ids, tw, cfg, torch.float32)
         ref = wd.reference_moe(x, w13, w2, tw, ids)
         err = wd.rel_error(y, ref)
@@ -666,7 +667,7 @@ def check_v14():
             x = torch.randn(T, H, generator=gen)
             ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
             tw = torch.rand(T, K, generator=gen)
-            with _alloc.poisoned():  # an output element left unwritten is NaN
+            with poisoned():  # an output element left unwritten is NaN
                 y = pair_chunked(x, w13, w2, ids, tw, gu, {"BLOCK_H": r, "BLOCK_I": c, "num_warps": 1}, torch.float32)
             check_state()
             err = wd.rel_error(y, wd.reference_moe(x, w13, w2, tw, ids))
@@ -1002,7 +1003,7 @@ def check_v17():
         ref = wd.reference_moe(x, w13, w2, tw, ids)
         errs = {}
         for per_slot in (True, False):
-            with _alloc.poisoned():  # an output element left unwritten is NaN
+            with poisoned():  # an output element left unwritten is NaN
                 errs[per_slot] = wd.rel_error(down_form(per_slot)(act, w2, ids, tw, cfg, torch.float32), ref)
         assert max(errs.values()) < 1e-5, (T, H, I, E, K, c, errs)
         print(f"T={T} H={H} I={I} E={E} K={K}: per-slot error {errs[True]:.1e}, 3-D {errs[False]:.1e}")
@@ -1104,7 +1105,7 @@ def check_v18():
         cfg = {"BLOCK_H": 8, "BLOCK_I": c, "num_warps": 1, "num_stages": 1}
         errs = {}
         for label, form in (("shipped", down_form(False, kp.K_FIRST)), ("k-first", down_form(False, True))):
-            with _alloc.poisoned():  # an output element left unwritten is NaN
+            with poisoned():  # an output element left unwritten is NaN
                 y = form(act, w2, ids, tw, cfg, torch.float32)
             errs[label] = ((y.double() - ref).norm() / ref.norm()).item()
         assert max(errs.values()) < 1e-6, (T, H, I, E, K, c, errs)

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -43,11 +43,10 @@
 import json
 
 import torch
-from lessons import data, ladder, poisoned, report
+from lessons import data, ladder, persistent, poisoned, report
 
 import warpdecode as wd
 from warpdecode import configs
-from warpdecode.kernels import warp_persistent as kf
 
 S = ladder.SETTINGS
 GPU = ladder.RESULTS_GPU
@@ -81,13 +80,13 @@ print(ladder.table([{"preset": p, "warp µs": f"{speed[p]['warp'][1]['median_us'
 # ## One kernel instead of two: a persistent schedule
 #
 # If the cost is two launch ramps and the wait between the kernels, why not one kernel? The
-# persistent schedule (`schedule="fused"`, `warpdecode/kernels/warp_persistent.py`) launches exactly
+# persistent schedule (`bench/persistent.py`, research beside the package) launches exactly
 # as many programs as the GPU holds at once. Each walks gate/up units (rung 4's `_gate_up_tile`),
 # loads the w2 columns of its first down unit, then meets all the others at a **grid barrier**, and
 # walks down units (rung 4's `_down_tile`):
 
 # %%
-print(ladder.source(kf.warp_fused_kernel, "if PHASE != 2", "_grid_barrier(barrier_ptr"))
+print(ladder.source(persistent.warp_fused_kernel, "if PHASE != 2", "_grid_barrier(barrier_ptr"))
 
 # %% [markdown]
 # The barrier is an atomic counter in global memory, reset by the last program to arrive, which
@@ -96,7 +95,7 @@ print(ladder.source(kf.warp_fused_kernel, "if PHASE != 2", "_grid_barrier(barrie
 # after a bounded number of spins and raises a flag rather than hang the GPU.
 
 # %%
-print(ladder.source(kf._grid_barrier, "tl.debug_barrier()", "tl.atomic_xchg(barrier_ptr + 2"))
+print(ladder.source(persistent._grid_barrier, "tl.debug_barrier()", "tl.atomic_xchg(barrier_ptr + 2"))
 
 # %% [markdown]
 # On the CPU the interpreter runs programs one after another, where a barrier would never open, so
@@ -111,7 +110,7 @@ tw, ti = wd.route(torch.randn(3, shape.E, generator=gf).to(S.device), shape.K, r
 ref = wd.reference_moe(x, w13, w2, tw, ti)
 floor = wd.rounding_floor(ref, torch.bfloat16)
 with poisoned():
-    y_fused = wd.moe(x, w13, w2, tw, ti, method="warp", schedule="fused")
+    y_fused = persistent.moe_fused(x, w13, w2, tw, ti)
     y_split = wd.moe(x, w13, w2, tw, ti, method="warp", schedule="split")
 print(f"{shape.name} on {S.gpu}: persistent {wd.rel_error(y_fused, ref) / floor:.4f} × floor, "
       f"pair {wd.rel_error(y_split, ref) / floor:.4f} × floor")
@@ -120,7 +119,7 @@ assert wd.rel_error(y_split, ref) <= ladder.bound("warp") * floor
 
 # %% [markdown]
 # The tuner (`python -m bench tune --paths fused`) times every persistent configuration of
-# `warpdecode.tuner.fused_candidates` (warps, tile sizes, programs per SM) against the tuned
+# `persistent.fused_candidates` (warps, tile sizes, programs per SM) against the tuned
 # pair for every preset and token bucket, and would keep `fused` where it won. The H200's table
 # records both times:
 

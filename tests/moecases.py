@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 
 import warpdecode
-from warpdecode import _alloc
+from bench import persistent
+from bench.poison import poisoned
 from warpdecode.presets import MoEShape
 
 
@@ -55,7 +56,8 @@ VARIANTS = {
     "expert": dict(method="expert"),
     "warp": dict(method="warp"),
     "warp-split": dict(method="warp", schedule="split"),  # two kernels, whatever the tuned table picks
-    "warp-fused": dict(method="warp", schedule="fused"),  # the persistent kernel (two phases on a CPU)
+    # the persistent kernel (two phases on a CPU), beside the package: run() calls bench.persistent.moe_fused
+    "warp-fused": dict(method="warp", schedule="fused"),
     "warp-grouped": dict(method="warp", schedule="grouped"),  # each routed expert's rows read once
     "auto": dict(method="auto"),
     "expert-fp8": dict(method="expert", act_format="fp8"),
@@ -108,10 +110,17 @@ def resolved(variant: str, T: int, H: int, I: int, E: int, K: int) -> str:  # no
     return warpdecode.pick_method(T, H, I, E, K) if variant == "auto" else variant
 
 
+def run(inputs, **kwargs):
+    """warpdecode.moe; with ``schedule="fused"`` the persistent schedule beside the package (bench/persistent.py)."""
+    if kwargs.get("schedule") == "fused":
+        return persistent.moe_fused(*inputs, **{k: v for k, v in kwargs.items() if k not in ("method", "schedule")})
+    return warpdecode.moe(*inputs, **kwargs)
+
+
 def run_poisoned(inputs, **kwargs):
-    """warpdecode.moe with every buffer it allocates filled with NaN / 2**30 first."""
-    with _alloc.poisoned():
-        return warpdecode.moe(*inputs, **kwargs)
+    """:func:`run` with every buffer it allocates filled with NaN / 2**30 first."""
+    with poisoned():
+        return run(inputs, **kwargs)
 
 
 def error_ratio(y, ref, dtype) -> float:

@@ -155,7 +155,7 @@ def test_generate_on_a_gpu_runs_each_implementation_in_processes_of_its_own(monk
 
 
 def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
-    from warpdecode import tuner as tune
+    from bench import persistent as tune  # python -m bench tune: the package tuner's steps and the persistent one
 
     calls = []
     monkeypatch.setattr(_runtime, "DEFAULT_DEVICE", torch.device("cuda"))
@@ -174,6 +174,40 @@ def test_tune_runs_each_preset_in_its_own_process(monkeypatch):
                     (["olmoe-1b-7b", "gpt-oss-20b"], ["expert"])]
     assert len(calls) == 2
 
+
+
+def test_bench_tune_times_the_persistent_schedule_between_the_pair_and_the_rest(monkeypatch, tmp_path):
+    """``python -m bench tune --paths ... fused``: the package tuner's ``warp`` step, then the persistent
+    schedule against the pair it wrote (its buckets merged into the table), then the other steps."""
+    import pytest
+
+    from bench import persistent
+    from warpdecode import configs, tuner
+    from warpdecode.presets import get_preset
+
+    s = get_preset("olmoe-1b-7b")
+    key = configs.shape_key(s.H, s.I, s.E, s.K)
+    tile = {"BLOCK_I": 2, "BLOCK_H": 512, "num_warps": 2, "num_stages": 1}
+    path, steps = tmp_path / "tuned.json", []
+
+    def package_tune(shapes, paths, path):
+        steps.append(list(paths))
+        if "warp" in paths:
+            configs.update_table(path, lambda current: {"warp": {key: [[1, {"gate_up": tile, "down": tile}]]}})
+
+    def tune_fused(shape, buckets, **kw):
+        steps.append(["fused"])
+        return [[T, {**cfg, "fused": persistent.default_fused(s.H, s.I, s.K)}] for T, cfg in buckets]
+
+    monkeypatch.setattr(tuner, "tune", package_tune)
+    monkeypatch.setattr(persistent, "warm", lambda shapes, log=print: {})
+    monkeypatch.setattr(persistent, "tune_fused", tune_fused)
+    persistent.tune(["olmoe-1b-7b"], paths=persistent.PATHS, path=path, log=lambda *a: None)
+    assert steps == [["warp"], ["fused"], ["grouped", "expert", "expert_swap"]]
+    (T, cfg), = configs.read_table(path)["warp"][key]
+    assert persistent.check_fused(cfg["fused"]) and cfg["gate_up"] == tile
+    with pytest.raises(ValueError, match="tune olmoe-1b-7b with 'warp' first"):
+        persistent.tune(["olmoe-1b-7b"], paths=["fused"], path=tmp_path / "empty.json", log=lambda *a: None)
 
 def test_the_installed_tune_without_shape_points_the_presets_at_bench(monkeypatch):
     """The shipped table is tuned from a checkout: ``python -m warpdecode tune`` without ``--shape``

@@ -28,12 +28,12 @@ import pytest
 import torch
 
 from bench import compiled, unfused
+from bench import persistent as kf
 from warpdecode import MoEShape
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_fp8 as k8
 from warpdecode.kernels import warp_grouped as kg
 from warpdecode.kernels import warp_pair as kp
-from warpdecode.kernels import warp_persistent as kf
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 KERNEL_MODULES = (kx, kp, kg, kf, k8, unfused)

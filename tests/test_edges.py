@@ -11,6 +11,7 @@ import torch
 from moecases import EDGE_CASES, VARIANTS, Case, make_inputs, run_poisoned, variant_kwargs
 from test_accuracy import check_accuracy
 
+from bench.poison import poisoned
 from warpdecode import _alloc
 
 # On the CPU "warp" runs the split schedule (the interpreter's default config, configs.warp_config), so
@@ -41,10 +42,10 @@ def test_T0_returns_empty(dtype, variant, seed):
 def test_poison_is_armed():
     """Control for every poisoned run: inside the block new buffers are NaN / 2**30, and the
     block restores the previous state on exit."""
-    with _alloc.poisoned():
+    with poisoned():
         f = _alloc.empty(3, 5, dtype=torch.bfloat16, device="cpu")
         i = _alloc.empty(7, dtype=torch.int32, device="cpu")
-        with _alloc.poisoned():
+        with poisoned():
             pass
         assert _alloc._POISON
     assert torch.isnan(f).all() and (i == _alloc.INT_POISON).all()
@@ -84,7 +85,7 @@ def test_warp_gate_up_in_slices_matches_float64(slices, seed):
     ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
     tw = torch.rand(T, K, generator=gen)
     cfg = {"BLOCK_I": 4, "BLOCK_H": 256, "num_warps": 1, "num_stages": 1, "SUB_H": 256 // slices}
-    with _alloc.poisoned():
+    with poisoned():
         act = wp.warp_gate_up(x, w13, ids, tw, cfg)
     w = w13.double()[ids.long().flatten()]  # (T*K, 2I, H)
     h = torch.einsum("prh,ph->pr", w, x.double().repeat_interleave(K, 0))
@@ -110,7 +111,7 @@ def test_warp_down_forms_match_float64(form, T, H, I, E, K, seed, monkeypatch): 
     ids = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)]).to(torch.int32)
     tw = torch.rand(T, K, generator=gen)
     cfg = {"BLOCK_H": 8, "BLOCK_I": 16, "num_warps": 1, "num_stages": 1}
-    with _alloc.poisoned():
+    with poisoned():
         y = wp.warp_down(act, w2, ids, tw, cfg, torch.float32)
     w = w2.double()[ids.long()]  # (T, K, H, I)
     ref = torch.einsum("tkhi,tki,tk->th", w, act.double().view(T, K, I), tw.double())

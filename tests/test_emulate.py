@@ -42,14 +42,14 @@ def test_no_rounding_but_the_output_is_the_reference_rounded_once(seed):
 def test_quantize_fp8_is_the_kernel(seed):
     """The float64 model of quant_fp8_kernel, bit for bit, on a row with a tail group and zeros."""
     from bench import unfused
-    from warpdecode import _alloc
+    from bench.poison import poisoned
     from warpdecode import expert as ex
 
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(3, 300, generator=g) * torch.logspace(-3, 3, 300)).to(BF16)
     x[1, :128] = 0  # an all-zero group: amax clamps, q = 0
     ids = torch.tensor([[0], [1], [2]], dtype=torch.int32)
-    with _alloc.poisoned():
+    with poisoned():
         al = ex.align(ids, 3, 16)
         a = unfused.gather(x, al, 1)
         q, s = ex.quantize(a, al, "fp8")

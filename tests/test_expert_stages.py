@@ -3,7 +3,7 @@ scatter as kernels of their own from bench.unfused), each against
 an independent computation: pure Python for the index arrays, torch for the data movement, a
 torch re-implementation for the FP8 quantizer, float64 for the two grouped GEMMs.
 
-Every stage runs inside ``_alloc.poisoned()``: an element a kernel should write and did not is
+Every stage runs inside ``poisoned()``: an element a kernel should write and did not is
 NaN (floats) or 2**30 (indices) and fails the comparison.
 """
 
@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 import warpdecode
 from bench import unfused
-from warpdecode import _alloc, expert
+from bench.poison import poisoned
+from warpdecode import expert
 from warpdecode.configs import expert_config
 
 DEV = warpdecode.DEFAULT_DEVICE  # the GPU where kernels compile for one, else the CPU interpreter
@@ -79,7 +80,7 @@ def _expected_runs(topk_ids, E, block_m):
 def test_align_matches_vllm_contract(T, K, E, block_m, routing, seed):
     g = torch.Generator().manual_seed(seed)
     topk_ids = _ids(T, K, E, routing, g).to(DEV)
-    with _alloc.poisoned():
+    with poisoned():
         al = expert.align(topk_ids, E, block_m)
     num_pairs = T * K
     runs, total = _expected_runs(topk_ids, E, block_m)
@@ -116,7 +117,7 @@ def test_em_bound_covers_worst_routing(num_pairs, E, block_m):
 def _aligned(T, K, E, seed, routing="random", block_m=16):
     g = torch.Generator().manual_seed(seed)
     topk_ids = _ids(T, K, E, routing, g).to(DEV)
-    with _alloc.poisoned():
+    with poisoned():
         al = expert.align(topk_ids, E, block_m)
     return topk_ids, al, g
 
@@ -149,7 +150,7 @@ def test_gather_matches_index_select(T, K, E, dtype, seed):
     _, al, g = _aligned(T, K, E, seed)
     H = 45  # odd, below one BLOCK_H
     x = torch.randn(T, H, generator=g).to(dtype).to(DEV)
-    with _alloc.poisoned():
+    with poisoned():
         a = unfused.gather(x, al, K)
     ntpp, ids, valid = _used_rows(al)
     want = torch.where(valid[:, None], x[torch.where(valid, ids, 0) // K], torch.zeros((), dtype=dtype, device=DEV))
@@ -180,7 +181,7 @@ def test_quantize_fp8_matches_torch(N, dtype, seed):
     a = torch.where(torch.arange(al.EM)[:, None] < ntpp, a, float("nan"))  # never read past ntpp
     a[:ntpp][~valid.cpu()] = 0.0
     a = a.to(dtype).to(DEV)
-    with _alloc.poisoned():
+    with poisoned():
         q, scales = expert.quantize(a, al, "fp8")
     want_q, want_s = _quantize_ref(a[:ntpp])
     assert q.dtype == torch.float8_e4m3fn and scales.shape == (al.EM, -(-N // 128))
@@ -219,7 +220,7 @@ def _ratio(got, want64, dtype):
 def test_gate_up_matches_float64(T, K, E, dtype, fmt, seed):
     x, w13, w2, al, cfg = _stage_inputs(T, K, E, dtype, seed, fmt == "fp8")
     I = w2.shape[2]  # noqa: E741
-    with _alloc.poisoned():
+    with poisoned():
         a = unfused.gather(x, al, K)
         aq, a_scales = expert.quantize(a, al, fmt)
         h = expert.gate_up(aq, a_scales, w13, al, cfg["gate_up"])
@@ -246,7 +247,7 @@ def test_down_matches_float64(T, K, E, dtype, fmt, seed):
     h[:ntpp][~valid] = float("nan")  # padding rows of the intermediate: never written by gate_up
     h = h.to(dtype)
     topk_weights = torch.softmax(torch.randn(T, K, generator=g), dim=-1).to(DEV)
-    with _alloc.poisoned():
+    with poisoned():
         hq, h_scales = expert.quantize(h, al, fmt)
         o = expert.down(hq, h_scales, w2, al, topk_weights, cfg["down"])
     h_in = h[:ntpp].double() if fmt == "native" else (
@@ -265,7 +266,7 @@ def test_scatter_matches_index_copy(T, K, E, dtype, seed):
     _, al, g = _aligned(T, K, E, seed)
     H = 45
     o = torch.randn(al.EM, H, generator=g).to(dtype).to(DEV)
-    with _alloc.poisoned():
+    with poisoned():
         s = unfused.scatter(o, al)
     ntpp, ids, valid = _used_rows(al)
     want = torch.full((T * K, H), float("nan"), dtype=dtype, device=DEV).index_copy_(0, ids[valid], o[:ntpp][valid])
@@ -281,7 +282,7 @@ def test_combine_sums_in_compute_dtype(T, K, H, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     s = torch.randn(T * K, H, generator=g).to(dtype).to(DEV)
     topk_ids = torch.randint(0, K, (T, K), generator=g, dtype=torch.int32).to(DEV)  # every id in range
-    with _alloc.poisoned():
+    with poisoned():
         y = expert.combine(s, topk_ids, torch.rand(T, K, generator=g).to(DEV), K)
     want = torch.zeros(T, H, dtype=dtype, device=DEV)
     for j in range(K):
@@ -296,7 +297,7 @@ def test_stages_compose_to_moe_expert(T, K, E, seed):
     x, w13, w2, _, cfg = _stage_inputs(T, K, E, dtype, seed, False)
     g = torch.Generator().manual_seed(seed + 2)
     topk_weights, topk_ids = warpdecode.route(torch.randn(T, E, generator=g).to(DEV), K)
-    with _alloc.poisoned():
+    with poisoned():
         al = expert.align(topk_ids, E, cfg["BLOCK_M"])
         a, _ = expert.quantize(unfused.gather(x, al, K), al)
         h = expert.gate_up(a, None, w13, al, cfg["gate_up"])
@@ -314,7 +315,7 @@ def test_fused_gather_scatter_is_the_same_to_the_bit(T, K, E, dtype, fmt, seed):
     x, w13, w2, _, cfg = _stage_inputs(T, K, E, dtype, seed, fmt == "fp8")
     g = torch.Generator().manual_seed(seed + 3)
     topk_weights, topk_ids = warpdecode.route(torch.randn(T, E, generator=g).to(DEV), K)
-    with _alloc.poisoned():
+    with poisoned():
         fused = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=fmt)
         apart = unfused.moe_expert_unfused(x, w13, w2, topk_weights, topk_ids, act_format=fmt)
     assert not fused.isnan().any()
@@ -347,13 +348,13 @@ def test_half_m_tiles_match_float64(block_m, fmt, seed):
     E, K = 4, 1
     x, w13, w2, topk_weights, topk_ids = _counted(dtype, H, I, [half, half + 1, block_m + 1, 0], seed)
     tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2}
-    with _alloc.poisoned():
+    with poisoned():
         al = expert.align(topk_ids, E, block_m)
     ntpp, ids, valid = _used_rows(al)
     upper = valid.view(-1, block_m)[:, half]
     assert upper.any() and not upper.all(), "the routing must give blocks of both kinds"
 
-    with _alloc.poisoned():
+    with poisoned():
         xq, x_scales = expert.quantize(x, None, fmt)
         h = expert.gate_up(xq, x_scales, w13, al, dict(tile, HALF_M=True), gather_k=K)
         hq, h_scales = expert.quantize(h, al, fmt)
@@ -374,7 +375,7 @@ def test_half_m_tiles_match_float64(block_m, fmt, seed):
 
     cfg = {"BLOCK_M": block_m, "gate_up": dict(tile), "down": dict(tile)}
     halved = {"BLOCK_M": block_m, "gate_up": dict(tile, HALF_M=True), "down": dict(tile, HALF_M=True)}
-    with _alloc.poisoned():
+    with poisoned():
         y = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=fmt, config=cfg)
         y_half = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, act_format=fmt, config=halved)
     assert not y_half.isnan().any()
@@ -395,7 +396,7 @@ def test_swap_ab_tiles_match_float64(block_m, dtype, seed):
                                                   seed)
     tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2, "HALF_M": block_m >= 32}
     swapped = dict(tile, SWAP_AB=True)
-    with _alloc.poisoned():
+    with poisoned():
         al = expert.align(topk_ids, E, block_m)
         h = expert.gate_up(x, None, w13, al, swapped, gather_k=K)
         o = expert.down(h, None, w2, al, topk_weights, swapped, scatter=True)
@@ -411,7 +412,7 @@ def test_swap_ab_tiles_match_float64(block_m, dtype, seed):
     assert _ratio(o[pairs], want_o, dtype) <= _tol(dtype, I)
 
     cfg = {"BLOCK_M": block_m, "gate_up": dict(tile), "down": dict(tile)}
-    with _alloc.poisoned():
+    with poisoned():
         y = expert.moe_expert(x, w13, w2, topk_weights, topk_ids, config=cfg)
         y_swap = expert.moe_expert(x, w13, w2, topk_weights, topk_ids,
                                    config={"BLOCK_M": block_m, "gate_up": swapped, "down": swapped})

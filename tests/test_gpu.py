@@ -31,6 +31,7 @@ from test_accuracy import (
 )
 
 import warpdecode
+from bench.poison import poisoned
 
 pytestmark = pytest.mark.gpu
 
@@ -146,7 +147,7 @@ def test_expert_fused_gather_scatter_is_the_eight_kernels(preset, T, act_format)
     from bench import unfused
 
     inputs, _, _ = _preset_inputs(preset, T)
-    with warpdecode._alloc.poisoned():
+    with poisoned():
         fused = warpdecode.expert.moe_expert(*inputs, act_format=act_format)
         apart = unfused.moe_expert_unfused(*inputs, act_format=act_format)
         unchained = warpdecode.expert.moe_expert(*inputs, act_format=act_format, pdl=False)
@@ -176,7 +177,9 @@ def test_grid_barriers_opened_every_time():
     """Runs last: every persistent-kernel launch above passed its grid barrier (none timed out,
     none left a partial count), i.e. the launcher's occupancy sizing kept every program resident."""
     torch.cuda.synchronize()
-    health = [(d, *b.tolist()) for d, b in warpdecode.warp._barriers.items()]
+    from bench import persistent
+
+    health = [(d, *b.tolist()) for d, b in persistent._barriers.items()]
     assert health, "no fused launch ran"
     for device, count, generation, timed_out in health:
         assert timed_out == 0 and count == 0 and generation > 0, (device, count, generation, timed_out)

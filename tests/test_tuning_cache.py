@@ -320,8 +320,10 @@ def test_explicit_configs_are_checked_by_family():
         configs.check_warp({"gate_up": TILE, "down": {**TILE, "BLOCK_I": 16}}, weights="mxfp8")
     with pytest.raises(configs.ConfigError, match=r"BLOCK_K must divide 128 \(a K step takes one activation scale"):
         configs.check_expert({**GEMM, "down": {**GEMM_TILE, "BLOCK_K": 256}}, fp8=True)
-    with pytest.raises(configs.ConfigError, match=r"fused lacks programs_per_sm"):
-        configs.check_warp({**pair(), "fused": {"num_warps": 4, "gate_up": TILE, "down": TILE}})
+    from bench import persistent
+
+    with pytest.raises(configs.ConfigError, match=r"fused lacks programs_per_sm"):  # beside the package
+        persistent.check_fused({"num_warps": 4, "gate_up": TILE, "down": TILE})
     assert configs.check_expert(GEMM) is GEMM and configs.check_warp(pair()) == pair()
     from bench import compiled
 
@@ -383,6 +385,40 @@ def test_write_cache_tags_the_release_and_drops_another_releases_warp_entries(ta
     assert set(written["expert"]) == {shape_key(*B), shape_key(*C)}  # expert tiles kept and merged
 
 
+
+def test_an_old_cache_with_fused_entries_is_read_and_the_entry_ignored(tables):
+    """A cache tuned when the persistent schedule was the package's holds ``fused`` entries (here a
+    malformed one): the table is read without a warning and the entry is not run; the schedule is the
+    pair's (the persistent schedule lives in bench/persistent.py)."""
+    path = tables / "cache" / "Test_GPU.json"
+    cache = json.loads(path.read_text())
+    cache["warp"][shape_key(*B)][0][1]["fused"] = {"num_warps": 3}
+    path.write_text(json.dumps(cache))
+    configs.load_tuned.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg = configs.warp_config(*B, T=1)
+        plan = warpdecode.explain(*(torch.empty(s, device="meta") for s in ((1, B[0]), (B[2], 2 * B[1], B[0]),
+                                                                            (B[2], B[0], B[1]))),
+                                  torch.empty(1, B[3], device="meta"),
+                                  torch.empty(1, B[3], dtype=torch.int32, device="meta"), method="warp")
+    assert cfg["fused"] == {"num_warps": 3} and cfg["from"] == "cache"
+    assert plan.schedule == "split"
+
+
+def test_moe_runs_the_pair_where_its_config_has_a_fused_entry(monkeypatch, seed):
+    """moe with a tuned config that still names the persistent schedule runs the pair, bit for bit."""
+    from moecases import Case, make_inputs
+
+    from warpdecode import warp
+
+    inputs = make_inputs(Case("fused-entry", T=3, H=64, I=40, E=5, K=2), torch.bfloat16, seed)
+    want = warpdecode.moe(*inputs, method="warp", schedule="split")
+    tuned = warp.warp_config
+    monkeypatch.setattr(warp, "warp_config", lambda *a, **k: {**tuned(*a, **k), "fused": {"num_warps": 3}})
+    assert torch.equal(warpdecode.moe(*inputs, method="warp"), want)
+
+
 # ---------------------------------------------------------------------------------------------
 # tune --shape / warpdecode.tune
 
@@ -419,7 +455,7 @@ def fake_gpu(tables, monkeypatch):
     monkeypatch.setattr(tune, "warm_all", lambda *a, **k: {})
     monkeypatch.setattr(tune, "tune_warp", tuner("warp"))
     monkeypatch.setattr(tune, "tune_expert", tuner("expert"))
-    for name in ("fused", "grouped", "expert_swap"):
+    for name in ("grouped", "expert_swap"):
         monkeypatch.setattr(tune, f"tune_{name}", lambda shape, buckets, name=name, **k: (
             seen.setdefault(name, []).append(shape.name), buckets)[1])
     monkeypatch.setattr(tune, "_layer_copies", lambda shape: (1, [None], [None]))
@@ -438,7 +474,7 @@ def test_tune_shape_writes_the_cache_with_its_crossover(fake_gpu, tables):
     assert [T for T, _ in cached["warp"][key]] == [1, 2, 4, 8]  # warp decode's buckets: those ≤ 16
     assert [T for T, _ in cached["expert"][key]] == [1, 2, 4, 8, 32]
     assert fake_gpu["warp"] == [("H6144-I2560-E160-K6", [1, 2, 4, 8], torch.float16)]
-    assert fake_gpu["fused"] == fake_gpu["grouped"] == fake_gpu["expert_swap"] == ["H6144-I2560-E160-K6"]
+    assert fake_gpu["grouped"] == fake_gpu["expert_swap"] == ["H6144-I2560-E160-K6"]
     assert cached["crossover"][key] == 4
     assert cached["crossover_evidence"][key]["8"] == {"warp_us": 80.0, "expert_us": 70.0}
     assert set(cached["crossover_evidence"][key]) == {"1", "2", "4", "8", "32"}

@@ -14,7 +14,6 @@ from warpdecode import api, expert, loop, warp
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_grouped as kg
 from warpdecode.kernels import warp_pair as kp
-from warpdecode.kernels import warp_persistent as kf
 
 BASE = Case("validation", T=3, H=32, I=16, E=5, K=2)
 
@@ -45,7 +44,7 @@ def no_launch(monkeypatch):
     ]:
         for name in names:
             monkeypatch.setattr(mod, name, _Tripwire(f"{mod.__name__}.{name}"))
-    for mod in (kx, kp, kg, kf):
+    for mod in (kx, kp, kg):
         for name in dir(mod):
             if name.endswith("_kernel"):
                 monkeypatch.setattr(mod, name, _Tripwire(f"{mod.__name__}.{name}"))
@@ -198,6 +197,7 @@ BAD_OPTIONS = [
     ("act_dtype-int8", dict(method="warp", act_dtype=torch.int8), TypeError, "act_dtype"),
     ("act_dtype-float64", dict(method="warp", act_dtype=torch.float64), TypeError, "act_dtype"),
     ("schedule-unknown", dict(method="warp", schedule="persistent"), ValueError, "schedule"),
+    ("schedule-fused", dict(method="warp", schedule="fused"), ValueError, "schedule.*bench/persistent.py"),
     ("schedule-with-expert", dict(method="expert", schedule="grouped"), ValueError, "schedule"),
     ("schedule-with-auto", dict(method="auto", schedule="split"), ValueError, "schedule"),
 ]

@@ -1,10 +1,11 @@
 """Hashes of the PTX (debug sections, .loc and .file lines stripped) of every tuned warp-decode
 kernel, compiled for sm_90a without a GPU: the pair's gate/up and down kernels of every tuned
 bucket, the grouped kernels of every tuned bucket and their default configs, and the persistent
-kernel's default config per tuned shape; and the FP8-weight pair in both formats at each tuned
-shape (its launches as ``warpdecode.warp`` makes them on the H200, recorded by
-``compiled.record_launches``: its tiles and its down form are the launcher's). Run it in two
-checkouts and diff the output to show that a change leaves the shipped GPU code as it was:
+kernel's default config per tuned shape (``bench/persistent.py``; in an older checkout, the package's);
+and the FP8-weight pair in both formats at each tuned shape (its launches as ``warpdecode.warp``
+makes them on the H200, recorded by ``compiled.record_launches``: its tiles and its down form are
+the launcher's). Run it in two checkouts and diff the output to show that a change leaves the
+shipped GPU code as it was:
 
     git worktree add /tmp/before <commit>
     (cd /tmp/before && TRITON_INTERPRET=0 PYTHONPATH=. python /path/to/tools/ptx_hashes.py) > before.txt
@@ -16,6 +17,7 @@ all live in ``kernels/warp.py`` is read too, and where its kernels take ``EVICT`
 """
 
 import hashlib
+import importlib
 import json
 import re
 from pathlib import Path
@@ -29,11 +31,16 @@ from warpdecode import configs
 try:
     from warpdecode.kernels import warp_grouped as kg
     from warpdecode.kernels import warp_pair as kp
-    from warpdecode.kernels import warp_persistent as kf
 except ImportError:  # a checkout with every warp kernel in kernels/warp.py
     from warpdecode.kernels import warp as kp
 
-    kg = kf = kp
+    kg = kp
+try:  # the persistent kernel and its default beside the package
+    from bench import persistent as kf
+    from bench.persistent import default_fused
+except ImportError:  # a checkout with them in the package
+    kf = kp if kg is kp else importlib.import_module("warpdecode.kernels.warp_persistent")
+    default_fused = configs.default_fused
 
 TABLE = Path(warpdecode.__file__).parent / "tuned" / "NVIDIA_H200.json"
 
@@ -154,7 +161,7 @@ def main():
                              configs.default_grouped_down())
         jobs += grouped_jobs(f"{key} default wide", H, I, E, K, 16, configs.default_grouped(True),
                              configs.default_grouped_down(True), wide=True)
-        jobs += fused_job(f"{key} default", H, I, E, K, 16, configs.default_fused(H, I, K))
+        jobs += fused_job(f"{key} default", H, I, E, K, 16, default_fused(H, I, K))
         jobs += fp8_jobs(key, H, I, E, K)
     names = [n for n, _ in jobs]
     for name, c in zip(names, compiled.compile_many([j for _, j in jobs]), strict=True):

@@ -11,7 +11,7 @@ from .routing import route
 
 
 def tune(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None,  # noqa: E741
-         paths=("warp", "fused", "grouped", "expert", "expert_swap")) -> dict:
+         paths=("warp", "grouped", "expert", "expert_swap")) -> dict:
     """Tune one MoE layer shape on this GPU into the user's cache (read after the shipped tables): the
     fastest configs per token bucket and the ``auto`` crossover. ``Ts``: token buckets (default 1–16 for
     warp decode, 1–256 for the expert path). Raises without a CUDA GPU, before writing; takes minutes.

@@ -12,7 +12,7 @@ IN_CHECKOUT = ("compare", "bench", "e2e", "report")
 TUNE_PRESETS = ("tune without --shape tunes the presets into the shipped table, which needs a checkout of warpdecode: "
                 "run `python -m bench tune` from its root; `python -m warpdecode tune --shape H I E K` tunes a layer "
                 "into your cache")
-PATHS = ["warp", "fused", "grouped", "expert", "expert_swap"]
+PATHS = ["warp", "grouped", "expert", "expert_swap"]
 
 
 def tokens(text: str) -> int:
@@ -61,11 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the token buckets to tune (default 1 2 4 8 16 for warp decode, "
                         "1 8 32 128 256 for the expert path; warp decode takes those ≤ 16)")
     t.add_argument("--paths", nargs="+", default=PATHS, choices=PATHS,
-                   help="warp: the two-kernel pair; fused: the persistent warp schedule, against the tuned pair; "
+                   help="warp: the two-kernel pair; "
                         "grouped: each routed expert's rows read once for all its tokens, against the tuned pair; "
                         "expert: the expert path's GEMM tiles; "
-                        "expert_swap: SWAP_AB on the tuned expert tiles (default warp fused grouped expert "
-                        "expert_swap)")
+                        "expert_swap: SWAP_AB on the tuned expert tiles (default warp grouped expert expert_swap)")
     t.set_defaults(fn=cmd_tune)
     return p
 

@@ -1,10 +1,9 @@
-"""Every buffer a path allocates comes from :func:`empty`: inside ``with poisoned():`` float buffers are
-NaN and integer ones an index no kernel may read, so an element never written shows up.
+"""Every buffer a path allocates comes from :func:`empty`: while ``_POISON`` is set (``bench.poison.poisoned``,
+beside the package) float buffers are NaN and integer ones an index no kernel may read, so an element never
+written shows up.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 
@@ -17,14 +16,3 @@ def empty(*shape, dtype, device) -> torch.Tensor:
     if _POISON:
         t.fill_(float("nan") if t.is_floating_point() else INT_POISON)
     return t
-
-
-@contextlib.contextmanager
-def poisoned():
-    """Poison every buffer the paths allocate while the block runs (tests only: it costs a fill)."""
-    global _POISON
-    saved, _POISON = _POISON, True
-    try:
-        yield
-    finally:
-        _POISON = saved

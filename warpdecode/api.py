@@ -24,7 +24,7 @@ class Plan:
     """What :func:`moe` runs for a call, and why (:func:`explain`)."""
 
     method: str  # "warp", "expert" or "loop"
-    schedule: str | None  # warp decode's: "split", "grouped" or "fused"; None for the other methods
+    schedule: str | None  # warp decode's: "split" or "grouped"; None for the other methods
     T: int
     crossover: int | None  # auto: the largest T that runs warp decode; None where nothing was weighed
     reason: str
@@ -41,6 +41,7 @@ def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedul
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_schedule(schedule)
     fmt, crossover_T, reason = weight_format(w13), None, ""
     if method == "auto" and not batch_invariant:
         crossover_T = crossover(d.H, d.I, d.E, d.K, x.element_size(), fmt)
@@ -78,6 +79,14 @@ def _tune_on_first_sight(*args, **kwargs):
 
 
 configs.tuner = _tune_on_first_sight
+
+
+def check_schedule(schedule: str | None) -> None:
+    """``schedule`` is None or one of :data:`SCHEDULES`; else a ValueError naming it (``"fused"``: where it lives)."""
+    if schedule is not None and schedule not in SCHEDULES:
+        moved = (" (the persistent one-launch schedule is research outside the package: bench/persistent.py's "
+                 "moe_fused, in a checkout of warpdecode)" if schedule == "fused" else "")
+        raise ValueError(f"schedule must be None or one of {SCHEDULES}, got {schedule!r}{moved}")
 
 
 def weight_format(w) -> str | None:
@@ -133,8 +142,9 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     the shape, else modelled; with ``configs.autotune(True)`` an untuned shape is tuned on first call).
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
     act_format: expert only, ``"native"`` (default) or ``"fp8"`` (e4m3 activations, 1×128 block scales).
-    schedule: warp only, ``"split"`` (two kernels), ``"fused"`` (one persistent kernel) or
-    ``"grouped"`` (each routed expert's rows read once for all its tokens); default: the tuned pick.
+    schedule: warp only, ``"split"`` (two kernels) or ``"grouped"`` (each routed expert's rows read once
+    for all its tokens); default: the tuned pick. (The persistent one-launch schedule is research, in a
+    checkout: ``bench/persistent.py``.)
     deterministic: the same bits on every call; every path but the grouped schedule (FP32 atomics),
     which then gives way to the pair. Default False.
     batch_invariant: token t's bits do not depend on what shares the call (the pair at T = 1's tiles;
@@ -154,8 +164,7 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
         raise TypeError(f"act_dtype must be torch.float32, bfloat16 or float16, got {act_dtype}")
     if act_format == "fp8" and method != "expert":
         raise ValueError(f"act_format='fp8' applies to method='expert' only, got method={method!r}")
-    if schedule is not None and schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be None or one of {SCHEDULES}, got {schedule!r}")
+    check_schedule(schedule)
     if schedule is not None and method != "warp":
         raise ValueError(f"schedule applies to method='warp' only, got method={method!r}")
     if act_dtype is not None and method != "warp":
@@ -163,14 +172,14 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     if (deterministic or batch_invariant) and schedule == "grouped":
         raise ValueError("schedule='grouped' sums through FP32 atomics: it is neither deterministic nor batch "
                          "invariant; leave schedule=None")
-    if batch_invariant and (method not in ("auto", "warp") or schedule == "fused" or act_format != "native"):
+    if batch_invariant and (method not in ("auto", "warp") or act_format != "native"):
         raise ValueError(f"batch_invariant=True runs warp decode's pair (method 'auto' or 'warp', schedule None or "
                          f"'split'), got method={method!r}, schedule={schedule!r}, act_format={act_format!r}")
     d = check_moe_inputs(x, w13, w2, topk_weights, topk_ids, strict=strict)
     if method != "loop":
         check_kernel_device(x)
     fp8_weights = is_fp8(w13)
-    if fp8_weights and schedule in ("fused", "grouped"):
+    if fp8_weights and schedule == "grouped":
         raise ValueError(f"schedule={schedule!r} reads 16-bit weights only; with FP8 weights warp decode runs the "
                          "two-kernel pair: leave schedule=None or pass 'split'")
     if act_format == "fp8":

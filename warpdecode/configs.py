@@ -107,8 +107,6 @@ RULES = {
 TILES = {
     "pair": ({"BLOCK_I": "pow2", "BLOCK_H": "pow2", "num_warps": "warps", "num_stages": "count"}, {"SUB_H": "pow2"}),
     "grouped": ({"BLOCK_I": "dot", "BLOCK_H": "dot", "num_warps": "warps", "num_stages": "count"}, {}),
-    "fused": ({"BLOCK_I": "pow2", "BLOCK_H": "pow2"}, {}),
-    "fused_launch": ({"num_warps": "warps", "programs_per_sm": "count"}, {}),
     "gemm": ({"BLOCK_N": "dot", "BLOCK_K": "dot", "GROUP_M": "count", "num_warps": "warps", "num_stages": "count"},
              {"HALF_M": "flag", "SWAP_AB": "flag"}),
     "expert": ({"BLOCK_M": "dot"}, {}),  # align pads each expert's rows to BLOCK_M, the GEMMs' M side
@@ -157,11 +155,7 @@ def check_warp(cfg, weights: str | None = None, where: str = "warp decode's conf
     for part in ("gate_up", "down"):
         if grouped.get(part) not in (None, {}):
             _part(grouped, part, "grouped", f"{where}.grouped")
-    if cfg.get("fused") not in (None, {}):
-        fused = check_tile(cfg["fused"], "fused_launch", f"{where}.fused")
-        for part in ("gate_up", "down"):
-            _part(fused, part, "fused", f"{where}.fused")
-    return cfg
+    return cfg  # other entries are not read here: a "fused" one is bench/persistent.py's (ignored)
 
 
 def check_expert(cfg, fp8: bool = False, weights: str | None = None, where: str = "the expert path's config") -> dict:
@@ -526,18 +520,6 @@ def expected_distinct(E: int, K: int, T: int) -> float:
 def shares_experts(E: int, K: int, T: int) -> bool:
     """Whether the default is grouped: T·K ≥ ``GROUPED_SHARING`` × expected distinct experts (no sync)."""
     return T > 1 and T * K >= GROUPED_SHARING * expected_distinct(E, K, T)
-
-
-def default_fused(H: int, I: int, K: int) -> dict:  # noqa: E741
-    """The persistent kernel's default: eight warps, one gate/up row per warp, down within 64 elements a thread."""
-    if _runtime.INTERPRET:
-        return {"gate_up": {"BLOCK_I": 4, "BLOCK_H": min(128, triton.next_power_of_2(H))},
-                "down": {"BLOCK_H": 4, "BLOCK_I": min(64, triton.next_power_of_2(I))},
-                "num_warps": 4, "programs_per_sm": 1}
-    block_i = min(256, triton.next_power_of_2(I))
-    rows = max(1, min(8, 64 * 32 * 8 // (K * block_i)))
-    return {"gate_up": {"BLOCK_I": 8, "BLOCK_H": min(1024, triton.next_power_of_2(H))},
-            "down": {"BLOCK_H": rows, "BLOCK_I": block_i}, "num_warps": 8, "programs_per_sm": 2}
 
 
 def default_grouped(wide: bool = False) -> dict:

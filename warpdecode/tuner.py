@@ -26,13 +26,12 @@ from .configs import cache_file, crossover_of, default_grouped_down, shape_key, 
 from .kernels import expert as kx
 from .kernels import warp_grouped as kg
 from .kernels import warp_pair as kp
-from .kernels import warp_persistent as kf
 from .presets import MoEShape, get_preset
 from .workload import capture, make_inputs, make_layers, num_copies, replay_ms
 
 WARP_T = [1, 2, 4, 8, 16]
 EXPERT_T = [1, 8, 32, 128, 256]
-PATHS = ("warp", "fused", "grouped", "expert", "expert_swap")
+PATHS = ("warp", "grouped", "expert", "expert_swap")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 #: The dtype timed; tables are keyed by shape alone (bf16 and fp16 move the same bytes).
@@ -66,23 +65,6 @@ def warp_candidates(H: int, I: int, K: int):  # noqa: E741
             if c <= max(256, triton.next_power_of_2(I)) and r * K * c // (32 * w) <= 256
             and _fits(r, w, c)]
     return gate_up, down
-
-
-def fused_candidates(H: int, I: int, K: int):  # noqa: E741
-    """The persistent kernel's configs: warps, gate/up rows per warp, down tile, programs per SM."""
-    out = []
-    for w, gu_rows, gu_cols in [(4, 4, 1024), (4, 8, 1024), (8, 8, 1024), (8, 8, 2048), (8, 16, 1024),
-                                (16, 16, 512), (16, 16, 1024)]:
-        gu_cols = min(gu_cols, max(256, triton.next_power_of_2(H)))
-        for dn_cols in (256, 512):
-            if dn_cols > max(256, triton.next_power_of_2(I)):
-                continue
-            dn_rows = max(1, min(w, 128 * 32 * w // (K * dn_cols)))
-            for per_sm in (1, 2, 4):
-                out.append({"gate_up": {"BLOCK_I": gu_rows, "BLOCK_H": gu_cols},
-                            "down": {"BLOCK_H": dn_rows, "BLOCK_I": dn_cols},
-                            "num_warps": w, "programs_per_sm": per_sm})
-    return [c for i, c in enumerate(out) if c not in out[:i]]
 
 
 def grouped_candidates():
@@ -131,7 +113,6 @@ def group_m_candidates(T: int, shape: MoEShape, block_m: int):
 
 # --- parallel compilation: a tiny launch per candidate, same specialization, fills Triton's disk cache
 _KERNEL_OF = {"warp_gate_up": kp.warp_gate_up_kernel, "warp_down": kp.warp_down_kernel,
-              "warp_fused": kf.warp_fused_kernel,
               "grouped_gate_up": kg.warp_gate_up_grouped_kernel, "grouped_down": kg.warp_down_grouped_kernel,
               "gate_up": kx.grouped_gate_up_kernel, "down": kx.grouped_down_kernel}
 
@@ -158,8 +139,6 @@ def _warm(job):
             wp.warp_gate_up(x, w13, ids, tw, cfg)
         elif kind == "warp_down":
             wp.warp_down(torch.randn(T * K, I, device="cuda"), w2, ids, tw, cfg, torch.bfloat16)
-        elif kind == "warp_fused":
-            wp.moe_warp_fused(x, w13, w2, tw, ids, cfg)
         elif kind == "grouped_gate_up":
             wp.warp_gate_up_grouped(x, w13, ids, tw, cfg)
         elif kind == "grouped_down":
@@ -254,28 +233,6 @@ def tune_warp(shape: MoEShape, Ts=WARP_T, reps: int = 30, dropped=(), log=print)
     return buckets
 
 
-def tune_fused(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
-    """The persistent schedule against each bucket's tuned pair; kept where it is faster."""
-    fused_c = [c for c in fused_candidates(shape.H, shape.I, shape.K) if _key("warp_fused", shape.K, c) not in dropped]
-    L, w13s, w2s = _layer_copies(shape)
-    out = []
-    for T, cfg in buckets:
-        xs, ids, tws = _warp_inputs(shape, T, L)
-        t_pair = _time(_over_layers(partial(_warp_pair, c_gu=cfg["gate_up"], c_dn=cfg["down"]), xs, w13s, w2s, ids,
-                                    tws), reps)
-        t_fused, c_fused = _best([(_time(_over_layers(partial(wp.moe_warp_fused, cfg=c), xs, w13s, w2s, tws, ids),
-                                         reps), c) for c in fused_c])
-        log(f"warp {shape.name} T={T}: split {t_pair / L:.2f} us; fused {t_fused / L:.2f} us {c_fused}")
-        bucket = {"gate_up": cfg["gate_up"], "down": cfg["down"],
-                  "measured_us": {"split": round(t_pair / L, 2), "fused": round(t_fused / L, 2)}}
-        if t_fused < t_pair:
-            bucket["fused"] = c_fused
-        out.append([T, bucket])
-    w13s = w2s = None
-    torch.cuda.empty_cache()
-    return out
-
-
 def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print):
     """The grouped gate/up then down tile, kept where ≥ 1 % below the tuned pair over two routing draws."""
     gate_up_c = [c for c in grouped_candidates() if _key("grouped_gate_up", shape.K, c) not in dropped]
@@ -311,15 +268,15 @@ def tune_grouped(shape: MoEShape, buckets, reps: int = 30, dropped=(), log=print
 
 
 def keep_schedules(old_buckets, new_buckets, retuned=()):
-    """The re-tuned buckets, old ``fused``/``grouped`` ones kept where not ``retuned`` and ≥ 1 % faster."""
+    """The re-tuned buckets, each old schedule timed against the pair (``grouped``; ``fused``, by
+    ``bench/persistent.py``) kept where not ``retuned`` and ≥ 1 % faster."""
     old = {T: cfg for T, cfg in old_buckets}
     out = []
     for T, cfg in new_buckets:
         cfg = {**cfg, "measured_us": dict(cfg["measured_us"])}
         prev = old.get(T, {})
-        for sched in ("fused", "grouped"):
-            t_old = prev.get("measured_us", {}).get(sched)
-            if sched in retuned or t_old is None:
+        for sched, t_old in prev.get("measured_us", {}).items():
+            if sched == "split" or sched in retuned:
                 continue
             cfg["measured_us"][sched] = t_old  # what it measured against the old pair
             if sched in prev and t_old < 0.99 * cfg["measured_us"]["split"]:
@@ -396,15 +353,13 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, 
     return out
 
 
-def warm_all(shapes: list[MoEShape], paths=("warp", "fused", "expert"), log=print):
+def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
     """Compile every candidate once, in parallel; returns the dropped ones (only warp down depends on K)."""
     jobs = []
     H, I = max(s.H for s in shapes), max(s.I for s in shapes)  # noqa: E741
     if "warp" in paths:
         jobs += [("warp_gate_up", 2, c) for c in warp_candidates(H, I, 2)[0]]
         jobs += [("warp_down", K, c) for K in sorted({s.K for s in shapes}) for c in warp_candidates(H, I, K)[1]]
-    if "fused" in paths:
-        jobs += [("warp_fused", K, c) for K in sorted({s.K for s in shapes}) for c in fused_candidates(H, I, K)]
     if "grouped" in paths:
         jobs += [("grouped_gate_up", K, c) for K in sorted({s.K for s in shapes}) for c in grouped_candidates()]
         jobs += [("grouped_down", K, c) for K in sorted({s.K for s in shapes}) for c in grouped_down_candidates()]
@@ -473,7 +428,7 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
         table = configs.for_this_release(table)
     warp_T, expert_T = _buckets(Ts)
     if not warp_T:
-        paths = [p for p in paths if p not in ("warp", "fused", "grouped")]
+        paths = [p for p in paths if p not in ("warp", "grouped")]
     steps = [(s.name, p) for s in shapes for p in PATHS if p in paths] + [(s.name, "crossover") for s in shapes
                                                                            if crossover]
     steps, write = _progress(steps, "tune")
@@ -487,9 +442,7 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
         if step == "warp":
             old = table.get("warp", {}).get(key, [])
             new = {"warp": keep_schedules(old, tune_warp(shape, Ts=warp_T, dropped=dropped, log=log),
-                                          retuned=[p for p in ("fused", "grouped") if p in paths])}
-        elif step == "fused":  # the persistent schedule against the tuned pair
-            new = {"warp": tune_fused(shape, table["warp"][key], dropped=dropped, log=log)}
+                                          retuned=[p for p in paths if p != "warp"])}
         elif step == "grouped":  # one read of each routed expert's gate/up rows, against the tuned pair
             new = {"warp": tune_grouped(shape, table["warp"][key], dropped=dropped, log=log)}
         elif step == "expert":

@@ -1,5 +1,6 @@
-"""Rung 4: warp decode's host side: the pair, grouped pair, persistent kernel and FP8 pair
-(``kernels.warp_pair``, ``warp_grouped``, ``warp_persistent``, ``warp_fp8``)."""
+"""Rung 4: warp decode's host side: the pair, grouped pair and FP8 pair (``kernels.warp_pair``,
+``warp_grouped``, ``warp_fp8``). The persistent one-launch schedule is research beside the package:
+``bench/persistent.py``."""
 
 from __future__ import annotations
 
@@ -7,20 +8,20 @@ import torch
 import triton
 
 from . import _alloc, _runtime
-from .configs import check_warp, default_fused, default_grouped, default_grouped_down, warp_config
+from .configs import check_warp, default_grouped, default_grouped_down, warp_config
 from .kernels import warp_fp8 as k8
 from .kernels import warp_grouped as kg
 from .kernels import warp_pair as kp
-from .kernels import warp_persistent as kf
 from .quant import is_fp8
 
 #: Warp decode's schedules; a tuned bucket names its own by an entry of that name (schedule_of).
-SCHEDULES = ("split", "grouped", "fused")
+SCHEDULES = ("split", "grouped")
 
 
 def schedule_of(cfg: dict) -> str:
-    """The schedule a warp-decode config runs: ``fused`` or ``grouped`` where it has that entry, else ``split``."""
-    return next((s for s in ("fused", "grouped") if s in cfg), "split")
+    """The schedule a warp-decode config runs: ``grouped`` where it has that entry, else ``split`` (a
+    ``fused`` entry, the persistent schedule of ``bench/persistent.py``, is not the package's: ignored)."""
+    return "grouped" if "grouped" in cfg else "split"
 
 
 #: Programmatic dependent launch between the two kernels (Hopper+; ``WARPDECODE_PDL=0`` turns it off).
@@ -110,87 +111,6 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
     return y
 
 
-# --- One persistent kernel: both phases, a grid barrier between them (see warpdecode.kernels.warp_persistent)
-
-#: Polls of the barrier before a program gives up (about a second): a safety net, never reached.
-MAX_SPINS = 1 << 20
-
-_barriers: dict = {}  # device index -> int32 [count, generation, timed_out]: timed_out 1, a launch gave up
-_resident: dict = {}  # compiled-kernel key -> programs one SM holds at once
-
-
-def barrier_state(device=None) -> torch.Tensor:
-    """This device's grid-barrier buffer (zeroed once); concurrent fused launches on one device must not run."""
-    device = torch.device(device or torch.cuda.current_device())
-    if device.index not in _barriers:
-        _barriers[device.index] = torch.zeros(3, dtype=torch.int32, device=device)
-    return _barriers[device.index]
-
-
-def programs_per_sm(regs_per_thread: int, num_warps: int, shared: int, *, regs: int = 65536,
-                    threads: int = 2048, smem: int = 233472, programs: int = 32) -> int:
-    """Programs one SM holds by registers (per warp, units of 256), threads, shared memory and 32."""
-    regs_per_warp = -(-regs_per_thread * 32 // 256) * 256
-    by_regs = regs // max(1, regs_per_warp * num_warps)
-    by_warps = threads // (32 * num_warps)
-    by_shared = smem // (shared + 1024) if shared else programs
-    return max(0, min(by_regs, by_warps, by_shared, programs))
-
-
-def _programs_per_sm(compiled, num_warps: int, props) -> int:
-    """:func:`programs_per_sm` with this GPU's reported limits (Hopper's where torch reports none)."""
-    return programs_per_sm(compiled.n_regs, num_warps, compiled.metadata.shared,
-                           regs=getattr(props, "regs_per_multiprocessor", 65536),
-                           threads=getattr(props, "max_threads_per_multi_processor", 2048),
-                           smem=getattr(props, "shared_memory_per_multiprocessor", 233472))
-
-
-def fused_grid(kernel, args, meta: dict, cfg: dict, device) -> tuple:
-    """programs_per_sm × SMs, lowered to the compiled kernel's occupancy so that the barrier can open."""
-    props = torch.cuda.get_device_properties(device)
-    key = (tuple(a.dtype for a in args if isinstance(a, torch.Tensor)), tuple(sorted(meta.items())))
-    if key not in _resident:
-        compiled = kernel.warmup(*args, PHASE=0, grid=(1,), **meta)
-        compiled._init_handles()  # loads the binary, which fills in n_regs
-        _resident[key] = _programs_per_sm(compiled, meta["num_warps"], props)
-    per_sm = min(cfg["programs_per_sm"], _resident[key])
-    if per_sm < 1:
-        raise RuntimeError(f"warp_fused_kernel with {cfg} cannot fit one program on an SM")
-    return (per_sm * props.multi_processor_count,)
-
-
-def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torch.float32):
-    """Both phases in one persistent launch (two in the interpreter). cfg: ``{"gate_up": {"BLOCK_I",
-    "BLOCK_H"}, "down": {"BLOCK_H", "BLOCK_I"}, "num_warps", "programs_per_sm"}``; grid by :func:`fused_grid`."""
-    T, H = x.shape
-    E, two_i, _ = w13.shape
-    I = two_i // 2  # noqa: E741
-    K = topk_ids.shape[1]
-    act = _alloc.empty(T * K, I, dtype=act_dtype, device=x.device)
-    y = _alloc.empty(T, H, dtype=x.dtype, device=x.device)
-    gu, dn = cfg["gate_up"], cfg["down"]
-    per_slot, k_first = kp.down_form({**dn, "num_warps": cfg["num_warps"]}, K, w2.element_size(), persistent=True)
-    meta = dict(K=K, K_PAD=triton.next_power_of_2(K), PER_SLOT=per_slot, K_FIRST=k_first, GU_BLOCK_I=gu["BLOCK_I"],
-                GU_BLOCK_H=gu["BLOCK_H"], DN_BLOCK_H=dn["BLOCK_H"], DN_BLOCK_I=dn["BLOCK_I"], MAX_SPINS=MAX_SPINS,
-                num_warps=cfg["num_warps"], num_stages=1)
-
-    def args(barrier):
-        return (x, w13, w2, topk_ids, topk_weights, act, y, barrier, H, I, E, T, x.stride(0), w13.stride(0),
-                w13.stride(1), w2.stride(0), w2.stride(1), act.stride(0), y.stride(0))
-
-    if _runtime.INTERPRET:
-        units = max(T * K * triton.cdiv(I, gu["BLOCK_I"]), T * triton.cdiv(H, dn["BLOCK_H"]))
-        grid = (min(units, 7),)  # a few programs, so the interpreter walks the persistent loops
-        for phase in (1, 2):
-            kf.warp_fused_kernel[grid](*args(None), PHASE=phase, **meta)
-        return y
-
-    launch_args = args(barrier_state(x.device))
-    grid = fused_grid(kf.warp_fused_kernel, launch_args, meta, cfg, x.device)
-    kf.warp_fused_kernel[grid](*launch_args, PHASE=0, **meta)
-    return y
-
-
 # --- Tokens that share an expert read its rows once (see warpdecode.kernels.warp_grouped)
 
 #: Tokens per grouped launch: the N of its tensor-core tiles (padded to 16); more take several launches.
@@ -252,9 +172,9 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
 
     act_dtype: the intermediate's dtype (default FP32, unrounded; x.dtype rounds it). config: a launch
     config (checked as tables are; default tuned, else the defaults). schedule: ``"split"`` (two kernels,
-    PDL), ``"fused"`` (one persistent kernel), ``"grouped"`` (each expert's rows read once for all its
-    tokens), or None (default: the config's, else ``"split"``). out_dtype: y's dtype (default x's); FP32
-    keeps a partial unrounded (``"fused"`` then gives way to the pair). FP8 weights run the FP8 pair."""
+    PDL), ``"grouped"`` (each expert's rows read once for all its tokens), or None (default: the config's,
+    else ``"split"``). out_dtype: y's dtype (default x's); FP32 keeps a partial unrounded. FP8 weights run
+    the FP8 pair."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
@@ -267,11 +187,6 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     cfg = config or warp_config(H, two_i // 2, E, K, T)
     schedule = schedule or schedule_of(cfg)
     out_dtype = out_dtype or x.dtype
-    if schedule == "fused" and out_dtype != x.dtype:
-        schedule = "split"
-    if schedule == "fused":
-        return moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg.get("fused") or default_fused(H, two_i // 2, K),
-                              act_dtype)
     if schedule == "grouped":
         grouped = cfg.get("grouped", {})
         act = warp_gate_up_grouped(x, w13, topk_ids, topk_weights,

@@ -61,7 +61,7 @@ def gate_up_slice(cfg: dict) -> int:
     return min(cols, 256 * warps_per_row)
 
 
-# --- The two tiles both kernels (and warp_persistent.py's) are made of
+# --- The two tiles both kernels (and bench/persistent.py's) are made of
 @triton.jit
 def _gate_up_tile(
     x_ptr, w13_ptr, topk_ids_ptr, topk_weights_ptr, act_ptr,
