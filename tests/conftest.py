@@ -15,11 +15,10 @@ import tempfile
 
 import pytest
 
-# A user's own cache of tuned tables, or the autotune opt-in, must not change what the tests see:
+# A user's own cache of tuned tables must not change what the tests see:
 # the tests read the shipped tables and an empty cache of their own.
 os.environ["WARPDECODE_CACHE_DIR"] = tempfile.mkdtemp(prefix="warpdecode-test-cache-")
 atexit.register(shutil.rmtree, os.environ["WARPDECODE_CACHE_DIR"], ignore_errors=True)
-os.environ.pop("WARPDECODE_AUTOTUNE", None)
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests import moecases, under any --import-mode
 

@@ -47,7 +47,6 @@ def write_cache(table: dict) -> None:
 def setenv(monkeypatch, name: str, value: str | None) -> None:
     """Set (or, with None, unset) a warpdecode variable and have configs read it; both undone after the test."""
     monkeypatch.setattr(configs, "_env_sources", configs._env_sources)
-    monkeypatch.setattr(configs, "_autotune", configs._autotune)
     if value is None:
         monkeypatch.delenv(name, raising=False)
     else:
@@ -105,9 +104,6 @@ def test_the_switch_reads_the_env_and_the_context_manager_wins(monkeypatch):
     with pytest.raises(ValueError, match="WARPDECODE_TUNED"):
         setenv(monkeypatch, "WARPDECODE_TUNED", "maybe")
     setenv(monkeypatch, "WARPDECODE_TUNED", "1")
-    for value, expected in [("1", True), ("0", False), (None, False)]:
-        setenv(monkeypatch, "WARPDECODE_AUTOTUNE", value)
-        assert configs.autotune() is expected, value
     with configs.tables(shipped=False, cache=False):
         assert configs.sources() == (False, False)
         with configs.tables(shipped=False, cache=True):
@@ -118,18 +114,21 @@ def test_the_switch_reads_the_env_and_the_context_manager_wins(monkeypatch):
     assert configs.sources() == (True, True)  # restored, also after an exception
 
 
-@pytest.mark.parametrize("name, values", [
-    ("WARPDECODE_AUTOTUNE", {"false": False, "no": False, "off": False, "OFF": False, "0": False, "": False,
-                             "true": True, "Yes": True, "on": True, "1": True}),
-    ("WARPDECODE_TUNED", {"off": (False, False), "False": (False, False), "yes": (True, True),
-                          "CACHE": (False, True), "": (True, True)}),
-])
-def test_switches_take_the_documented_values_only(monkeypatch, name, values):
-    """Off is off in every documented spelling; anything else is an error naming the variable."""
-    read = configs.autotune if name == "WARPDECODE_AUTOTUNE" else configs.sources
-    for value, expected in values.items():
+def test_switches_take_the_documented_values_only(monkeypatch):
+    """Off is off in every documented spelling; anything else is an error naming the variable; the
+    retired WARPDECODE_AUTOTUNE is named in a warning, not ignored in silence."""
+    name = "WARPDECODE_TUNED"
+    for value, expected in {"off": (False, False), "False": (False, False), "yes": (True, True),
+                            "CACHE": (False, True), "": (True, True)}.items():
         setenv(monkeypatch, name, value)
-        assert read() == expected, value
+        assert configs.sources() == expected, value
+    with pytest.warns(UserWarning, match="WARPDECODE_AUTOTUNE is not read.*tune --shape"):
+        setenv(monkeypatch, "WARPDECODE_AUTOTUNE", "1")
+    setenv(monkeypatch, "WARPDECODE_AUTOTUNE", None)
+    for value, expected in {"false": False, "no": False, "OFF": False, "0": False, "": True, "Yes": True,
+                            "on": True, "1": True}.items():  # an on/off switch (WARPDECODE_PDL's), default on
+        monkeypatch.setenv("WARPDECODE_PDL", value)
+        assert _runtime.env_switch("WARPDECODE_PDL", True) is expected, value
     for value in ("2", "maybe", " 1", "enabled"):
         with pytest.raises(ValueError, match=f"{name}='{value}' is not one of 1, true, yes, on, 0, false"):
             setenv(monkeypatch, name, value)
@@ -248,7 +247,6 @@ def test_a_cache_entry_the_kernels_cannot_run_is_named_once_and_the_file_skipped
         assert configs.warp_config(*A, T=1)["from"] == "shipped"
         assert configs.expert_config(*B, T=1) == configs.default_expert(*B, 1)
         assert api.crossover(*B) == costmodel.model_crossover(*B)
-        configs.needs_tuning(*B, 1, "Test GPU")
     _one_warning(caught, str(path), f"{family} {shape_key(*B)}", *names)
 
 
@@ -517,22 +515,6 @@ def test_a_tuner_keeps_what_another_wrote_while_it_ran(fake_gpu, tables, monkeyp
     assert set(on_disk["expert"]) == {shape_key(*B), shape_key(*C)}
 
 
-def test_autotune_keeps_a_bucket_another_wrote_while_it_ran(fake_gpu, tables, monkeypatch):
-    from warpdecode import tuner as tune
-
-    warp = tune.tune_warp
-
-    def meanwhile(shape, **k):  # another process tunes B at T = 2 while this one tunes it at T = 1
-        current = json.loads(configs.cache_file().read_text())["warp"][shape_key(*B)]
-        write_cache({"warp": {shape_key(*B): tune.merge_buckets(current, [[2, pair(8)]])}})
-        return warp(shape, **k)
-
-    monkeypatch.setattr(tune, "tune_warp", meanwhile)
-    tune.autotune_shape(*B, 1)
-    cached = json.loads((tables / "cache" / "Test_GPU.json").read_text())
-    assert [T for T, _ in cached["warp"][shape_key(*B)]] == [1, 2, 16]
-
-
 def _write_shapes(first: int, n: int) -> None:
     for i in range(first, first + n):
         write_cache({"warp": {shape_key(64, 64, i, 1): [[1, pair()]]}})
@@ -599,94 +581,6 @@ def test_time_crossover_times_both_paths_with_the_cached_configs(tmp_path, monke
     assert set(evidence) == {"1", "8"}
     assert all(t["warp_us"] > 0 and t["expert_us"] > 0 for t in evidence.values())
     assert xo == configs.crossover_of(evidence) and xo in (0, 1, 8)
-
-
-# ---------------------------------------------------------------------------------------------
-# the autotune opt-in
-
-
-@pytest.fixture
-def autotune_on(tables, monkeypatch):
-    from warpdecode import tuner as tune
-
-    calls = []
-    monkeypatch.setattr(tune, "autotune_shape", lambda *a, **k: calls.append(a))
-    monkeypatch.setattr(configs, "_autotune_seen", set())
-    monkeypatch.setattr(configs, "_autotune_warned", set())
-    monkeypatch.setattr(configs, "_autotune", False)
-    configs.autotune(True)
-    return calls
-
-
-def test_autotune_never_tunes_inside_graph_capture_and_warns_once(autotune_on, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")  # once is warpdecode's doing, not the warnings filter's
-        for T in (1, 1, 3):
-            assert configs.maybe_autotune(*C, T, torch.bfloat16, torch.device("cuda")) is False
-    assert autotune_on == []
-    assert len(caught) == 1 and "graph is being captured" in str(caught[0].message)
-    assert "tune --shape 6144 2560 160 6" in str(caught[0].message)
-    assert "from" not in configs.warp_config(*C, T=1)  # the defaults
-    # outside capture the same shape is tuned, once per bucket
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    for T in (3, 4, 1):
-        configs.maybe_autotune(*C, T, torch.bfloat16, torch.device("cuda"))
-    assert autotune_on == [(*C, 4), (*C, 1)]
-
-
-def test_autotune_skips_shapes_a_table_has_and_is_off_by_default(autotune_on, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    assert configs.maybe_autotune(*A, 1, torch.bfloat16, torch.device("cuda")) is False  # shipped
-    assert configs.maybe_autotune(*B, 9, torch.bfloat16, torch.device("cuda")) is False  # cached: bucket 16
-    assert configs.maybe_autotune(*B, 1, torch.bfloat16, torch.device("cuda")) is True  # bucket 1 is not
-    assert configs.maybe_autotune(*B, 1, torch.bfloat16, torch.device("cuda")) is False  # once per process
-    assert autotune_on == [(*B, 1)]
-    assert configs.maybe_autotune(*C, 1, torch.bfloat16, torch.device("cpu")) is False  # CPU tensors
-    with configs.tables(shipped=False, cache=False):  # the cache is not read: nothing to tune into
-        assert configs.maybe_autotune(*C, 1, torch.bfloat16, torch.device("cuda")) is False
-    configs.autotune(False)
-    assert configs.maybe_autotune(*C, 1, torch.bfloat16, torch.device("cuda")) is False
-    assert autotune_on == [(*B, 1)]
-
-
-def test_autotune_never_runs_in_the_interpreter(autotune_on, monkeypatch):
-    """On the CPU ``moe`` asks (autotune is on) and is told no: nothing is tuned, the result is right."""
-    from warpdecode import tuner as tune
-
-    monkeypatch.setattr(configs, "_runtime", _runtime)  # the real one
-    monkeypatch.setattr(tune, "autotune_shape", lambda *a, **k: pytest.fail("tuned in the interpreter"))
-    asked = []
-    real = configs.maybe_autotune
-    monkeypatch.setattr(configs, "maybe_autotune", lambda *a: asked.append(a) or real(*a))
-    shape = warpdecode.get_preset("tiny")
-    w13, w2 = shape.weights(dtype=torch.float32)
-    x = torch.randn(2, shape.H)
-    tw, ti = warpdecode.route(torch.randn(2, shape.E), shape.K)
-    y = warpdecode.moe(x, w13, w2, tw, ti, method="warp")
-    assert len(asked) == 1
-    if not GPU:
-        assert real(*asked[0]) is False
-    assert warpdecode.rel_error(y, warpdecode.reference_moe(x, w13, w2, tw, ti)) < 1e-5
-    configs.autotune(False)  # off: moe does not ask
-    warpdecode.moe(x, w13, w2, tw, ti, method="warp")
-    assert len(asked) == 1
-
-
-def test_autotune_shape_merges_one_bucket_into_the_cache(fake_gpu, tables):
-    """What autotune runs: warp decode (T ≤ 16) and the expert path at the one bucket, merged with
-    the buckets the cache has for the shape."""
-    from warpdecode import tuner as tune
-
-    tune.autotune_shape(*B, 1, dtype=torch.float16)
-    tune.autotune_shape(*B, 64)
-    cached = json.loads((tables / "cache" / "Test_GPU.json").read_text())
-    assert [T for T, _ in cached["warp"][shape_key(*B)]] == [1, 16]  # 64: the expert path only
-    assert [T for T, _ in cached["expert"][shape_key(*B)]] == [1, 16, 64]
-    assert cached["expert"][shape_key(*B)][1][1] == GEMM  # kept
-    assert fake_gpu["warp"] == [("H5120-I1408-E60-K6", [1], torch.float16)]
-    assert [d for _, _, d in fake_gpu["expert"]] == [torch.float16, torch.bfloat16]
-    assert configs.warp_config(*B, T=1)["tuned_by"] == "warp"  # read at once
 
 
 # ---------------------------------------------------------------------------------------------

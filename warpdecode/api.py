@@ -71,16 +71,6 @@ def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedul
     return Plan("warp", picked, d.T, crossover_T, reason + f" The schedule is {source}.")
 
 
-def _tune_on_first_sight(*args, **kwargs):
-    """configs.tuner: the tuner, imported with the first shape autotune meets."""
-    from . import tuner as tune
-
-    return tune.autotune_shape(*args, **kwargs)
-
-
-configs.tuner = _tune_on_first_sight
-
-
 def check_schedule(schedule: str | None) -> None:
     """``schedule`` is None or one of :data:`SCHEDULES`; else a ValueError naming it (``"fused"``: where it lives)."""
     if schedule is not None and schedule not in SCHEDULES:
@@ -139,7 +129,7 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
 
     method: ``"loop"`` (eager expert loop), ``"expert"`` (expert-centric, eight stages), ``"warp"``
     (warp decode), or ``"auto"`` (default: warp up to :func:`crossover`, measured where a table has
-    the shape, else modelled; with ``configs.autotune(True)`` an untuned shape is tuned on first call).
+    the shape (:func:`warpdecode.tune`), else modelled).
     act_dtype: warp only, the intermediate's dtype (default float32; pass x.dtype to round it).
     act_format: expert only, ``"native"`` (default) or ``"fp8"`` (e4m3 activations, 1×128 block scales).
     schedule: warp only, ``"split"`` (two kernels) or ``"grouped"`` (each routed expert's rows read once
@@ -272,8 +262,6 @@ def _moe(x, w13, w2, topk_weights, topk_ids, d, method, act_dtype, act_format, s
     # each a no-op (no launch) where contiguous already; ids int32 or int64: the kernels read either, and guard them
     x, topk_weights, topk_ids = x.contiguous(), topk_weights.contiguous(), topk_ids.contiguous()
     fmt, act_dtype = weight_format(w13), act_dtype or torch.float32
-    if configs._autotune and method in ("auto", "warp", "expert") and fmt is None:  # off: this one read
-        configs.maybe_autotune(d.H, d.I, d.E, d.K, d.T, x.dtype, x.device)
     if batch_invariant:  # the pair at T = 1's tiles: nothing in a token's sums depends on the batch
         one = _warp_config(d, 1, fmt)
         return moe_warp(x, w13, w2, topk_weights, topk_ids, act_dtype=act_dtype,

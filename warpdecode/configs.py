@@ -4,8 +4,7 @@ A table (``python -m warpdecode tune --shape``; the shipped ones: the checkout's
 ``[T_max, config]`` buckets by family and layer shape: T takes the first bucket with T ≤ T_max, else the last. The
 shipped ``tuned/<GPU>.json`` wins over the user's cache (:func:`cache_dir`) per family and shape. Reads are checked (a
 bad file is skipped with one warning); writes are checked, locked, merged and replace the file whole.
-``WARPDECODE_TUNED`` (on, ``cache`` or off; :func:`tables` wins) and ``WARPDECODE_AUTOTUNE`` (off; :func:`autotune`:
-tune an unseen shape on its first call) are read at import and by :func:`read_env`.
+``WARPDECODE_TUNED`` (on, ``cache`` or off; :func:`tables` wins) is read at import and by :func:`read_env`.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from pathlib import Path
 import triton
 
 from . import _runtime
-from ._runtime import ON_OFF, env_choice, env_switch
+from ._runtime import ON_OFF, env_choice
 from .kernels import warp_pair
 
 try:
@@ -373,73 +372,18 @@ def _lookup(family: str, H, I, E, K, T):  # noqa: E741
     return bucket(load_tuned(), family, H, I, E, K, T)
 
 
-# --- the autotune opt-in
-
-_autotune = False  # what WARPDECODE_AUTOTUNE or autotune() says
-_autotune_seen: set = set()  # (GPU, shape key, T bucket) decided in this process: tuned, or no need
-_autotune_warned: set = set()  # (GPU, shape key) warned about inside graph capture
-#: ``tuner(H, I, E, K, bucket, dtype=...)``, set by ``warpdecode.api``: tunes a shape into the cache.
-tuner = None
-
-
-def autotune(on: bool | None = None) -> bool:
-    """Turn tuning-on-first-sight on or off (None: leave it); returns the setting."""
-    global _autotune
-    if on is not None:
-        _autotune = bool(on)
-    return _autotune
-
-
 def read_env() -> None:
-    """Read ``WARPDECODE_TUNED`` and ``WARPDECODE_AUTOTUNE`` again (done once at import)."""
-    global _env_sources, _autotune
-    sources_in_env = env_choice("WARPDECODE_TUNED", _SOURCES, (True, True))  # both read before either is set
-    _env_sources, _autotune = sources_in_env, env_switch("WARPDECODE_AUTOTUNE", False)
+    """Read ``WARPDECODE_TUNED`` again (done once at import)."""
+    global _env_sources
+    _env_sources = env_choice("WARPDECODE_TUNED", _SOURCES, (True, True))
     load_tuned.cache_clear()
+    if os.environ.get("WARPDECODE_AUTOTUNE"):
+        warnings.warn("WARPDECODE_AUTOTUNE is not read: warpdecode tunes nothing on first sight; tune a layer once "
+                      "with python -m warpdecode tune --shape H I E K (or warpdecode.tune), and moe reads the cache",
+                      stacklevel=2)
 
 
 read_env()
-
-
-def token_bucket(T: int) -> int:
-    """The T a call's configs are tuned at: the next power of two, at most 256."""
-    return min(256, 1 << max(0, T - 1).bit_length())
-
-
-def needs_tuning(H: int, I: int, E: int, K: int, T: int, gpu: str) -> bool:  # noqa: E741
-    """Whether autotune has work at T's bucket: the cache is read and no table has the shape there."""
-    shipped_on, cache_on = sources()
-    if not cache_on:  # what it would write is not read
-        return False
-    key, tb = shape_key(H, I, E, K), token_bucket(T)
-    shipped, cached = _load(gpu, shipped_on, False), _read(cache_file(gpu))
-    return any(key not in shipped.get(f, {}) and all(t != tb for t, _ in cached.get(f, {}).get(key, []))
-               for f in ("warp", "expert"))
-
-
-def maybe_autotune(H: int, I: int, E: int, K: int, T: int, dtype, device) -> bool:  # noqa: E741
-    """Tune the shape at T's bucket where :func:`autotune` is on and :func:`needs_tuning`; whether it did."""
-    if not _autotune or tuner is None or _runtime.INTERPRET or getattr(device, "type", device) != "cuda":
-        return False
-    import torch
-
-    gpu, key, tb = _runtime.gpu_name(), shape_key(H, I, E, K), token_bucket(T)
-    if (gpu, key, tb) in _autotune_seen:
-        return False
-    if not needs_tuning(H, I, E, K, T, gpu):
-        _autotune_seen.add((gpu, key, tb))
-        return False
-    if torch.cuda.is_current_stream_capturing():
-        if (gpu, key) not in _autotune_warned:
-            _autotune_warned.add((gpu, key))
-            warnings.warn(f"warpdecode autotune: no tuned configs for H={H} I={I} E={E} K={K} at T={T}, and a CUDA "
-                          "graph is being captured, where nothing can be timed: the defaults run. Call the layer "
-                          f"once outside capture, or run: python -m warpdecode tune --shape {H} {I} {E} {K}",
-                          stacklevel=3)
-        return False
-    _autotune_seen.add((gpu, key, tb))
-    tuner(H, I, E, K, tb, dtype=dtype)
-    return True
 
 
 def crossover_of(evidence: dict) -> int:

@@ -500,25 +500,3 @@ def tune_shape(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None, paths=P
               "with WARPDECODE_TUNED=cache", flush=True)
     with _timed_dtype(dtype):
         return tune([shape_of(H, I, E, K)], paths=paths, Ts=Ts, path=cache_file(), crossover=True, log=log)
-
-
-def merge_buckets(kept, tuned):
-    """``kept`` [[T, config]] with ``tuned``'s buckets added, a T in both taking ``tuned``'s, by T."""
-    by_T = {T: c for T, c in kept} | {T: c for T, c in tuned}
-    return [[T, by_T[T]] for T in sorted(by_T)]
-
-
-def autotune_shape(H: int, I: int, E: int, K: int, T: int, *, dtype=torch.bfloat16, reps: int = 5) -> None:  # noqa: E741
-    """``configs.maybe_autotune``'s tuner: pair and expert tiles at bucket T, quickly, into the cache."""
-    shape = shape_of(H, I, E, K)
-    key = shape_key(H, I, E, K)
-    quiet = lambda *a: None  # noqa: E731
-    tuned = {}
-    with _timed_dtype(dtype):
-        if T <= WARP_T[-1]:
-            tuned["warp"] = tune_warp(shape, Ts=[T], reps=reps, log=quiet)
-        tuned["expert"] = tune_expert(shape, Ts=[T], reps=reps, log=quiet)
-    # merged with the shape's buckets in the cache as it is when written (another tuner's kept)
-    configs.update_table(cache_file(), lambda current: {
-        family: {key: merge_buckets(current.get(family, {}).get(key, []), buckets)}
-        for family, buckets in tuned.items()})

@@ -117,11 +117,6 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
 GROUPED_TOKENS = 16
 
 
-def grouped_terms(w_dtype, act_dtype) -> int:
-    """Terms of the grouped intermediate: 3 bf16 summing exactly to FP32 with bf16 weights, else 1."""
-    return 3 if (w_dtype == torch.bfloat16 and act_dtype == torch.float32) else 1
-
-
 def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
     """Grouped kernel 1: (TERMS, T*K, I) weighted silu(gate)·up, one program per expert's rows, one launch
     per ``GROUPED_TOKENS`` tokens. cfg: ``{"BLOCK_I", "BLOCK_H", "num_warps", "num_stages"}``."""
@@ -129,7 +124,7 @@ def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=to
     E, two_i, _ = w13.shape
     I = two_i // 2  # noqa: E741
     K = topk_ids.shape[1]
-    terms = grouped_terms(w13.dtype, act_dtype)
+    terms = 3 if (w13.dtype == torch.bfloat16 and act_dtype == torch.float32) else 1  # 3 bf16 sum exactly to FP32
     act = _alloc.empty(terms, T * K, I, dtype=torch.bfloat16 if terms == 3 else act_dtype, device=x.device)
     for t0 in range(0, T, GROUPED_TOKENS):
         n = min(GROUPED_TOKENS, T - t0)
