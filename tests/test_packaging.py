@@ -453,7 +453,7 @@ def test_the_wheel_ships_warpdecode_alone():
 
 def test_the_wheel_never_imports_the_lab_and_has_no_import_cycle():
     graph = wheel_imports()
-    assert "warpdecode.tuner" in graph["warpdecode.api"]  # function-level imports are seen
+    assert "warpdecode.tuner" in graph["warpdecode"]  # function-level imports are seen (tune imports it)
     upward = {m: sorted(i for i in imports if i.split(".")[0] in LAB) for m, imports in graph.items()}
     assert not any(upward.values()), {m: i for m, i in upward.items() if i}
     assert import_cycles(graph) == []
