@@ -54,7 +54,7 @@
 #             into ~/vllm; the sweep stops starting cases TIMEOUT_VLLM − 60 s in (default limit 520 s)
 #   quick     compare on qwen3-30b-a3b with the configs in the tree (default or tuned)
 #   tune      search the presets' launch configs (python -m bench tune, TUNE_ARGS), writes warpdecode/tuned/<GPU>.json (copied to $OUT)
-#   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; copied to $OUT)
+#   bench     sweeps to results/<GPU>/*.csv (BENCH_ARGS; the CSVs it wrote copied to $OUT)
 #   e2e       whole decode steps (E2E_ARGS): tokens/s, per-layer error vs float64, HF generate
 #   generate  GEN_BUDGET seconds in all (default 460): the CUDA-graph and batch-invariance GPU tests, batch
 #             invariance's cost (experiments/warp_schedule.py --version invariant), then compiled static-cache
@@ -91,6 +91,11 @@ run() {  # run NAME LIMIT CMD...: time-limited, logged to $OUT/NAME.log
   timeout -k 15 "$limit" "$@" > >(tee "$OUT/$name.log") 2>&1
   local rc=$?
   echo "=== $name rc=$rc in $((SECONDS - t0))s"
+}
+
+fresh_csvs() {  # fresh_csvs MARKER: copy to $OUT only the results CSVs written since MARKER was touched (a call
+  # returns at most eight files: the folder's other CSVs, copied back unchanged, would crowd out what was measured)
+  find "$GPU_DIR" -maxdepth 1 -name '*.csv' -newer "$1" -exec cp {} "$OUT/" \;
 }
 
 experiment() {  # experiment STAGE FILE VERSION CSV LIMIT [ARGS...]: experiments/FILE.py --version VERSION, then its CSV to $OUT
@@ -195,14 +200,17 @@ for stage in "$@"; do
       run tune "${TIMEOUT_TUNE:-420}" python3 -m bench tune ${TUNE_ARGS:-}
       cp warpdecode/tuned/*.json "$OUT/" 2>/dev/null ;;
     bench)
+      touch /tmp/gpu-sh-bench.start
       run bench "${TIMEOUT_BENCH:-480}" python3 -m bench bench ${BENCH_ARGS:-}
-      cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+      fresh_csvs /tmp/gpu-sh-bench.start ;;
     autobench)  # the auto rows again, after the crossover moved
+      touch /tmp/gpu-sh-autobench.start
       run autobench "${TIMEOUT_BENCH:-200}" python3 -m bench bench --methods auto --what speed ${AUTO_ARGS:-}
-      cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+      fresh_csvs /tmp/gpu-sh-autobench.start ;;
     e2e)
+      touch /tmp/gpu-sh-e2e.start
       run "${E2E_NAME:-e2e}" "${TIMEOUT_E2E:-300}" python3 -m bench e2e ${E2E_ARGS:-}
-      cp "$GPU_DIR"/*.csv "$OUT/" 2>/dev/null ;;
+      fresh_csvs /tmp/gpu-sh-e2e.start ;;
     generate)  # each part capped, and never past the stage's deadline; rows are written as they are measured
       gen_end=$((SECONDS + ${GEN_BUDGET:-460}))
       cap() { local rest=$((gen_end - SECONDS)); [ "$rest" -lt 20 ] && rest=20; echo $(( $1 < rest ? $1 : rest )); }
