@@ -23,10 +23,7 @@ Here: the kernel; :func:`moe_fused` (inputs checked as ``warpdecode.moe`` checks
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor
 from functools import partial
-from multiprocessing import get_context
 
 import torch
 import triton
@@ -208,32 +205,22 @@ def moe_warp_fused(x, w13, w2, topk_weights, topk_ids, cfg: dict, act_dtype=torc
     return y
 
 
+moe_warp_fused.kernel = warp_fused_kernel  # what tuner.precompile checks a candidate's new binaries of for spills
+
+
 # --- The config: a table bucket's "fused" entry, else the default; checked as the package checks its tiles
 
-#: The persistent config's launch parameters by the rule each follows (``warpdecode.configs.RULES``).
-FUSED_LAUNCH = {"num_warps": "warps", "programs_per_sm": "count"}
-FUSED_TILE = {"BLOCK_I": "pow2", "BLOCK_H": "pow2"}
-
-
-def _check(tile, rules: dict, where: str) -> dict:
-    if not isinstance(tile, dict):
-        raise configs.ConfigError(f"{where} must be a JSON object, got {tile!r}")
-    for key, rule in rules.items():
-        test, words, why = configs.RULES[rule]
-        if key not in tile:
-            raise configs.ConfigError(f"{where} lacks {key}")
-        if not test(tile[key]):
-            raise configs.ConfigError(f"{where}.{key} must be {words} ({why}), got {tile[key]!r}")
-    return tile
+#: The persistent config's launch parameters and tiles, (required, optional) by the rule each follows
+#: (``warpdecode.configs.RULES``), checked as the package checks its own tiles (``configs.check_tile``).
+FUSED_LAUNCH = ({"num_warps": "warps", "programs_per_sm": "count"}, {})
+FUSED_TILE = ({"BLOCK_I": "pow2", "BLOCK_H": "pow2"}, {})
 
 
 def check_fused(cfg, where: str = "fused") -> dict:
     """A persistent config (:func:`moe_warp_fused`'s ``cfg``); else ``configs.ConfigError`` naming ``where``."""
-    _check(cfg, FUSED_LAUNCH, where)
+    configs.check_tile(cfg, FUSED_LAUNCH, where)
     for part in ("gate_up", "down"):
-        if part not in cfg:
-            raise configs.ConfigError(f"{where} lacks {part}")
-        _check(cfg[part], FUSED_TILE, f"{where}.{part}")
+        configs._part(cfg, part, FUSED_TILE, where)
     return cfg
 
 
@@ -293,34 +280,11 @@ def fused_candidates(H: int, I: int, K: int):  # noqa: E741
     return [c for i, c in enumerate(out) if c not in out[:i]]
 
 
-def _warm(job):
-    """``warpdecode.tuner._warm`` for the persistent kernel: one candidate launched on a tiny problem; True,
-    or why it is dropped (rejected, or it spills)."""
-    K, cfg = job
-    torch.cuda.set_device(0)
-    H = I = 272  # noqa: E741  divisible by 16 like every preset, small
-    E, T = max(K, 4), 3
-    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
-    w13 = torch.randn(E, 2 * I, H, device="cuda", dtype=torch.bfloat16)
-    w2 = torch.randn(E, H, I, device="cuda", dtype=torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, device="cuda")[:K] for _ in range(T)]).to(torch.int32)
-    tw = torch.rand(T, K, device="cuda")
-    before = set(tn._compiled_for(warp_fused_kernel))
-    try:
-        moe_warp_fused(x, w13, w2, tw, ids, cfg)
-        torch.cuda.synchronize()
-    except Exception as e:
-        return repr(e)
-    spills = [k.n_spills for key, k in tn._compiled_for(warp_fused_kernel).items() if key not in before]
-    return True if not any(spills) else f"spills {max(spills)} bytes"
-
-
 def warm(shapes: list[MoEShape], log=print) -> dict:
     """Compile every candidate once, in parallel; the dropped ones, keyed as the package tuner keys them."""
     H, I = max(s.H for s in shapes), max(s.I for s in shapes)  # noqa: E741
     jobs = [(K, c) for K in sorted({s.K for s in shapes}) for c in fused_candidates(H, I, K)]
-    with ProcessPoolExecutor(min(16, os.cpu_count() or 1), mp_context=get_context("spawn")) as pool:
-        res = list(pool.map(_warm, jobs))
+    res = tn.precompile([(moe_warp_fused, K, c) for K, c in jobs])  # the package tuner's pool and spill check
     bad = {tn._key("warp_fused", K, c): r for (K, c), r in zip(jobs, res, strict=True) if r is not True}
     log(f"precompiled {len(jobs)} persistent candidates; dropped {len(bad)}: "
         + ", ".join(sorted({r.split("(")[0] for r in bad.values()})))

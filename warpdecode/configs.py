@@ -122,8 +122,8 @@ def _object(d, where: str) -> dict:
 
 
 def check_tile(tile, kind: str, where: str) -> dict:
-    """One kind of tile (:data:`TILES`) by :data:`RULES`; other keys (the tuner's ``measured_us``) are notes."""
-    required, optional = TILES[kind]
+    """A tile by :data:`RULES`, ``kind`` a :data:`TILES` name or a (required, optional) pair; other keys: notes."""
+    required, optional = TILES[kind] if isinstance(kind, str) else kind
     _object(tile, where)
     for key, rule in {**required, **optional}.items():
         test, words, why = RULES[rule]
@@ -409,10 +409,9 @@ def warp_config(H: int, I: int, E: int, K: int, T: int, *, weights: str | None =
     tuned = _lookup("warp" if weights is None else f"warp_{weights}", H, I, E, K, T)
     if tuned:
         return tuned
-    if weights is not None and _runtime.INTERPRET:  # 128-column steps: past 128, H and I end in a partial step
-        return {"gate_up": _tile("BLOCK_I", 16, 128), "down": _tile("BLOCK_H", 16, 128)}
-    if weights is not None:
-        return default_warp_fp8(H, I, K)
+    if weights is not None:  # the interpreter's 128-column steps: past 128, H and I end in a partial step
+        return ({"gate_up": _tile("BLOCK_I", 16, 128), "down": _tile("BLOCK_H", 16, 128)} if _runtime.INTERPRET
+                else default_warp_fp8(H, I, K))
     if _runtime.INTERPRET:
         return {"gate_up": _tile("BLOCK_I", 16, min(256, triton.next_power_of_2(H))),
                 "down": _tile("BLOCK_H", 16, min(256, triton.next_power_of_2(I)))}

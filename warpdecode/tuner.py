@@ -123,8 +123,10 @@ def _compiled_for(kernel) -> dict:
 
 
 def _warm(job):
-    """Launch one candidate on a tiny problem: True, or why it is dropped (rejected, or it spills)."""
+    """Launch one candidate on a tiny problem: True, or why it is dropped (rejected, or it spills). ``kind``: a
+    name of :data:`_KERNEL_OF`, or a module-level ``launch(x, w13, w2, tw, ids, cfg)`` with its ``kernel``."""
     kind, K, cfg = job
+    kernel = kind.kernel if callable(kind) else _KERNEL_OF[kind]
     torch.cuda.set_device(0)
     H = I = 272  # noqa: E741  divisible by 16 like every preset, small
     E, T = max(K, 4), 3
@@ -133,9 +135,11 @@ def _warm(job):
     w2 = torch.randn(E, H, I, device="cuda", dtype=torch.bfloat16)
     ids = torch.stack([torch.randperm(E, device="cuda")[:K] for _ in range(T)]).to(torch.int32)
     tw = torch.rand(T, K, device="cuda")
-    before = set(_compiled_for(_KERNEL_OF[kind]))
+    before = set(_compiled_for(kernel))
     try:
-        if kind == "warp_gate_up":
+        if callable(kind):
+            kind(x, w13, w2, tw, ids, cfg)
+        elif kind == "warp_gate_up":
             wp.warp_gate_up(x, w13, ids, tw, cfg)
         elif kind == "warp_down":
             wp.warp_down(torch.randn(T * K, I, device="cuda"), w2, ids, tw, cfg, torch.bfloat16)
@@ -154,7 +158,7 @@ def _warm(job):
         torch.cuda.synchronize()
     except Exception as e:
         return repr(e)
-    spills = [k.n_spills for key, k in _compiled_for(_KERNEL_OF[kind]).items() if key not in before]
+    spills = [k.n_spills for key, k in _compiled_for(kernel).items() if key not in before]
     return True if not any(spills) else f"spills {max(spills)} bytes"
 
 
@@ -166,7 +170,6 @@ def precompile(jobs, workers: int | None = None):
     workers = workers or min(16, os.cpu_count() or 1)
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         return list(pool.map(_warm, jobs))
-
 
 
 def _best(timed):
