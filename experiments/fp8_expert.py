@@ -3,6 +3,8 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
 
     python experiments/fp8_expert.py --version count [--arch 90 100] [--T 1 8 64 256]   # no GPU
     TRITON_INTERPRET=1 python experiments/fp8_expert.py --version count --check
+    python experiments/fp8_expert.py --version rows [--presets …] [--T 4 8 16 32 64 256]  # on the GPU
+    TRITON_INTERPRET=1 python experiments/fp8_expert.py --version rows --check
 
 - count: the gate/up and down GEMMs of ``warpdecode.moe(method="expert")`` at Qwen3-30B-A3B, as the
   launchers launch them on an H200 (its tuned expert tiles; ``bench.compiled.record_launches``), for
@@ -27,7 +29,20 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
   ``SWAP_AB`` (the weights on the tensor cores' M side); ``f16 rows scaled before``: the shipped
   kernel given fp16 activations (``dot_dtype`` follows them: each e4m3 pair one ``F2FP`` to f16x2), as
   if a producer had scaled each row into fp16's range once, before the GEMM; its inverse scale, one
-  FP32 multiply per row, is not counted.
+  FP32 multiply per row, is not counted; ``f16 rows, 1x128 scales``: what ``rows`` runs, the shipped
+  kernel given fp16 activations and their 1×128 power-of-two scales (``A_FP8``: each K step's product
+  scaled by them, as w8a8 scales its e4m3 rows), the inverse scales counted.
+- rows: the weight-only FP8 expert path with its activations re-encoded once, before each GEMM, in
+  fp16 with a power-of-two scale per row per 128 columns (:func:`quant_f16_kernel`, where w8a8 runs
+  ``quant_fp8_kernel``; every value at or above 2^-29 of its block's largest keeps its bits, so the
+  layer computes what the bf16-operand path computes), the weights widened e4m3 → fp16 by one
+  ``F2FP`` per pair. :func:`moe_f16` runs the package's align, GEMMs and combine with it (the
+  kernels' operand dtype follows the activations' wherever the weights are FP8). Timed against the
+  shipped weight-only path, w8a8 and ``auto`` on the same block128 bytes, each as the stage functions
+  (``expert.moe_expert``; ``auto``: ``warpdecode.moe``) in CUDA graphs over layer copies past L2
+  (``fp8_warp.fp8_cases``); rows: ``results/<GPU>/fp8_rows.csv``, ``same_bits``: against the
+  weight-only path's output. ``--check``: bit for bit the weight-only path in the interpreter, both
+  formats, odd shapes, activations over six decades.
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ from pathlib import Path
 import harness
 import torch
 import triton
+import triton.language as tl
 from fp8_warp import QWEN, _sass, executed
 
 from bench import compiled
@@ -159,6 +175,9 @@ def _jobs(arch: int, Ts):
                     # the activations already fp16, scaled once per row before the GEMM: the shipped kernel as is
                     pre = dataclasses.replace(j, args={**j.args, "a_ptr": torch.float16})
                     rows.append((T, name, "f16 rows scaled before", gemm, pre, nbytes, steps))
+                    scaled = dataclasses.replace(j, args={**j.args, "a_ptr": torch.float16,
+                                                          "a_scale_ptr": torch.float32}, constexprs={**c, "A_FP8": True})
+                    rows.append((T, name, "f16 rows, 1x128 scales", gemm, scaled, nbytes, steps))
                     if not c.get("SWAP_AB"):  # the tile transposed: the weights on the tensor cores' M side
                         for variant, job in (("swap", j), ("f16 operands swap", f16)):
                             rows.append((T, name, variant, gemm, dataclasses.replace(
@@ -204,7 +223,119 @@ def main_count():
     return 0
 
 
-VERSIONS = {"count": (main_count, [])}
+# ==================================================================================================
+# rows: the activations re-encoded once in fp16, 1×128 power-of-two scales (on the GPU)
+
+F16_MAX = 32768.0  # a block's largest value lands in (2^14, 2^15]: below fp16's 65504, and 2^-29 of it still normal
+
+
+@triton.jit
+def quant_f16_kernel(
+    a_ptr, q_ptr, scale_ptr, num_tokens_post_padded_ptr, N, stride_ar, stride_qr, stride_sr,
+    GROUP: tl.constexpr, GUARD_ROWS: tl.constexpr, F16_MAX: tl.constexpr,
+):
+    """q = a / s in fp16, s = 2^ceil(log2(amax / F16_MAX)) per row per GROUP columns (``quant_fp8_kernel``
+    with fp16's range): a bf16 value's 8 significant bits fit fp16's 11, so every value at or above
+    2^-29 of its block's largest is kept exactly and q·s is a. NaN and inf stay loud."""
+    r = tl.program_id(0)
+    g = tl.program_id(1)
+    if GUARD_ROWS:
+        if r >= tl.load(num_tokens_post_padded_ptr):
+            return
+    offs = g * GROUP + tl.arange(0, GROUP)
+    mask = offs < N
+    a = tl.load(a_ptr + r.to(tl.int64) * stride_ar + offs, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(a), axis=0)
+    amax = tl.where(amax != amax, amax, tl.maximum(amax, 1e-30))
+    s = tl.exp2(tl.ceil(tl.log2(amax / F16_MAX)))
+    tl.store(q_ptr + r.to(tl.int64) * stride_qr + offs, (a / s).to(tl.float16), mask=mask)
+    tl.store(scale_ptr + r.to(tl.int64) * stride_sr + g, s)
+
+
+def quantize_f16(a: torch.Tensor, al):
+    """(fp16 rows, their (rows, cdiv(N, 128)) FP32 scales), as ``expert.quantize`` returns e4m3 ones."""
+    EM, N = a.shape
+    groups = triton.cdiv(N, 128)
+    q = torch.empty(EM, N, dtype=torch.float16, device=a.device)
+    scales = torch.empty(EM, groups, dtype=torch.float32, device=a.device)
+    quant_f16_kernel[(EM, groups)](a, q, scales, al.num_tokens_post_padded if al is not None else scales, N,
+                                   a.stride(0), q.stride(0), scales.stride(0), GROUP=128,
+                                   GUARD_ROWS=al is not None, F16_MAX=F16_MAX, num_warps=1)
+    return q, scales
+
+
+def moe_f16(x, w13, w2, topk_weights, topk_ids, *, tiles: str = "native"):
+    """``expert.moe_expert`` on FP8 weights with the activations and the intermediate in fp16 rows
+    (:func:`quantize_f16`) where it quantizes them to e4m3 for w8a8; ``tiles``: the launch config
+    of the weight-only path ("native") or of w8a8 ("fp8"). No PDL (a quantize sits between the GEMMs)."""
+    from warpdecode import expert as ex
+
+    E, K = w13.shape[0], topk_ids.shape[1]
+    cfg = ex.launch_config(x, w13, topk_ids, tiles)
+    al = ex.align(topk_ids, E, cfg["BLOCK_M"])
+    a, a_scales = quantize_f16(x, None)
+    h = ex.gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K)
+    h, h_scales = quantize_f16(h, al)
+    o = ex.down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=True)
+    return ex.combine(o, topk_ids, topk_weights, E)
+
+
+def check_rows():
+    """:func:`moe_f16` gives the weight-only path's bits (Triton's interpreter: every conversion on the
+    way exact) with both tile choices, on odd shapes, both FP8 formats, activations over six decades."""
+    import warpdecode as wd
+    from bench.poison import poisoned
+    from warpdecode import expert as ex
+    from warpdecode import quant
+
+    for shape, T in [(wd.MoEShape("c1", H=160, I=96, E=5, K=2), 3), (wd.MoEShape("c2", H=288, I=160, E=7, K=3), 9)]:
+        w13, w2 = shape.weights(dtype=torch.bfloat16, seed=2)
+        gen = torch.Generator().manual_seed(T)
+        x = (torch.randn(T, shape.H, generator=gen) * torch.logspace(-3, 3, T)[:, None]).to(torch.bfloat16)
+        tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
+        for fmt in quant.FORMATS:
+            q13, q2 = quant.quantize_experts(w13, w2, fmt)
+            with poisoned():
+                shipped = ex.moe_expert(x, q13, q2, tw, ids)
+                for tiles in ("native", "fp8"):
+                    got = moe_f16(x, q13, q2, tw, ids, tiles=tiles)
+                    assert not got.isnan().any() and torch.equal(shipped.view(torch.int16), got.view(torch.int16)), \
+                        (shape.name, fmt, tiles)
+                    print(f"{shape.name} T={T} {fmt} {tiles} tiles: fp16 rows give the weight-only path's bits")
+
+
+def main_rows():
+    from functools import partial
+
+    from fp8_warp import _run, fp8_cases
+
+    import warpdecode as wd
+    from warpdecode import expert as ex
+
+    p = harness.parser(__doc__, ["rows"], presets=["qwen3-30b-a3b"], Ts=[4, 8, 16, 32, 64, 256])
+    p.add_argument("--reps", type=int, default=40)
+    args = p.parse_args()
+    if args.check:
+        check_rows()
+        return 0
+    presets = args.presets or ["qwen3-30b-a3b", "olmoe-1b-7b", "qwen3-235b-a22b"]
+    Ts = args.T or [4, 8, 16, 32, 64, 256]
+    ceiling = harness.read_ceiling()
+    print(f"read ceiling {ceiling:.3f} TB/s")
+    rows, path = [], harness.results_dir() / "fp8_rows.csv"
+    for _case, fcase in fp8_cases(presets, Ts, ceiling):
+        run = partial(_run, rows, fcase, args.reps)
+        _, y_wo = run("weight-only (shipped)", "rows", ex.moe_expert, "table or default")
+        for tiles in ("native", "fp8"):
+            run(f"fp16 rows, {tiles} tiles", "rows", partial(moe_f16, tiles=tiles), tiles, same_as=y_wo)
+        run("w8a8", "rows", partial(ex.moe_expert, act_format="fp8"), "table or default")
+        run("auto (warpdecode.moe)", "rows", wd.moe, "auto")
+        harness.write("fp8_rows", rows, path)
+    print(f"rows: {path}")
+    return 0
+
+
+VERSIONS = {"count": (main_count, []), "rows": (main_rows, [])}
 
 if __name__ == "__main__":
     harness.dispatch(__doc__, VERSIONS)

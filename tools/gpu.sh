@@ -46,6 +46,9 @@
 #   fp8bound  experiments/fp8_warp.py --version bound: the FP8 pair (defaults), its two launches with no math and
 #             one read of its FP8 bytes, Qwen3-30B-A3B T = 1 2 4 8 and T = 1 on the other FP8 presets (FP8BOUND_ARGS);
 #             about 2 minutes
+#   f16rows   experiments/fp8_expert.py --version rows: the weight-only FP8 expert path with its activations
+#             re-encoded once in fp16 (1x128 power-of-two scales) against the shipped weight-only path, w8a8
+#             and auto on the same block128 bytes (F16ROWS_ARGS: --presets, --T); about 4 minutes
 #   xdefaults experiments/defaults.py --version expert: the default expert tiles on few, wide experts against
 #             candidate changes and the tuned table (XDEFAULTS_ARGS)
 #   minimal   experiments/minimal_pair.py --version v1: notebook 4's minimal pair against the shipped pair (MINIMAL_ARGS)
@@ -150,6 +153,7 @@ for stage in "$@"; do
     kfirst) experiment kfirst warp_down 18 down_kfirst "${TIMEOUT_KFIRST:-240}" ${KFIRST_ARGS:-} ;;
     fp8tiles) experiment fp8tiles fp8_warp tiles fp8_tiles "${TIMEOUT_FP8TILES:-240}" ${FP8TILES_ARGS:-} ;;
     fp8bound) experiment fp8bound fp8_warp bound fp8_bound "${TIMEOUT_FP8BOUND:-150}" ${FP8BOUND_ARGS:-} ;;
+    f16rows) experiment f16rows fp8_expert rows fp8_rows "${TIMEOUT_F16ROWS:-300}" ${F16ROWS_ARGS:-} ;;
     shapes)
       export WARPDECODE_CACHE_DIR=${WARPDECODE_CACHE_DIR:-/tmp/warpdecode-cache}
       IFS=';' read -ra tune_shapes <<< "${TUNE_SHAPES:-2048 1408 64 6;2048 1408 60 4;3584 2560 64 8;6144 10752 16 4}"

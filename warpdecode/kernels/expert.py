@@ -230,10 +230,10 @@ def _gate_up_rows(
         acc_g = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     u_ptrs = g_ptrs + I * stride_wr
-    # the operands' dtype on the tensor cores: the activations' (FP8 weights widen to it, exactly), or
-    # with FP8 activations the weights' (bf16: the activations widen to it; e4m3: w8a8, both as they
-    # are); the interpreter widens all to FP32
-    dot_dtype = tl.float32 if DOT_FP32 else (w13_ptr.dtype.element_ty if A_FP8 else a_ptr.dtype.element_ty)
+    # the operands' dtype on the tensor cores: with FP8 weights the activations' (e4m3 weights widen to
+    # bf16 or scaled fp16 exactly; e4m3 rows: w8a8, both as they are), with 16-bit weights and FP8 rows the
+    # weights' (the rows widen to it), else the activations'; the interpreter widens all to FP32
+    dot_dtype = tl.float32 if DOT_FP32 else (a_ptr.dtype.element_ty if W_FP8 or not A_FP8 else w13_ptr.dtype.element_ty)
     gs_ptrs = w_scale_ptr + e * stride_wse + (offs_n // W_GROUP_N) * stride_wsr  # FP8 weights: [BLOCK_N]
     us_ptrs = gs_ptrs + S_UP * stride_wsr
 
@@ -351,8 +351,8 @@ def _down_rows(
     else:
         w_ptrs = w2_ptr + e * stride_we + offs_n[None, :].to(tl.int64) * stride_wr + offs_k[:, None]
         acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-    # as in _gate_up_rows: the activations' dtype, or with FP8 activations the weights'
-    dot_dtype = tl.float32 if DOT_FP32 else (w2_ptr.dtype.element_ty if A_FP8 else a_ptr.dtype.element_ty)
+    # as in _gate_up_rows: the activations' dtype, or with FP8 rows and 16-bit weights the weights'
+    dot_dtype = tl.float32 if DOT_FP32 else (a_ptr.dtype.element_ty if W_FP8 or not A_FP8 else w2_ptr.dtype.element_ty)
     ws_ptrs = w_scale_ptr + e * stride_wse + (offs_n // W_GROUP_N) * stride_wsr  # FP8 weights: [BLOCK_N]
 
     for k0 in range(0, I, BLOCK_K):
