@@ -175,8 +175,8 @@ def _jobs(arch: int, Ts):
                     # the activations already fp16, scaled once per row before the GEMM: the shipped kernel as is
                     pre = dataclasses.replace(j, args={**j.args, "a_ptr": torch.float16})
                     rows.append((T, name, "f16 rows scaled before", gemm, pre, nbytes, steps))
-                    scaled = dataclasses.replace(j, args={**j.args, "a_ptr": torch.float16,
-                                                          "a_scale_ptr": torch.float32}, constexprs={**c, "A_FP8": True})
+                    f16_args = {**j.args, "a_ptr": torch.float16, "a_scale_ptr": torch.float32}
+                    scaled = dataclasses.replace(j, args=f16_args, constexprs={**c, "A_FP8": True})
                     rows.append((T, name, "f16 rows, 1x128 scales", gemm, scaled, nbytes, steps))
                     if not c.get("SWAP_AB"):  # the tile transposed: the weights on the tensor cores' M side
                         for variant, job in (("swap", j), ("f16 operands swap", f16)):
