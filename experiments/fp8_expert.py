@@ -29,15 +29,18 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
   ``SWAP_AB`` (the weights on the tensor cores' M side); ``f16 rows scaled before``: the shipped
   kernel given fp16 activations (``dot_dtype`` follows them: each e4m3 pair one ``F2FP`` to f16x2), as
   if a producer had scaled each row into fp16's range once, before the GEMM; its inverse scale, one
-  FP32 multiply per row, is not counted; ``f16 rows, 1x128 scales``: what ``rows`` runs, the shipped
-  kernel given fp16 activations and their 1×128 power-of-two scales (``A_FP8``: each K step's product
-  scaled by them, as w8a8 scales its e4m3 rows), the inverse scales counted.
+  FP32 multiply per row, is not counted; ``f16 rows, 1x128 scales``: what ``rows`` runs with block
+  scales, the shipped kernel given fp16 activations and their 1×128 power-of-two scales (``A_FP8``:
+  each K step's product scaled by them, as w8a8 scales its e4m3 rows); ``f16 rows, a scale per
+  row``: what ``rows`` runs with row scales (:func:`f16_rows_module`: one scale per row, applied
+  once in the epilogue), the inverse scales counted in both.
 - rows: the weight-only FP8 expert path with its activations re-encoded once, before each GEMM, in
-  fp16 with a power-of-two scale per row per 128 columns (:func:`quant_f16_kernel`, where w8a8 runs
-  ``quant_fp8_kernel``; every value at or above 2^-29 of its block's largest keeps its bits, so the
-  layer computes what the bf16-operand path computes), the weights widened e4m3 → fp16 by one
-  ``F2FP`` per pair. :func:`moe_f16` runs the package's align, GEMMs and combine with it (the
-  kernels' operand dtype follows the activations' wherever the weights are FP8). Timed against the
+  fp16 with power-of-two scales, a scale per row per 128 columns (:func:`quant_f16_kernel`, where
+  w8a8 runs ``quant_fp8_kernel``) or one per row (:func:`quant_f16_rows_kernel`); every value at or
+  above 2^-29 of its block's (row's) largest keeps its bits, so the layer computes what the
+  bf16-operand path computes; the weights widened e4m3 → fp16 by one ``F2FP`` per pair.
+  :func:`moe_f16` runs the package's align, GEMMs and combine with it (the kernels' operand dtype
+  follows the activations' wherever the weights are FP8; row scales through the module copy). Timed against the
   shipped weight-only path, w8a8 and ``auto`` on the same block128 bytes, each as the stage functions
   (``expert.moe_expert``; ``auto``: ``warpdecode.moe``) in CUDA graphs over layer copies past L2
   (``fp8_warp.fp8_cases``); rows: ``results/<GPU>/fp8_rows.csv``, ``same_bits``: against the
@@ -104,8 +107,9 @@ def f16_module(folder: Path) -> str:
     import warpdecode.kernels.expert as shipped
 
     src = Path(shipped.__file__).read_text().replace("from .", "from warpdecode.kernels.")
-    edits = [(f"({w}.dtype.element_ty if A_FP8 else a_ptr.dtype.element_ty)",
-              f"({w}.dtype.element_ty if A_FP8 else (tl.float16 if W_FP8 else a_ptr.dtype.element_ty))", 1)
+    edits = [(f"(a_ptr.dtype.element_ty if W_FP8 or not A_FP8 else {w}.dtype.element_ty)",
+              f"(tl.float16 if W_FP8 and not A_FP8 else (a_ptr.dtype.element_ty if W_FP8 or not A_FP8 "
+              f"else {w}.dtype.element_ty))", 1)
              for w in ("w13_ptr", "w2_ptr")]
     edits += [(f"    for k0 in range(0, {n}, BLOCK_K):\n",
                f"    rs = _row_scales(a_ptrs, {m}, {n}, BLOCK_K, ROWS, W_FP8 and not A_FP8)\n"
@@ -116,6 +120,35 @@ def f16_module(folder: Path) -> str:
         src = src.replace(old, new)
     (folder / f"{F16_MODULE}.py").write_text(src + ROW_SCALES)
     return F16_MODULE
+
+
+F16_ROWS_MODULE = "expert_f16_rows"
+
+
+def f16_rows_module(folder: Path) -> str:
+    """Write ``kernels/expert.py`` to ``folder`` as :data:`F16_ROWS_MODULE`, where FP8 weights with scaled
+    rows (``A_FP8``) take one power-of-two scale per row (:func:`quant_f16_rows_kernel`'s), applied once in
+    the epilogue instead of to every K step's product: the kernel ``f16 rows scaled before`` counts, plus
+    one multiply per output."""
+    import warpdecode.kernels.expert as shipped
+
+    src = Path(shipped.__file__).read_text().replace("from .", "from warpdecode.kernels.")
+    one = "a_s = tl.full([ROWS], 1.0, tl.float32)  # the row's scale: in the epilogue"
+    edits = [(f"a_s = tl.load(a_scale_ptrs + k0 // 128, mask={m}, other=0.0)", one, 1) for m in ("mask_m", "valid")]
+    edits += [("    h = acc_g * tl.sigmoid(acc_g) * acc_u\n",
+               "    if A_FP8 and W_FP8:  # fp16 rows: one power-of-two scale per row\n"
+               "        r_s = tl.load(a_scale_ptrs, mask=mask_m, other=1.0)[:, None]\n"
+               "        acc_g, acc_u = acc_g * r_s, acc_u * r_s\n"
+               "    h = acc_g * tl.sigmoid(acc_g) * acc_u\n", 1),
+              ("    acc = acc * rw[:, None]\n",
+               "    if A_FP8 and W_FP8:  # fp16 rows: one power-of-two scale per row\n"
+               "        acc = acc * tl.load(a_scale_ptrs, mask=valid, other=1.0)[:, None]\n"
+               "    acc = acc * rw[:, None]\n", 1)]
+    for old, new, count in edits:
+        assert src.count(old) == count, old
+        src = src.replace(old, new)
+    (folder / f"{F16_ROWS_MODULE}.py").write_text(src)
+    return F16_ROWS_MODULE
 
 
 def check():
@@ -178,6 +211,8 @@ def _jobs(arch: int, Ts):
                     f16_args = {**j.args, "a_ptr": torch.float16, "a_scale_ptr": torch.float32}
                     scaled = dataclasses.replace(j, args=f16_args, constexprs={**c, "A_FP8": True})
                     rows.append((T, name, "f16 rows, 1x128 scales", gemm, scaled, nbytes, steps))
+                    by_row = dataclasses.replace(scaled, module=F16_ROWS_MODULE)
+                    rows.append((T, name, "f16 rows, a scale per row", gemm, by_row, nbytes, steps))
                     if not c.get("SWAP_AB"):  # the tile transposed: the weights on the tensor cores' M side
                         for variant, job in (("swap", j), ("f16 operands swap", f16)):
                             rows.append((T, name, variant, gemm, dataclasses.replace(
@@ -194,6 +229,7 @@ def main_count():
         return check()
     folder = Path(tempfile.mkdtemp())
     f16_module(folder)
+    f16_rows_module(folder)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), str(harness.HERE),
                                                              os.environ.get("PYTHONPATH")]))
     rows = []
@@ -252,6 +288,42 @@ def quant_f16_kernel(
     tl.store(scale_ptr + r.to(tl.int64) * stride_sr + g, s)
 
 
+@triton.jit
+def quant_f16_rows_kernel(
+    a_ptr, q_ptr, scale_ptr, num_tokens_post_padded_ptr, N, stride_ar, stride_qr,
+    GUARD_ROWS: tl.constexpr, F16_MAX: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """:func:`quant_f16_kernel` with one scale for the whole row: every value at or above 2^-29 of the
+    row's largest kept exactly (the largest of a hidden state rarely exceeds its typical values by
+    2^15); NaN and inf stay loud (a/s)."""
+    r = tl.program_id(0)
+    if GUARD_ROWS:
+        if r >= tl.load(num_tokens_post_padded_ptr):
+            return
+    offs = tl.arange(0, BLOCK)
+    row = a_ptr + r.to(tl.int64) * stride_ar
+    amax = tl.max(tl.abs(tl.load(row + offs, mask=offs < N, other=0.0).to(tl.float32)), axis=0)
+    for n0 in range(BLOCK, N, BLOCK):
+        v = tl.load(row + n0 + offs, mask=(n0 + offs) < N, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.max(tl.abs(v), axis=0))
+    s = tl.exp2(tl.ceil(tl.log2(tl.maximum(amax, 1e-30) / F16_MAX)))
+    for n0 in range(0, N, BLOCK):
+        a = tl.load(row + n0 + offs, mask=(n0 + offs) < N, other=0.0).to(tl.float32)
+        tl.store(q_ptr + r.to(tl.int64) * stride_qr + n0 + offs, (a / s).to(tl.float16), mask=(n0 + offs) < N)
+    tl.store(scale_ptr + r, s)
+
+
+def quantize_f16_rows(a: torch.Tensor, al):
+    """(fp16 rows, their (rows, 1) FP32 scales): :func:`quantize_f16` with one scale per row."""
+    EM, N = a.shape
+    q = torch.empty(EM, N, dtype=torch.float16, device=a.device)
+    scales = torch.empty(EM, 1, dtype=torch.float32, device=a.device)
+    quant_f16_rows_kernel[(EM,)](a, q, scales, al.num_tokens_post_padded if al is not None else scales, N,
+                                 a.stride(0), q.stride(0), GUARD_ROWS=al is not None, F16_MAX=F16_MAX,
+                                 BLOCK=min(1024, triton.next_power_of_2(N)), num_warps=4)
+    return q, scales
+
+
 def quantize_f16(a: torch.Tensor, al):
     """(fp16 rows, their (rows, cdiv(N, 128)) FP32 scales), as ``expert.quantize`` returns e4m3 ones."""
     EM, N = a.shape
@@ -264,20 +336,40 @@ def quantize_f16(a: torch.Tensor, al):
     return q, scales
 
 
-def moe_f16(x, w13, w2, topk_weights, topk_ids, *, tiles: str = "native"):
-    """``expert.moe_expert`` on FP8 weights with the activations and the intermediate in fp16 rows
-    (:func:`quantize_f16`) where it quantizes them to e4m3 for w8a8; ``tiles``: the launch config
-    of the weight-only path ("native") or of w8a8 ("fp8"). No PDL (a quantize sits between the GEMMs)."""
+_ROWS_KERNELS = {}  # the row-scaled module copy, written once per process
+
+
+def _rows_kernels():
+    if not _ROWS_KERNELS:
+        import importlib
+        import sys
+
+        folder = Path(tempfile.mkdtemp())
+        sys.path.insert(0, str(folder))
+        _ROWS_KERNELS["kx"] = importlib.import_module(f16_rows_module(folder))
+    return _ROWS_KERNELS["kx"]
+
+
+def moe_f16(x, w13, w2, topk_weights, topk_ids, *, tiles: str = "native", scales: str = "block"):
+    """``expert.moe_expert`` on FP8 weights with the activations and the intermediate in fp16 rows where
+    it quantizes them to e4m3 for w8a8; ``tiles``: the launch config of the weight-only path ("native")
+    or of w8a8 ("fp8"); ``scales``: "block" (:func:`quantize_f16`, the package's kernels scale each K
+    step's product) or "row" (:func:`quantize_f16_rows`, :func:`f16_rows_module`'s kernels scale each
+    output once). No PDL (a quantize sits between the GEMMs)."""
+    from unittest import mock
+
     from warpdecode import expert as ex
 
     E, K = w13.shape[0], topk_ids.shape[1]
-    cfg = ex.launch_config(x, w13, topk_ids, tiles)
-    al = ex.align(topk_ids, E, cfg["BLOCK_M"])
-    a, a_scales = quantize_f16(x, None)
-    h = ex.gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K)
-    h, h_scales = quantize_f16(h, al)
-    o = ex.down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=True)
-    return ex.combine(o, topk_ids, topk_weights, E)
+    quantize = quantize_f16_rows if scales == "row" else quantize_f16
+    with mock.patch.object(ex, "kx", _rows_kernels() if scales == "row" else ex.kx):
+        cfg = ex.launch_config(x, w13, topk_ids, tiles)
+        al = ex.align(topk_ids, E, cfg["BLOCK_M"])
+        a, a_scales = quantize(x, None)
+        h = ex.gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K)
+        h, h_scales = quantize(h, al)
+        o = ex.down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=True)
+        return ex.combine(o, topk_ids, topk_weights, E)
 
 
 def check_rows():
@@ -297,17 +389,33 @@ def check_rows():
             q13, q2 = quant.quantize_experts(w13, w2, fmt)
             with poisoned():
                 shipped = ex.moe_expert(x, q13, q2, tw, ids)
-                for tiles in ("native", "fp8"):
-                    got = moe_f16(x, q13, q2, tw, ids, tiles=tiles)
+                for tiles, scales in (("native", "block"), ("fp8", "block"), ("native", "row")):
+                    got = moe_f16(x, q13, q2, tw, ids, tiles=tiles, scales=scales)
                     assert not got.isnan().any() and torch.equal(shipped.view(torch.int16), got.view(torch.int16)), \
-                        (shape.name, fmt, tiles)
-                    print(f"{shape.name} T={T} {fmt} {tiles} tiles: fp16 rows give the weight-only path's bits")
+                        (shape.name, fmt, tiles, scales)
+                    print(f"{shape.name} T={T} {fmt} {tiles} tiles, {scales} scales: fp16 rows give the weight-only "
+                          "path's bits")
+
+
+def _run(rows, fcase, reps, label, fn, config, *, same_as=None):
+    """Check and time ``fn`` on the FP8 case (``harness.checked_us_or_none``); its row against the FP8
+    bytes' floor, ``same_bits`` against ``same_as`` where given; (µs, copy 0's output) or (None, None)."""
+    r = harness.checked_us_or_none(fcase, fn, label, reps=reps)
+    if r is None:
+        return None, None
+    us, err, y0 = r
+    detail = {"same_bits": torch.equal(y0, same_as)} if same_as is not None else {}
+    rows.append(harness.row(fcase, us=us, err=err, experiment="fp8_expert", version="rows", variant=label,
+                            config=config, detail=harness.literal(detail)))
+    print(f"{fcase.shape.name:14s} T={fcase.T:<3d} {label:36s} {us:9.2f} µs  {fcase.floor_us / us:6.1%} of the "
+          f"ceiling (FP8 bytes)  error/floor {err:.2f}  {detail or ''}", flush=True)
+    return us, y0
 
 
 def main_rows():
     from functools import partial
 
-    from fp8_warp import _run, fp8_cases
+    from fp8_warp import fp8_cases
 
     import warpdecode as wd
     from warpdecode import expert as ex
@@ -325,11 +433,12 @@ def main_rows():
     rows, path = [], harness.results_dir() / "fp8_rows.csv"
     for _case, fcase in fp8_cases(presets, Ts, ceiling):
         run = partial(_run, rows, fcase, args.reps)
-        _, y_wo = run("weight-only (shipped)", "rows", ex.moe_expert, "table or default")
-        for tiles in ("native", "fp8"):
-            run(f"fp16 rows, {tiles} tiles", "rows", partial(moe_f16, tiles=tiles), tiles, same_as=y_wo)
-        run("w8a8", "rows", partial(ex.moe_expert, act_format="fp8"), "table or default")
-        run("auto (warpdecode.moe)", "rows", wd.moe, "auto")
+        _, y_wo = run("weight-only (shipped)", ex.moe_expert, "table or default")
+        for tiles, scales in (("native", "block"), ("fp8", "block"), ("native", "row"), ("fp8", "row")):
+            run(f"fp16 rows, {tiles} tiles, {scales} scales", partial(moe_f16, tiles=tiles, scales=scales),
+                f"{tiles} tiles, {scales} scales", same_as=y_wo)
+        run("w8a8", partial(ex.moe_expert, act_format="fp8"), "table or default")
+        run("auto (warpdecode.moe)", wd.moe, "auto")
         harness.write("fp8_rows", rows, path)
     print(f"rows: {path}")
     return 0
