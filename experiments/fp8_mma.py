@@ -6,7 +6,7 @@ step's products taken by ``tl.dot`` on fp16 operands instead of FP32 FMAs.
     TRITON_INTERPRET=1 python experiments/fp8_mma.py --version mma --check
 
     ∥(t, j, rows of I), one program: a[tK+j, i] = silu(Σ_steps s·s_g · (fp16(Qg) @ [x/s, 0…])[i, 0]) · (… Qu …)
-    ∥(t, rows of H),    one program: y[t, h]    = Σ_j Σ_steps s·s_2 · (fp16(Q2) @ [hi, lo, 0…])[h, 0] + [h, 1]
+    ∥(t, rows of H),    one program: y[t, h]    = Σ_j Σ_steps s·s_2 · (fp16(Q2) @ [hi, 0…, lo, 0…])[h, 0] + [h, 8]
 
 The shipped pair spends per weight half a ``F2FP`` (e4m3 pair → f16x2), a ``HADD2.F32`` and an FFMA:
 about 2.5 lane instructions per weight byte before its overheads, where an H200 SM issues ~7 per byte
@@ -21,7 +21,7 @@ s = 2^(ceil(log2 amax) − 15), so their largest magnitude lands in (2^14, 2^15]
 significant bits) then converts to fp16 (11) exactly for every value above 2^-29 of the step's
 largest, and the FP32 product is multiplied by s and by the weight block scale. The down kernel's
 intermediate is FP32 (24 bits): it goes in as two fp16 columns, hi = fp16(a/s) and lo = fp16(a/s − hi)
-(22 bits), whose two product columns are summed at the end. MXFP8's 32-column scale groups take one
+(22 bits), in columns 0 and 8, whose two product columns are summed at the end. MXFP8's 32-column scale groups take one
 dot of [rows, 32] per group, four to a step. Sums in FP32 (the tensor cores' accumulation), the top-K
 combine the down kernel's accumulation over slots, y rounded once; ids outside [0, E) as shipped
 (``kernels/ids.py``: no weights read, the token's y NaN where such a slot has a nonzero weight).
@@ -39,7 +39,7 @@ programs have BLOCK_I ≥ 16 (gate/up) or BLOCK_H ≥ 16 (down) rows, the dot's 
   for sm_90a (the GPU compiler takes the dot shapes: HMMA in the SASS, no spills). Without
   ``--check`` (GPU): at T = 1, 2, 4, 8 on qwen3-30b-a3b and olmoe-1b-7b (block128), over
   ``fp8_warp.fp8_cases``' layer copies (CUDA graphs, past L2, each checked against float64 first):
-  the bf16 pair (tuned), the shipped FP8 pair (default tiles) and the mma pair at ``TILES``; rows
+  the bf16 pair (tuned), the shipped FP8 pair (default tiles) and the mma pair at ``TIMED``; rows
   ``experiments/results/<GPU>/fp8_mma.csv`` (``bash tools/gpu.sh fp8mma``).
 - count: both kernels compiled (``bench.compiled``) for sm_90a and sm_100a at ``TILES`` (16, 32, 64
   rows; 1, 2, 4 warps), block128 and MXFP8, and disassembled: per program the SASS it executes (loop
@@ -79,12 +79,15 @@ PRESETS = ["qwen3-30b-a3b", "olmoe-1b-7b"]
 TS = [1, 2, 4, 8]
 OLMOE = wd.MoEShape("olmoe-1b-7b", H=2048, I=1024, E=64, K=8)
 
-#: The dot's N: the activation is column 0 (down: hi and lo in columns 0 and 1), the rest zero.
+#: The dot's N: the activation is column 0 (down: hi and lo in columns 0 and 8), the rest zero.
 N_PAD = tl.constexpr(16)
 #: Columns per step: the activations' power-of-two scale is one per step.
 BLOCK_K = 128
-#: Tiles (rows per program, warps) counted and timed, for gate/up (BLOCK_I) and down (BLOCK_H) alike.
-TILES = [(16, 1), (32, 1), (32, 2), (64, 2), (64, 4), (16, 2), (16, 4), (32, 4), (64, 1)]
+#: Tiles (rows per program, warps) counted, for gate/up (BLOCK_I) and down (BLOCK_H) alike. Where a warp
+#: has fewer than 16 rows (16 rows on 2 or 4 warps, 32 on 4) the warps repeat each other's dots.
+TILES = [(16, 1), (32, 1), (32, 2), (64, 1), (64, 2), (64, 4), (16, 2), (16, 4), (32, 4)]
+#: Tiles timed on the GPU: at least 16 rows a warp, without spills (``count``).
+TIMED = [(16, 1), (32, 1), (32, 2), (64, 2)]
 
 
 def tile_cfg(rows_key: str, tile) -> dict:
@@ -112,18 +115,29 @@ def _pow2_scale(amax):
 
 
 @triton.jit
+def _pad(b, n: tl.constexpr, w: tl.constexpr):
+    """[n, 2w]: b [n, w] and w columns of zeros after each of its columns (``tl.join``: the new columns
+    in the same thread as b's, so no element of the zeros costs an instruction before the dot)."""
+    return tl.reshape(tl.join(b, tl.zeros_like(b)), [n, 2 * w])
+
+
+@triton.jit
 def _operand(v, inv, SPLIT: tl.constexpr):
     """[n, N_PAD] fp16 B operand from an FP32 vector v [n] scaled by the power of two ``inv``: column 0
-    fp16(v·inv) (exact for a bf16 v above 2^-29 of the step's largest), and where SPLIT column 1 the
-    rest, fp16(v·inv − column 0) (an FP32 v to 22 bits); the other columns zero."""
-    offs_n = tl.arange(0, N_PAD)
+    fp16(v·inv) (exact for a bf16 v above 2^-29 of the step's largest), and where SPLIT column 8 the
+    rest, fp16(v·inv − column 0) (an FP32 v to 22 bits); the other columns zero. The scaling and
+    conversion run on v's own layout, before the zeros are joined on."""
+    n: tl.constexpr = v.shape[0]
     vs = v * inv
     hi = vs.to(tl.float16)
-    b = tl.where(offs_n[None, :] == 0, hi[:, None], tl.zeros_like(hi)[:, None])
     if SPLIT:
         lo = (vs - hi.to(tl.float32)).to(tl.float16)
-        b = tl.where(offs_n[None, :] == 1, lo[:, None], b)
-    return b
+    else:
+        lo = tl.zeros_like(hi)
+    b = tl.join(hi, lo)  # [n, 2]: hi, lo
+    b = _pad(b, n, 2)  # [n, 4]: hi, 0, lo, 0
+    b = _pad(b, n, 4)  # [n, 8]: hi, 0, 0, 0, lo, 0, 0, 0
+    return _pad(b, n, 8)  # [n, 16]: hi in column 0, lo in column 8
 
 
 @triton.jit(do_not_specialize=["NUM_PAIRS"])
@@ -183,8 +197,9 @@ def mma_gate_up_kernel(
             wg = tl.load(gate_ptrs + c0, mask=mask, other=0.0, eviction_policy="evict_first")
             wu = tl.load(up_ptrs + c0, mask=mask, other=0.0, eviction_policy="evict_first")
             sc = (c0 // GROUP_K) * stride_sc
-            fg = _scales(gs_ptrs + sc, mask_i, E8M0) * s
-            fu = _scales(us_ptrs + sc, mask_i, E8M0) * s
+            mask_s = mask_i & (c0 < H)  # a group past H (MXFP8's last step) has no scale
+            fg = _scales(gs_ptrs + sc, mask_s, E8M0) * s
+            fu = _scales(us_ptrs + sc, mask_s, E8M0) * s
             acc_g += tl.dot(wg.to(tl.float16), b) * fg[:, None]
             acc_u += tl.dot(wu.to(tl.float16), b) * fu[:, None]
 
@@ -231,7 +246,7 @@ def mma_down_kernel(
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
 
-    acc = tl.zeros([BLOCK_H, N_PAD], dtype=tl.float32)  # columns 0 and 1: hi and lo parts
+    acc = tl.zeros([BLOCK_H, N_PAD], dtype=tl.float32)  # columns 0 and 8: hi and lo parts
     # (chunk, slot) steps in one run-time loop, the slot fastest: K unrolled would hold K tiles at once
     for n in range(tl.cdiv(I, BLOCK_K) * K):
         i0 = (n // K) * BLOCK_K
@@ -250,7 +265,8 @@ def mma_down_kernel(
             b = _operand(ag, inv, True)
             mask = (mask_h & ok)[:, None] & ((c0 + offs_g) < I)[None, :]
             w = tl.load(w2_ptr + e * stride_we + w_offs + c0, mask=mask, other=0.0, eviction_policy="evict_first")
-            f = _scales(w2_scale_ptr + e * stride_se + s_offs + (c0 // GROUP_K) * stride_sc, mask_h, E8M0) * s
+            f = _scales(w2_scale_ptr + e * stride_se + s_offs + (c0 // GROUP_K) * stride_sc, mask_h & (c0 < I),
+                        E8M0) * s
             acc += tl.dot(w.to(tl.float16), b) * f[:, None]
 
     y = tl.sum(acc, axis=1)  # hi + lo
@@ -381,10 +397,10 @@ def check_bad_ids(shape, T, fmt):
 
 
 def check_compiled():
-    """Both kernels compiled for sm_90a at 16 rows on one warp and 64 on four, both formats: the GPU
+    """Both kernels compiled for sm_90a at 16 rows on one warp and 64 on two, both formats: the GPU
     compiler takes the dot shapes (tensor-core instructions in the SASS), no spills."""
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(harness.HERE), os.environ.get("PYTHONPATH")]))
-    todo = [(fmt, tile, j) for fmt in quant.FORMATS for tile in [(16, 1), (64, 4)]
+    todo = [(fmt, tile, j) for fmt in quant.FORMATS for tile in [(16, 1), (64, 2)]
             for j in jobs(QWEN, fmt, mma_config(tile), 90)]
     for (fmt, tile, j), c in zip(todo, compiled.compile_many([j for *_, j in todo]), strict=True):
         rep = compiled.ptxas_report(c)
@@ -425,7 +441,7 @@ def main_mma():
             detail={"bf16_floor_us": round(case.floor_us, 3)})
         default = warp_config(s.H, s.I, s.E, s.K, case.T, weights="block128")
         run("fp8 pair (default)", "shipped", partial(wp.moe_warp, config=default), default)
-        for tile in TILES:
+        for tile in TIMED:
             cfg = mma_config(tile)
             run(f"mma pair {tile[0]} rows, {tile[1]} warps", "mma", partial(moe_mma, config=cfg), cfg)
         for r in rows:
