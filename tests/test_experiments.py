@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("minimal_pair.py", "v1", "minimal pair error", 4),  # notebook 4's pair (a copy), two shapes, T = 1 and 3
     ("fp8_expert.py", "count", "the shipped path's bits", 4),  # fp16 operands, rows scaled: bit for bit, two formats
     ("fp8_expert.py", "rows", "the weight-only path's bits", 12),  # fp16 rows (block or row scales): bit for bit
+    ("fp8_mma.py", "mma", "within 1.1x of the shipped pair", 8),  # FP8 pair on tensor cores: shapes, formats, tiles
 ])
 def test_experiment_checks_pass_in_the_interpreter(script, version, marker, checks):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}

@@ -49,6 +49,9 @@
 #   f16rows   experiments/fp8_expert.py --version rows: the weight-only FP8 expert path with its activations
 #             re-encoded once in fp16 (1x128 power-of-two scales) against the shipped weight-only path, w8a8
 #             and auto on the same block128 bytes (F16ROWS_ARGS: --presets, --T); about 4 minutes
+#   fp8mma    experiments/fp8_mma.py --version mma: the FP8 pair on tensor cores (e4m3 → fp16, tl.dot against the
+#             activations scaled per 128 columns into fp16) at four tiles against the shipped FP8 pair and the bf16
+#             pair, T = 1 2 4 8 on qwen3-30b-a3b olmoe-1b-7b against the FP8 bytes' floor (FP8MMA_ARGS); about 4 minutes
 #   xdefaults experiments/defaults.py --version expert: the default expert tiles on few, wide experts against
 #             candidate changes and the tuned table (XDEFAULTS_ARGS)
 #   minimal   experiments/minimal_pair.py --version v1: notebook 4's minimal pair against the shipped pair (MINIMAL_ARGS)
@@ -154,6 +157,7 @@ for stage in "$@"; do
     fp8tiles) experiment fp8tiles fp8_warp tiles fp8_tiles "${TIMEOUT_FP8TILES:-240}" ${FP8TILES_ARGS:-} ;;
     fp8bound) experiment fp8bound fp8_warp bound fp8_bound "${TIMEOUT_FP8BOUND:-150}" ${FP8BOUND_ARGS:-} ;;
     f16rows) experiment f16rows fp8_expert rows fp8_rows "${TIMEOUT_F16ROWS:-300}" ${F16ROWS_ARGS:-} ;;
+    fp8mma) experiment fp8mma fp8_mma mma fp8_mma "${TIMEOUT_FP8MMA:-240}" ${FP8MMA_ARGS:-} ;;
     shapes)
       export WARPDECODE_CACHE_DIR=${WARPDECODE_CACHE_DIR:-/tmp/warpdecode-cache}
       IFS=';' read -ra tune_shapes <<< "${TUNE_SHAPES:-2048 1408 64 6;2048 1408 60 4;3584 2560 64 8;6144 10752 16 4}"
