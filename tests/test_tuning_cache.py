@@ -596,9 +596,9 @@ def test_the_cost_model_against_the_measured_crossovers():
     but the defaults, which the model stands for, run the grouped schedule, which the model leaves
     to the expert path. What the misses cost, on the measured times of every T: at most 7.2 % over
     the faster path, at Qwen3-30B-A3B's T = 8 (the tuned pair 123 µs, the expert path 132; 127 in an
-    earlier run of the same sm_90a code), where a constant crossover of T ≤ 8 loses up to 8.0 %. Before the expert path's weight stream was
-    modelled below the ceiling (``EXPERT_READ_FRACTION``), the model got none of the six presets
-    exactly."""
+    earlier run of the same sm_90a code), where a constant crossover of T ≤ 8 loses up to 8.0 %.
+    Before the expert path's weight stream was modelled below the ceiling (``EXPERT_READ_FRACTION``),
+    the model got none of the six presets exactly."""
     tables = [json.loads(SHIPPED_H200.read_text()), json.loads(NON_PRESET_H200.read_text())]
     exact = within_one = 0
     lines = []
