@@ -26,6 +26,14 @@ dot of [rows, 32] per group, four to a step. Sums in FP32 (the tensor cores' acc
 combine the down kernel's accumulation over slots, y rounded once; ids outside [0, E) as shipped
 (``kernels/ids.py``: no weights read, the token's y NaN where such a slot has a nonzero weight).
 
+PDL, as shipped: the gate/up kernel lets the down kernel launch at once; the down kernel loads its first
+step's w2 tile, block scales, id and routing weight, none of which kernel 1 writes, before ``gdc_wait``
+(their reads overlap kernel 1's tail), and only the intermediate after it. That step is peeled off the
+step loop. The shipped slot loop's way, each next tile loaded before the step's math and carried into
+the next trip, costs more here: Triton widens a loop-carried e4m3 tile to fp16 before moving it through
+shared memory into the dot's layout (byte permutes, twice the shared-memory bytes, about twice the
+registers), where a tile used in the trip that loads it is moved as e4m3 and widened in the dot's layout.
+
 Byte ledger: the shipped pair's (``kernels/warp_fp8.py``): gate/up reads T·K·2I·H·1 B of e4m3 rows and
 their scales, T·H·2 B of x, writes T·K·I·4 B of FP32 intermediate; down reads T·K·H·I·1 B and scales,
 the intermediate (L2) and the routing, writes T·H·2 B of y. The tiles read the same bytes; the
@@ -47,7 +55,9 @@ programs have BLOCK_I ≥ 16 (gate/up) or BLOCK_H ≥ 16 (down) rows, the dot's 
   per weight byte, split as ``fp8_expert.OPS`` (convert / tensor / fp32 / int / memory), registers
   and spills; beside the shipped FP8 pair as the H200 tables launch it (block128) at Qwen3-30B-A3B
   and OLMoE, T = 1, 2, 4, 8. The mma kernels' code does not depend on T (one program, one token);
-  their rows say ``T = any``. Rows: ``experiments/results/compiled/fp8_mma_instructions.csv``.
+  their rows say ``T = any``. Where sm_100a takes tcgen05 MMAs (64 rows on 4 warps), the barrier
+  waits' retry branches, placed after the code and jumping back into it, read as loops to
+  ``executed``: those rows overcount. Rows: ``experiments/results/compiled/fp8_mma_instructions.csv``.
 """
 
 from __future__ import annotations
@@ -209,6 +219,54 @@ def mma_gate_up_kernel(
     tl.store(act_ptr + pair.to(tl.int64) * stride_at + offs_i, a.to(act_ptr.dtype.element_ty), mask=mask_i)
 
 
+@triton.jit
+def _down_weights(w2_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, t, n, I, E, w_offs, s_offs, mask_h,
+                  stride_we, stride_se, stride_sc,
+                  K: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_K: tl.constexpr, E8M0: tl.constexpr):
+    """What step n (chunk n div K, slot n mod K) reads that kernel 1 does not write: the slot's routing
+    weight, and per scale group of the chunk the [rows, GROUP_K] e4m3 tile (zeros where the slot's id lies
+    outside [0, E)) and its [rows] FP32 scales."""
+    i0 = (n // K) * BLOCK_K
+    pair = t.to(tl.int64) * K + n % K
+    e, ok = clamped(tl.load(topk_ids_ptr + pair), E)
+    rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
+    offs_g = tl.arange(0, GROUP_K)
+    ws = ()
+    fs = ()
+    for g in tl.static_range(BLOCK_K // GROUP_K):
+        c0 = i0 + g * GROUP_K
+        mask = (mask_h & ok)[:, None] & ((c0 + offs_g) < I)[None, :]
+        ws = ws + (tl.load(w2_ptr + e * stride_we + w_offs + c0, mask=mask, other=0.0, eviction_policy="evict_first"),)
+        fs = fs + (_scales(w2_scale_ptr + e * stride_se + s_offs + (c0 // GROUP_K) * stride_sc, mask_h & (c0 < I),
+                           E8M0),)
+    return rw, ws, fs
+
+
+@triton.jit
+def _down_step(act_ptr, t, n, I, stride_at, rw, ws, fs, acc,
+               K: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_K: tl.constexpr):
+    """acc += step n's products: the slot's intermediate (kernel 1's) times its routing weight ``rw``,
+    scaled by a power of two s, as hi + lo fp16 columns against each group's tile of ``ws`` on the tensor
+    cores, the FP32 products times s and the group's scales ``fs``."""
+    i0 = (n // K) * BLOCK_K
+    pair = t.to(tl.int64) * K + n % K
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_g = tl.arange(0, GROUP_K)
+    SUB: tl.constexpr = BLOCK_K // GROUP_K
+    a_row = act_ptr + pair * stride_at
+    av = tl.load(a_row + i0 + offs_k, mask=(i0 + offs_k) < I, other=0.0).to(tl.float32) * rw
+    inv, s = _pow2_scale(tl.max(tl.abs(av), axis=0))
+    for g in tl.static_range(SUB):
+        c0 = i0 + g * GROUP_K
+        if SUB == 1:
+            ag = av
+        else:  # the group's columns again (L1)
+            ag = tl.load(a_row + c0 + offs_g, mask=(c0 + offs_g) < I, other=0.0).to(tl.float32) * rw
+        b = _operand(ag, inv, True)
+        acc += tl.dot(ws[g].to(tl.float16), b) * (fs[g] * s)[:, None]
+    return acc
+
+
 @triton.jit(do_not_specialize=["T"])
 def mma_down_kernel(
     # pointers
@@ -229,7 +287,7 @@ def mma_down_kernel(
     GROUP_N: tl.constexpr,  # weight rows per scale: 128 (block128) or 1 (mxfp8)
     GROUP_K: tl.constexpr,  # columns per scale: 128 (block128) or 32 (mxfp8); the dot's K
     E8M0: tl.constexpr,  # scales are e8m0 bits (mxfp8), not FP32
-    USE_PDL: tl.constexpr,  # wait for kernel 1 through PDL (GPU only)
+    USE_PDL: tl.constexpr,  # start streaming w2 before kernel 1 has finished (GPU only)
 ):
     """y[t, h] = Σ_j Σ_steps s · Σ_groups s_2[h] · (fp16(Q2_j) @ [hi, lo](w[t, j] · a[tK+j] / s))[h] for
     one token and BLOCK_H outputs: the top-K combine is the FP32 accumulation on the tensor cores."""
@@ -238,36 +296,23 @@ def mma_down_kernel(
     pid_h = pid // T
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
-    offs_k = tl.arange(0, BLOCK_K)
     offs_g = tl.arange(0, GROUP_K)
-    SUB: tl.constexpr = BLOCK_K // GROUP_K
     w_offs = offs_h[:, None] * stride_wr + offs_g[None, :]  # within one expert's block: < H·I < 2**31
     s_offs = (offs_h // GROUP_N) * stride_sr
+    # (chunk, slot) steps in one run-time loop, the slot fastest (K unrolled would hold K tiles at once).
+    # The first step's weights, scales and routing weight do not depend on kernel 1: loaded before the
+    # wait, so their reads overlap its tail; that step is peeled. (A tile carried into the next trip, as the
+    # shipped slot loop does, is widened to fp16 before the shared-memory layout change: about twice the registers.)
+    rw, ws, fs = _down_weights(w2_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, t, 0, I, E, w_offs, s_offs,
+                               mask_h, stride_we, stride_se, stride_sc, K, BLOCK_K, GROUP_K, E8M0)
     if USE_PDL:
         gdc_wait()  # kernel 1 has finished and its intermediate is visible
-
     acc = tl.zeros([BLOCK_H, N_PAD], dtype=tl.float32)  # columns 0 and 8: hi and lo parts
-    # (chunk, slot) steps in one run-time loop, the slot fastest: K unrolled would hold K tiles at once
-    for n in range(tl.cdiv(I, BLOCK_K) * K):
-        i0 = (n // K) * BLOCK_K
-        pair = t.to(tl.int64) * K + n % K
-        e, ok = clamped(tl.load(topk_ids_ptr + pair), E)
-        rw = tl.load(topk_weights_ptr + pair)  # the routing weight, folded into the intermediate
-        a_row = act_ptr + pair * stride_at
-        av = tl.load(a_row + i0 + offs_k, mask=(i0 + offs_k) < I, other=0.0).to(tl.float32) * rw
-        inv, s = _pow2_scale(tl.max(tl.abs(av), axis=0))
-        for g in tl.static_range(SUB):
-            c0 = i0 + g * GROUP_K
-            if SUB == 1:
-                ag = av
-            else:
-                ag = tl.load(a_row + c0 + offs_g, mask=(c0 + offs_g) < I, other=0.0).to(tl.float32) * rw
-            b = _operand(ag, inv, True)
-            mask = (mask_h & ok)[:, None] & ((c0 + offs_g) < I)[None, :]
-            w = tl.load(w2_ptr + e * stride_we + w_offs + c0, mask=mask, other=0.0, eviction_policy="evict_first")
-            f = _scales(w2_scale_ptr + e * stride_se + s_offs + (c0 // GROUP_K) * stride_sc, mask_h & (c0 < I),
-                        E8M0) * s
-            acc += tl.dot(w.to(tl.float16), b) * f[:, None]
+    acc = _down_step(act_ptr, t, 0, I, stride_at, rw, ws, fs, acc, K, BLOCK_K, GROUP_K)
+    for n in range(1, tl.cdiv(I, BLOCK_K) * K):
+        rw_n, ws_n, fs_n = _down_weights(w2_ptr, w2_scale_ptr, topk_ids_ptr, topk_weights_ptr, t, n, I, E, w_offs,
+                                         s_offs, mask_h, stride_we, stride_se, stride_sc, K, BLOCK_K, GROUP_K, E8M0)
+        acc = _down_step(act_ptr, t, n, I, stride_at, rw_n, ws_n, fs_n, acc, K, BLOCK_K, GROUP_K)
 
     y = tl.sum(acc, axis=1)  # hi + lo
     y = tl.where(dropped(topk_ids_ptr, topk_weights_ptr, t, E, K, K_PAD), float("nan"), y)
@@ -508,7 +553,7 @@ def _count_jobs(arch: int, Ts):
                 out.append((f"mma {fmt}", shape, "any", gu, f"{tile[0]}x{BLOCK_K}", 2 * tile[0] * shape.H,
                             triton.cdiv(shape.H, BLOCK_K)))
                 out.append((f"mma {fmt}", shape, "any", dn, f"{tile[0]}x{BLOCK_K}", shape.K * tile[0] * shape.I,
-                            triton.cdiv(shape.I, BLOCK_K) * shape.K))
+                            triton.cdiv(shape.I, BLOCK_K) * shape.K - 1))  # the first step is peeled
     return out
 
 
