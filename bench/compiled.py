@@ -351,6 +351,7 @@ class Launch:
 def _job(kernel, args, kwargs, arch: int = 90) -> Job:
     params = inspect.signature(kernel.fn).parameters
     bound_args = inspect.signature(kernel.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in params})
+    bound_args.apply_defaults()  # a constexpr the launcher leaves at its default compiles with that value
     is_constexpr = {n: p.annotation in (tl.constexpr, "tl.constexpr") for n, p in params.items()}
     constexprs = {n: v for n, v in bound_args.arguments.items() if is_constexpr[n]}
     runtime = {n: v for n, v in bound_args.arguments.items() if not is_constexpr[n]}

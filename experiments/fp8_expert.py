@@ -35,8 +35,8 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
   row``: what ``rows`` runs with row scales (:func:`f16_rows_module`: one scale per row, applied
   once in the epilogue), the inverse scales counted in both.
 - rows: the weight-only FP8 expert path with its activations re-encoded once, before each GEMM, in
-  fp16 with power-of-two scales, a scale per row per 128 columns (:func:`quant_f16_kernel`, where
-  w8a8 runs ``quant_fp8_kernel``) or one per row (:func:`quant_f16_rows_kernel`); every value at or
+  fp16 with power-of-two scales, a scale per row per 128 columns (the package's ``quant_fp8_kernel``
+  with fp16's range, as w8a8 runs it for e4m3) or one per row (:func:`quant_f16_rows_kernel`); every value at or
   above 2^-29 of its block's (row's) largest keeps its bits, so the layer computes what the
   bf16-operand path computes; the weights widened e4m3 → fp16 by one ``F2FP`` per pair.
   :func:`moe_f16` runs the package's align, GEMMs and combine with it (the kernels' operand dtype
@@ -100,13 +100,23 @@ SCALED = """        a_s = tl.full([ROWS], 1.0, tl.float32)  # FP8 weights: the r
 """
 
 
+def _module_copy(folder: Path, name: str, edits, tail: str = "") -> str:
+    """Write ``kernels/expert.py`` to ``folder`` as module ``name`` with ``edits`` ((old, new, how many
+    times old occurs), each checked) and ``tail`` appended; its name."""
+    import warpdecode.kernels.expert as shipped
+
+    src = Path(shipped.__file__).read_text().replace("from .", "from warpdecode.kernels.")
+    for old, new, count in edits:
+        assert src.count(old) == count, old
+        src = src.replace(old, new)
+    (folder / f"{name}.py").write_text(src + tail)
+    return name
+
+
 def f16_module(folder: Path) -> str:
     """Write ``kernels/expert.py`` to ``folder`` as :data:`F16_MODULE` with the weight-only GEMMs'
     operand dtype fp16: the e4m3 weights widened to it, the activations scaled per row by a power of
     two (:data:`ROW_SCALES`) and narrowed to it, the inverse scale applied to each K step's product."""
-    import warpdecode.kernels.expert as shipped
-
-    src = Path(shipped.__file__).read_text().replace("from .", "from warpdecode.kernels.")
     edits = [(f"(a_ptr.dtype.element_ty if W_FP8 or not A_FP8 else {w}.dtype.element_ty)",
               f"(tl.float16 if W_FP8 and not A_FP8 else (a_ptr.dtype.element_ty if W_FP8 or not A_FP8 "
               f"else {w}.dtype.element_ty))", 1)
@@ -115,11 +125,7 @@ def f16_module(folder: Path) -> str:
                f"    rs = _row_scales(a_ptrs, {m}, {n}, BLOCK_K, ROWS, W_FP8 and not A_FP8)\n"
                f"    for k0 in range(0, {n}, BLOCK_K):\n", 1) for n, m in (("H", "mask_m"), ("I", "valid"))]
     edits += [(SCALED.split("\n")[0] + "\n", SCALED, 2)]
-    for old, new, count in edits:
-        assert src.count(old) == count, old
-        src = src.replace(old, new)
-    (folder / f"{F16_MODULE}.py").write_text(src + ROW_SCALES)
-    return F16_MODULE
+    return _module_copy(folder, F16_MODULE, edits, ROW_SCALES)
 
 
 F16_ROWS_MODULE = "expert_f16_rows"
@@ -130,9 +136,6 @@ def f16_rows_module(folder: Path) -> str:
     rows (``A_FP8``) take one power-of-two scale per row (:func:`quant_f16_rows_kernel`'s), applied once in
     the epilogue instead of to every K step's product: the kernel ``f16 rows scaled before`` counts, plus
     one multiply per output."""
-    import warpdecode.kernels.expert as shipped
-
-    src = Path(shipped.__file__).read_text().replace("from .", "from warpdecode.kernels.")
     one = "a_s = tl.full([ROWS], 1.0, tl.float32)  # the row's scale: in the epilogue"
     edits = [(f"a_s = tl.load(a_scale_ptrs + k0 // 128, mask={m}, other=0.0)", one, 1) for m in ("mask_m", "valid")]
     edits += [("    h = acc_g * tl.sigmoid(acc_g) * acc_u\n",
@@ -144,11 +147,22 @@ def f16_rows_module(folder: Path) -> str:
                "    if A_FP8 and W_FP8:  # fp16 rows: one power-of-two scale per row\n"
                "        acc = acc * tl.load(a_scale_ptrs, mask=valid, other=1.0)[:, None]\n"
                "    acc = acc * rw[:, None]\n", 1)]
-    for old, new, count in edits:
-        assert src.count(old) == count, old
-        src = src.replace(old, new)
-    (folder / f"{F16_ROWS_MODULE}.py").write_text(src)
-    return F16_ROWS_MODULE
+    return _module_copy(folder, F16_ROWS_MODULE, edits)
+
+
+def _odd_cases(seed: int):
+    """(shape, T, format, (x, w13, w2, topk_weights, topk_ids)) on two odd shapes and both FP8 formats,
+    the activations' rows over six decades: what the interpreter checks compare on."""
+    import warpdecode as wd
+    from warpdecode import quant
+
+    for shape, T in [(wd.MoEShape("c1", H=160, I=96, E=5, K=2), 3), (wd.MoEShape("c2", H=288, I=160, E=7, K=3), 9)]:
+        w13, w2 = shape.weights(dtype=torch.bfloat16, seed=seed)
+        gen = torch.Generator().manual_seed(T)
+        x = (torch.randn(T, shape.H, generator=gen) * torch.logspace(-3, 3, T)[:, None]).to(torch.bfloat16)
+        tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
+        for fmt in quant.FORMATS:
+            yield shape, T, fmt, (x, *quant.quantize_experts(w13, w2, fmt), tw, ids)
 
 
 def check():
@@ -163,24 +177,17 @@ def check():
     import warpdecode as wd
     from bench.poison import poisoned
     from warpdecode import expert as ex
-    from warpdecode import quant
 
     folder = Path(tempfile.mkdtemp())
     sys.path.insert(0, str(folder))
     f16 = importlib.import_module(f16_module(folder))
-    for shape, T in [(wd.MoEShape("c1", H=160, I=96, E=5, K=2), 3), (wd.MoEShape("c2", H=288, I=160, E=7, K=3), 9)]:
-        w13, w2 = shape.weights(dtype=torch.bfloat16, seed=1)
-        gen = torch.Generator().manual_seed(T)
-        x = (torch.randn(T, shape.H, generator=gen) * torch.logspace(-3, 3, T)[:, None]).to(torch.bfloat16)
-        tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
-        for fmt in quant.FORMATS:
-            q13, q2 = quant.quantize_experts(w13, w2, fmt)
-            with poisoned():
-                shipped = wd.moe(x, q13, q2, tw, ids, method="expert")
-                with mock.patch.object(ex, "kx", f16):
-                    got = wd.moe(x, q13, q2, tw, ids, method="expert")
-            assert torch.equal(shipped.view(torch.int16), got.view(torch.int16)), (shape.name, fmt)
-            print(f"{shape.name} T={T} {fmt}: the fp16-operand expert path has the shipped path's bits")
+    for shape, T, fmt, (x, q13, q2, tw, ids) in _odd_cases(seed=1):
+        with poisoned():
+            shipped = wd.moe(x, q13, q2, tw, ids, method="expert")
+            with mock.patch.object(ex, "kx", f16):
+                got = wd.moe(x, q13, q2, tw, ids, method="expert")
+        assert torch.equal(shipped.view(torch.int16), got.view(torch.int16)), (shape.name, fmt)
+        print(f"{shape.name} T={T} {fmt}: the fp16-operand expert path has the shipped path's bits")
 
 
 def _jobs(arch: int, Ts):
@@ -266,36 +273,13 @@ F16_MAX = 32768.0  # a block's largest value lands in (2^14, 2^15]: below fp16's
 
 
 @triton.jit
-def quant_f16_kernel(
-    a_ptr, q_ptr, scale_ptr, num_tokens_post_padded_ptr, N, stride_ar, stride_qr, stride_sr,
-    GROUP: tl.constexpr, GUARD_ROWS: tl.constexpr, F16_MAX: tl.constexpr,
-):
-    """q = a / s in fp16, s = 2^ceil(log2(amax / F16_MAX)) per row per GROUP columns (``quant_fp8_kernel``
-    with fp16's range): a bf16 value's 8 significant bits fit fp16's 11, so every value at or above
-    2^-29 of its block's largest is kept exactly and q·s is a. NaN and inf stay loud."""
-    r = tl.program_id(0)
-    g = tl.program_id(1)
-    if GUARD_ROWS:
-        if r >= tl.load(num_tokens_post_padded_ptr):
-            return
-    offs = g * GROUP + tl.arange(0, GROUP)
-    mask = offs < N
-    a = tl.load(a_ptr + r.to(tl.int64) * stride_ar + offs, mask=mask, other=0.0).to(tl.float32)
-    amax = tl.max(tl.abs(a), axis=0)
-    amax = tl.where(amax != amax, amax, tl.maximum(amax, 1e-30))
-    s = tl.exp2(tl.ceil(tl.log2(amax / F16_MAX)))
-    tl.store(q_ptr + r.to(tl.int64) * stride_qr + offs, (a / s).to(tl.float16), mask=mask)
-    tl.store(scale_ptr + r.to(tl.int64) * stride_sr + g, s)
-
-
-@triton.jit
 def quant_f16_rows_kernel(
     a_ptr, q_ptr, scale_ptr, num_tokens_post_padded_ptr, N, stride_ar, stride_qr,
     GUARD_ROWS: tl.constexpr, F16_MAX: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """:func:`quant_f16_kernel` with one scale for the whole row: every value at or above 2^-29 of the
-    row's largest kept exactly (the largest of a hidden state rarely exceeds its typical values by
-    2^15); NaN and inf stay loud (a/s)."""
+    """``quant_fp8_kernel`` with fp16's range (``QMAX`` = :data:`F16_MAX`) and one scale for the whole
+    row: every value at or above 2^-29 of the row's largest kept exactly (the largest of a hidden state
+    rarely exceeds its typical values by 2^15); NaN and inf stay loud (a/s)."""
     r = tl.program_id(0)
     if GUARD_ROWS:
         if r >= tl.load(num_tokens_post_padded_ptr):
@@ -325,14 +309,17 @@ def quantize_f16_rows(a: torch.Tensor, al):
 
 
 def quantize_f16(a: torch.Tensor, al):
-    """(fp16 rows, their (rows, cdiv(N, 128)) FP32 scales), as ``expert.quantize`` returns e4m3 ones."""
+    """(fp16 rows, their (rows, cdiv(N, 128)) FP32 scales): the package's ``quant_fp8_kernel`` writing fp16
+    with fp16's range (``QMAX`` = :data:`F16_MAX`), as ``expert.quantize`` has it write e4m3."""
+    from warpdecode.kernels import expert as kx
+
     EM, N = a.shape
     groups = triton.cdiv(N, 128)
     q = torch.empty(EM, N, dtype=torch.float16, device=a.device)
     scales = torch.empty(EM, groups, dtype=torch.float32, device=a.device)
-    quant_f16_kernel[(EM, groups)](a, q, scales, al.num_tokens_post_padded if al is not None else scales, N,
-                                   a.stride(0), q.stride(0), scales.stride(0), GROUP=128,
-                                   GUARD_ROWS=al is not None, F16_MAX=F16_MAX, num_warps=1)
+    kx.quant_fp8_kernel[(EM, groups)](a, q, scales, al.num_tokens_post_padded if al is not None else scales, N,
+                                      a.stride(0), q.stride(0), scales.stride(0), GROUP=128,
+                                      GUARD_ROWS=al is not None, QMAX=F16_MAX, num_warps=1)
     return q, scales
 
 
@@ -352,49 +339,36 @@ def _rows_kernels():
 
 def moe_f16(x, w13, w2, topk_weights, topk_ids, *, tiles: str = "native", scales: str = "block"):
     """``expert.moe_expert`` on FP8 weights with the activations and the intermediate in fp16 rows where
-    it quantizes them to e4m3 for w8a8; ``tiles``: the launch config of the weight-only path ("native")
-    or of w8a8 ("fp8"); ``scales``: "block" (:func:`quantize_f16`, the package's kernels scale each K
-    step's product) or "row" (:func:`quantize_f16_rows`, :func:`f16_rows_module`'s kernels scale each
-    output once). No PDL (a quantize sits between the GEMMs)."""
+    w8a8 (``act_format="fp8"``) quantizes them to e4m3; ``tiles``: the launch config of the weight-only
+    path ("native") or of w8a8 ("fp8"); ``scales``: "block" (:func:`quantize_f16`, the package's kernels
+    scale each K step's product) or "row" (:func:`quantize_f16_rows`, :func:`f16_rows_module`'s kernels
+    scale each output once). No PDL (a quantize sits between the GEMMs, as for w8a8)."""
     from unittest import mock
 
     from warpdecode import expert as ex
 
-    E, K = w13.shape[0], topk_ids.shape[1]
     quantize = quantize_f16_rows if scales == "row" else quantize_f16
-    with mock.patch.object(ex, "kx", _rows_kernels() if scales == "row" else ex.kx):
-        cfg = ex.launch_config(x, w13, topk_ids, tiles)
-        al = ex.align(topk_ids, E, cfg["BLOCK_M"])
-        a, a_scales = quantize(x, None)
-        h = ex.gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K)
-        h, h_scales = quantize(h, al)
-        o = ex.down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=True)
-        return ex.combine(o, topk_ids, topk_weights, E)
+    config = ex.launch_config(x, w13, topk_ids, tiles)
+    with mock.patch.object(ex, "quantize", lambda a, al, fmt: quantize(a, al)), \
+            mock.patch.object(ex, "kx", _rows_kernels() if scales == "row" else ex.kx):
+        return ex.moe_expert(x, w13, w2, topk_weights, topk_ids, act_format="fp8", config=config)
 
 
 def check_rows():
     """:func:`moe_f16` gives the weight-only path's bits (Triton's interpreter: every conversion on the
     way exact) with both tile choices, on odd shapes, both FP8 formats, activations over six decades."""
-    import warpdecode as wd
     from bench.poison import poisoned
     from warpdecode import expert as ex
-    from warpdecode import quant
 
-    for shape, T in [(wd.MoEShape("c1", H=160, I=96, E=5, K=2), 3), (wd.MoEShape("c2", H=288, I=160, E=7, K=3), 9)]:
-        w13, w2 = shape.weights(dtype=torch.bfloat16, seed=2)
-        gen = torch.Generator().manual_seed(T)
-        x = (torch.randn(T, shape.H, generator=gen) * torch.logspace(-3, 3, T)[:, None]).to(torch.bfloat16)
-        tw, ids = wd.route(torch.randn(T, shape.E, generator=gen), shape.K)
-        for fmt in quant.FORMATS:
-            q13, q2 = quant.quantize_experts(w13, w2, fmt)
-            with poisoned():
-                shipped = ex.moe_expert(x, q13, q2, tw, ids)
-                for tiles, scales in (("native", "block"), ("fp8", "block"), ("native", "row")):
-                    got = moe_f16(x, q13, q2, tw, ids, tiles=tiles, scales=scales)
-                    assert not got.isnan().any() and torch.equal(shipped.view(torch.int16), got.view(torch.int16)), \
-                        (shape.name, fmt, tiles, scales)
-                    print(f"{shape.name} T={T} {fmt} {tiles} tiles, {scales} scales: fp16 rows give the weight-only "
-                          "path's bits")
+    for shape, T, fmt, (x, q13, q2, tw, ids) in _odd_cases(seed=2):
+        with poisoned():
+            shipped = ex.moe_expert(x, q13, q2, tw, ids)
+            for tiles, scales in (("native", "block"), ("fp8", "block"), ("native", "row")):
+                got = moe_f16(x, q13, q2, tw, ids, tiles=tiles, scales=scales)
+                assert not got.isnan().any() and torch.equal(shipped.view(torch.int16), got.view(torch.int16)), \
+                    (shape.name, fmt, tiles, scales)
+                print(f"{shape.name} T={T} {fmt} {tiles} tiles, {scales} scales: fp16 rows give the weight-only "
+                      "path's bits")
 
 
 def _run(rows, fcase, reps, label, fn, config, *, same_as=None):

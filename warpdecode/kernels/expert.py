@@ -128,8 +128,9 @@ def quant_fp8_kernel(
     N, stride_ar, stride_qr, stride_sr,
     GROUP: tl.constexpr,  # 128: one scale per 1×128 block, as DeepSeek-V3 and vLLM's block FP8
     GUARD_ROWS: tl.constexpr,  # an expert-major buffer: rows past num_tokens_post_padded are skipped
+    QMAX: tl.constexpr = 448.0,  # the largest |q|: e4m3's (an fp16 q_ptr takes 2^15, every bf16 value exact)
 ):
-    """q = a / s rounded to e4m3, s = 2^ceil(log2(amax/448)). Power-of-two scales make q·s exact in bf16."""
+    """q = a / s rounded to q's dtype, s = 2^ceil(log2(amax/QMAX)). Power-of-two scales make q·s exact in bf16."""
     r = tl.program_id(0)
     g = tl.program_id(1)
     if GUARD_ROWS:
@@ -140,8 +141,8 @@ def quant_fp8_kernel(
     a = tl.load(a_ptr + r.to(tl.int64) * stride_ar + offs, mask=mask, other=0.0).to(tl.float32)
     amax = tl.max(tl.abs(a), axis=0)
     amax = tl.where(amax != amax, amax, tl.maximum(amax, 1e-30))  # keep NaN loud
-    s = tl.exp2(tl.ceil(tl.log2(amax / 448.0)))
-    q = tl.clamp(a / s, -448.0, 448.0)
+    s = tl.exp2(tl.ceil(tl.log2(amax / QMAX)))
+    q = tl.clamp(a / s, -QMAX, QMAX)
     q = tl.where(a != a, a, q)
     tl.store(q_ptr + r.to(tl.int64) * stride_qr + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + r.to(tl.int64) * stride_sr + g, s)
