@@ -97,10 +97,14 @@ def arch_name(arch: int) -> str:
 
 def job(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages: int = 3, arch: int = 90) -> Job:
     """A :class:`Job` for ``kernel``; ``args`` values may be tensors (any device, ``meta`` is fine),
-    dtypes, or ints."""
+    dtypes, or ints. An argument left out takes its default; None is a constexpr, as a launch specializes it."""
     fn = getattr(kernel, "fn", kernel)
-    spec = {k: (v.dtype if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
-    return Job(fn.__module__, fn.__name__, spec, dict(constexprs), num_warps, num_stages, arch)
+    params = inspect.signature(fn).parameters
+    given = {**{n: p.default for n, p in params.items() if p.default is not p.empty}, **args, **constexprs}
+    const = {n for n, v in given.items() if n in constexprs or v is None or params[n].annotation in (tl.constexpr,
+                                                                                                    "tl.constexpr")}
+    spec = {k: (v.dtype if isinstance(v, torch.Tensor) else v) for k, v in given.items() if k not in const}
+    return Job(fn.__module__, fn.__name__, spec, {n: given[n] for n in const}, num_warps, num_stages, arch)
 
 
 def _source(kernel, j: Job) -> tuple[dict, dict]:

@@ -115,6 +115,16 @@ SCENARIOS = [
     # K = E = 61: the down kernel's slots in a run-time loop (SLOT_LOOP), code that does not grow with K
     ("edge-T=3-K=E=61-warp-fp8-block128", "warp", EDGE, 3, BF16, dict(weights="block128"), DEFAULTS),
     ("edge-T=3-K=E=61-warp-fp8-mxfp8", "warp", EDGE, 3, BF16, dict(weights="mxfp8"), DEFAULTS),
+    # the grouped schedule with FP8 weights: e4m3 widened to x's dtype (FP32 x: FMAs), the down kernel's to the
+    # intermediate's bf16 terms, or its one term where act_dtype rounds it
+    ("mixtral-T=8-warp-grouped-fp8-block128", "warp", MIXTRAL, 8, BF16, dict(schedule="grouped", weights="block128"),
+     DEFAULTS),
+    ("odd-T=3-warp-grouped-fp8-mxfp8", "warp", ODD, 3, BF16, dict(schedule="grouped", weights="mxfp8"), DEFAULTS),
+    ("odd-T=3-warp-grouped-fp8-block128-fp16", "warp", ODD, 3, FP16, dict(schedule="grouped", weights="block128"),
+     DEFAULTS),
+    ("odd-T=3-warp-grouped-fp8-mxfp8-fp32", "warp", ODD, 3, FP32, dict(schedule="grouped", weights="mxfp8"), DEFAULTS),
+    ("qwen3-30b-T=8-warp-grouped-fp8-block128-act=bf16", "warp", QWEN, 8, BF16,
+     dict(schedule="grouped", weights="block128", act_dtype=BF16), DEFAULTS),
     # tiles of several rows (bench.fp8.CANDIDATES, experiments/fp8_warp.py): no spills, the layout rule
     ("qwen3-30b-T=1-warp-fp8-rows", "warp", QWEN, 1, BF16, dict(weights="block128", config={
         "gate_up": {"BLOCK_I": 4, "BLOCK_H": 1024, "num_warps": 2, "num_stages": 1},
@@ -380,10 +390,13 @@ def test_grouped_warp_kernel_precision(built, name):
     """The grouped schedule's products: on tensor cores where both operands are 16-bit (bf16 or
     fp16 x and weights in the gate/up kernel; bf16 weights and the intermediate's three bf16
     terms in the down kernel: exact in FP32, FP32 sums), on FMAs otherwise (fp32 weights, or
-    fp16 weights with the FP32 intermediate), never in tf32."""
+    fp16 weights with the FP32 intermediate), never in tf32. e4m3 weights take the other side's
+    dtype (widened in registers): on tensor cores but with FP32 x."""
     ptx = built[name].asm["ptx"]
     args = SPECS[name].args
     dtype, other = (args["w13_ptr"], args["x_ptr"]) if "w13_ptr" in args else (args["w2_ptr"], args["act_ptr"])
+    if dtype == torch.float8_e4m3fn:
+        dtype = other
     mma = set(re.findall(r"\b(?:wgmma\.mma_async|mma\.sync)\S*?\.(bf16|f16|tf32)\b", ptx))
     if dtype == FP32 or other != dtype:
         assert not mma and ".tf32" not in ptx, mma
@@ -393,10 +406,13 @@ def test_grouped_warp_kernel_precision(built, name):
 
 def test_grouped_schedule_covers_every_intermediate_format():
     """The scenarios above reach both forms of the grouped down kernel's operands: bf16 weights
-    with the three bf16 terms (tensor cores), and fp16 weights with one FP32 term (FMAs)."""
+    with the three bf16 terms (tensor cores), and fp16 weights with one FP32 term (FMAs); e4m3
+    weights with the three terms and with one bf16 term, in both scale formats."""
     downs = [SPECS[n] for n in GROUPED if SPECS[n].name == "warp_down_grouped_kernel"]
     seen = {(j.args["w2_ptr"], j.args["act_ptr"], j.constexprs["TERMS"]) for j in downs}
-    assert {(BF16, BF16, 3), (FP16, FP32, 1), (FP32, FP32, 1)} <= seen, seen
+    e4m3 = torch.float8_e4m3fn
+    assert {(BF16, BF16, 3), (FP16, FP32, 1), (FP32, FP32, 1), (e4m3, BF16, 3), (e4m3, BF16, 1)} <= seen, seen
+    assert {j.constexprs.get("E8M0") for j in downs if j.constexprs.get("W_FP8")} == {False, True}
 
 
 def test_gate_up_tile_fits_32_programs_per_sm(built):

@@ -16,9 +16,11 @@ import triton.language as tl
 from moecases import Case, make_inputs, run_poisoned
 
 import warpdecode as wd
+from bench.poison import poisoned
 from warpdecode import api, costmodel, quant, warp
 from warpdecode.kernels import expert as kx
 from warpdecode.kernels import warp_fp8 as k8
+from warpdecode.kernels import warp_grouped as kg
 
 FORMATS = quant.FORMATS
 
@@ -28,6 +30,10 @@ FORMATS = quant.FORMATS
 #: activations and the intermediate to e4m3 as well. Loop rounds everything in bf16.
 TOLERANCE = {
     torch.bfloat16: {"warp": 1.1, "expert": 6.0, "expert-w8a8": 60.0, "loop": 12.0},
+    # warp decode's grouped schedule in the other compute dtypes (e4m3 widened to fp16, or FP32 FMAs; the
+    # intermediate three bf16 terms): rounded once, as in bf16; FP32 follows the sums' condition (test_accuracy.py)
+    torch.float16: {"warp": 1.1},
+    torch.float32: {"warp": 100.0},
 }
 
 
@@ -167,7 +173,7 @@ def no_launch(monkeypatch):
         def __getitem__(self, grid):
             raise Launched
 
-    for mod in (k8, kx):
+    for mod in (k8, kx, kg):
         for name in dir(mod):
             if name.endswith("_kernel"):
                 monkeypatch.setattr(mod, name, Tripwire())
@@ -192,12 +198,20 @@ def test_moe_refuses_bad_fp8_pairs_before_launch(no_launch, method, seed):
     with pytest.raises(ValueError, match="w2: block128 scales .* must have shape"):
         wd.moe(x, q13, q2, tw, ti, method=method)
     if method == "warp":
-        with pytest.raises(ValueError, match="reads 16-bit weights only"):
-            wd.moe(x, m13, m2, tw, ti, method="warp", schedule="grouped")
+        with pytest.raises(TypeError, match="w2 is FP8 weights but w13 is not"):  # the grouped schedule: checked alike
+            wd.moe(x, w13, q2, tw, ti, method="warp", schedule="grouped")
         from bench import persistent
 
         with pytest.raises(ValueError, match="reads 16-bit weights only"):
             persistent.moe_fused(x, m13, m2, tw, ti)
+
+
+def test_explain_names_the_fp8_schedule(seed):
+    """With FP8 weights explain names the schedule moe runs: the grouped one where asked for, else the
+    pair (the FP8 defaults hold no grouped entry)."""
+    (x, q13, q2, tw, ti), _ = fp8_inputs(CASES[1], "mxfp8", seed)
+    assert wd.explain(x, q13, q2, tw, ti, method="warp", schedule="grouped").schedule == "grouped"
+    assert wd.explain(x, q13, q2, tw, ti, method="warp").schedule == "split"
 
 
 def test_reference_reads_the_dequantized_weights(seed):
@@ -240,15 +254,56 @@ def test_e4m3_and_e8m0_convert_exactly():
 # the kernels, against float64 on the dequantized weights
 
 
+#: (case, schedule): the pair on every case, the grouped schedule on every case but the pair's slot loop
+WARP_CASES = [(c, "split") for c in CASES] + [(c, "grouped") for c in CASES if c.K <= warp.STATIC_SLOTS_MAX]
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_warp_fp8_at_the_floor(case, fmt, seed):
+@pytest.mark.parametrize("case,schedule", WARP_CASES, ids=[f"{c.id}-{s}" for c, s in WARP_CASES])
+def test_warp_fp8_at_the_floor(case, fmt, schedule, seed):
     """Warp decode with FP8 weights is at the bf16 output floor of the layer it computes (the
-    dequantized one), as warp decode with bf16 weights is of its layer."""
+    dequantized one), as warp decode with bf16 weights is of its layer: the pair, and the grouped
+    schedule (each routed expert's e4m3 rows read once for all its tokens, widened to bf16)."""
     inputs, _ = fp8_inputs(case, fmt, seed)
     ref = wd.reference_moe(*inputs)
-    ratio = error_over_floor(run_poisoned(inputs, method="warp"), ref)
+    ratio = error_over_floor(run_poisoned(inputs, method="warp", schedule=schedule), ref)
     assert ratio <= TOLERANCE[torch.bfloat16]["warp"], ratio
+
+
+def _grouped_tiles(step: int) -> dict:
+    """The pair's interpreter tiles, and grouped tiles whose steps span ``step`` columns of H and of I."""
+    cfg = wd.configs.warp_config(180, 136, 3, 2, 2, weights="block128")
+    return {**cfg, "grouped": {"gate_up": {"BLOCK_I": 16, "BLOCK_H": step, "num_warps": 4, "num_stages": 1},
+                               "down": {"BLOCK_H": 16, "BLOCK_I": step, "num_warps": 4, "num_stages": 1}}}
+
+
+@pytest.mark.parametrize("step", [64, 256])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_warp_fp8_grouped_steps_across_scale_groups(fmt, step, seed):
+    """Steps of several scale groups, taken in a static loop (mxfp8: 2 and 8 groups of 32 columns;
+    block128: part of one group, and 2 groups), at H = 180 and I = 136: the last step ends mid-group,
+    and a 256-column step's last groups lie wholly past the end (their scales masked off). The default
+    interpreter tiles (32 and 16 columns) cover steps of one group or part of one; poisoned."""
+    inputs, _ = fp8_inputs(Case("odd", T=2, H=180, I=136, E=3, K=2), fmt, seed)
+    ref = wd.reference_moe(*inputs)
+    with poisoned():
+        y = warp.moe_warp(*inputs, config=_grouped_tiles(step), schedule="grouped")
+    ratio = error_over_floor(y, ref)
+    assert ratio <= TOLERANCE[torch.bfloat16]["warp"], ratio
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_warp_fp8_grouped_other_compute_dtypes(fmt, dtype, seed):
+    """FP8 weights for fp16 and fp32 activations on the grouped schedule: e4m3 widened to fp16 on the
+    tensor cores (FP32 x: FMAs), the intermediate as three bf16 terms whatever x's dtype (the e4m3
+    w2 widens to bf16 exactly), y in x's dtype; at that dtype's floor of the float64 layer."""
+    x, w13, w2, tw, ti = make_inputs(Case("odd-H=100-I=48", T=2, H=100, I=48, E=3, K=2), dtype, seed)
+    inputs = (x, *wd.quantize_experts(w13, w2, fmt), tw, ti)
+    ref = wd.reference_moe(*inputs)
+    y = run_poisoned(inputs, method="warp", schedule="grouped")
+    ratio = wd.rel_error(y, ref) / wd.rounding_floor(ref, dtype)
+    assert y.dtype == dtype and ratio <= TOLERANCE[dtype]["warp"], ratio
 
 
 def test_fp8_down_form_by_k():
@@ -290,16 +345,19 @@ def test_auto_counts_one_byte_weights():
         assert costmodel.model_crossover(*s, 2, 1) >= costmodel.model_crossover(*s, 2)
 
 
+@pytest.mark.parametrize("schedule", ["split", "grouped"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_warp_fp8_rounded_intermediate_and_fp32_output(fmt, seed):
-    """act_dtype=bf16 rounds the intermediate (error above the floor, still bounded); FP32 y
-    (warpdecode.parallel's partial sums) is far below the bf16 floor."""
+def test_warp_fp8_rounded_intermediate_and_fp32_output(fmt, schedule, seed):
+    """act_dtype=bf16 rounds the intermediate (error above the floor, still bounded; the grouped
+    schedule then keeps one bf16 term, the e4m3 w2 widened to it); FP32 y (warpdecode.parallel's
+    partial sums) is far below the bf16 floor."""
     case = CASES[0]
     (x, q13, q2, tw, ti), _ = fp8_inputs(case, fmt, seed)
     ref = wd.reference_moe(x, q13, q2, tw, ti)
-    rounded = error_over_floor(run_poisoned((x, q13, q2, tw, ti), method="warp", act_dtype=torch.bfloat16), ref)
+    rounded = error_over_floor(run_poisoned((x, q13, q2, tw, ti), method="warp", act_dtype=torch.bfloat16,
+                                            schedule=schedule), ref)
     assert 1.0 < rounded <= 3.0, rounded
-    y32 = warp.moe_warp(x, q13, q2, tw, ti.to(torch.int32), out_dtype=torch.float32)
+    y32 = warp.moe_warp(x, q13, q2, tw, ti.to(torch.int32), out_dtype=torch.float32, schedule=schedule)
     assert y32.dtype == torch.float32 and error_over_floor(y32, ref) < 0.05
 
 

@@ -3,8 +3,8 @@ float64 reference on the dequantized weights (tests/test_fp8.py holds the CPU ed
 tolerances). The claims measured here:
 
 * warp decode with FP8 weights is within 1.1× the bf16 rounding floor of the layer it computes,
-  in both formats, on every model preset and at the GPU-sized edges (H = 2880: partial 128-column
-  blocks; I = 1408; prime E = 61; K = 1; K = E);
+  in both formats and both schedules (the pair, the grouped one), on every model preset and at the
+  GPU-sized edges (H = 2880: partial 128-column blocks; I = 1408; prime E = 61; K = 1; K = E);
 * the weight-only expert path stays within the bf16 expert path's bound, and the w8a8 form (the
   classical production path) lies far above the floor, within its own bound;
 * compiled (``torch.compile``, Inductor, CUDA graphs), every method that runs kernels on FP8 weights
@@ -62,13 +62,14 @@ def _check_all_methods(x, w13, w2, tw, ti):
     ref = wd.reference_moe(x, w13, w2, tw, ti)
     floor = wd.rounding_floor(ref, torch.bfloat16)
     got = {}
-    for name, kw in (("warp", dict(method="warp")), ("expert", dict(method="expert")),
-                     ("expert-w8a8", dict(method="expert", act_format="fp8")), ("auto", dict(method="auto"))):
+    for name, kw in (("warp", dict(method="warp")), ("warp-grouped", dict(method="warp", schedule="grouped")),
+                     ("expert", dict(method="expert")), ("expert-w8a8", dict(method="expert", act_format="fp8")),
+                     ("auto", dict(method="auto"))):
         got[name] = wd.rel_error(run_poisoned((x, w13, w2, tw, ti), **kw), ref) / floor
     T, H = x.shape
     picked = api.pick_method(T, H, w2.shape[2], w13.shape[0], ti.shape[1], 2, w13.FORMAT)
     tol = {**TOL, "expert": expert_tolerance(ti.shape[1])}
-    assert got["warp"] <= tol["warp"], got
+    assert got["warp"] <= tol["warp"] and got["warp-grouped"] <= tol["warp"], got
     assert got["expert"] <= tol["expert"], got
     assert 5 < got["expert-w8a8"] <= tol["expert-w8a8"], got
     assert got["auto"] <= tol[picked], (picked, got)

@@ -152,9 +152,9 @@ def test_a_callers_own_config_is_checked_before_launch(inputs, no_launch):
 
 
 #: Every kernel that loads ids: the pair, the persistent kernel, the grouped pair, the expert path
-#: (align and combine), its w8a8 form, the loop, and the FP8-weight pair and expert path.
+#: (align and combine), its w8a8 form, the loop, and the FP8-weight pair, grouped pair and expert path.
 GUARD_VARIANTS = ["loop", "expert", "warp-split", "warp-fused", "warp-grouped", "expert-fp8", "fp8-warp",
-                  "fp8-expert"]
+                  "fp8-warp-grouped", "fp8-expert"]
 
 
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])

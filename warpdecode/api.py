@@ -61,9 +61,7 @@ def explain(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", schedul
         return Plan(method, None, d.T, crossover_T, reason)
     if batch_invariant:
         return Plan("warp", "split", d.T, crossover_T, reason)
-    if fmt is not None:
-        return Plan("warp", "split", d.T, crossover_T, reason + " FP8 weights run the two-kernel pair.")
-    picked = schedule or schedule_of(_warp_config(d, d.T, None))
+    picked = schedule or schedule_of(_warp_config(d, d.T, fmt))
     if deterministic and schedule is None and picked == "grouped":
         return Plan("warp", "split", d.T, crossover_T,
                     reason + " deterministic=True runs the pair where the grouped schedule would run.")
@@ -140,7 +138,7 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     batch_invariant: token t's bits do not depend on what shares the call (the pair at T = 1's tiles;
     slower past T ≈ 8). Implies ``deterministic``. Default False.
 
-    FP8 weights (compute capability ≥ 8.9): ``warp`` dequantizes in registers on the pair; ``expert``
+    FP8 weights (compute capability ≥ 8.9): ``warp`` dequantizes in registers (either schedule); ``expert``
     runs weight-only GEMMs, or w8a8 with ``act_format="fp8"``; ``loop`` dequantizes first.
     Under ``torch.compile`` it traces as one operator, ``torch.ops.warpdecode.moe`` (FP8: ``moe_fp8``).
     Raises ValueError or TypeError for a bad option or input, RuntimeError where grad mode is on and an
@@ -169,9 +167,6 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, method: str = "auto", act_dtype=N
     if method != "loop":
         check_kernel_device(x)
     fp8_weights = is_fp8(w13)
-    if fp8_weights and schedule == "grouped":
-        raise ValueError(f"schedule={schedule!r} reads 16-bit weights only; with FP8 weights warp decode runs the "
-                         "two-kernel pair: leave schedule=None or pass 'split'")
     if act_format == "fp8":
         check_fp8_device(x.device)
     if fp8_weights and method != "loop":

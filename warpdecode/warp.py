@@ -12,7 +12,7 @@ from .configs import check_warp, default_grouped, default_grouped_down, warp_con
 from .kernels import warp_fp8 as k8
 from .kernels import warp_grouped as kg
 from .kernels import warp_pair as kp
-from .quant import is_fp8
+from .quant import FP8, is_fp8
 
 #: Warp decode's schedules; a tuned bucket names its own by an entry of that name (schedule_of).
 SCHEDULES = ("split", "grouped")
@@ -117,6 +117,15 @@ def warp_down_fp8(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> torc
 GROUPED_TOKENS = 16
 
 
+def _grouped_weights(w) -> tuple:
+    """A grouped kernel's weight tensor and scale arguments: FP8 weights' e4m3 and scales; 16-bit, none."""
+    if not is_fp8(w):
+        return w, {}
+    s, up = w.scale, {"S_UP": w.up_scale_row} if w.gate_up else {}
+    return w.weight, dict(w_scale_ptr=s, stride_se=s.stride(0), stride_sr=s.stride(1), stride_sc=s.stride(2),
+                          W_FP8=True, GROUP_N=w.GROUP_N, GROUP_K=w.GROUP_K, E8M0=w.FORMAT == "mxfp8", **up)
+
+
 def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=torch.float32) -> torch.Tensor:
     """Grouped kernel 1: (TERMS, T*K, I) weighted silu(gate)·up, one program per expert's rows, one launch
     per ``GROUPED_TOKENS`` tokens. cfg: ``{"BLOCK_I", "BLOCK_H", "num_warps", "num_stages"}``."""
@@ -124,15 +133,16 @@ def warp_gate_up_grouped(x, w13, topk_ids, topk_weights, cfg: dict, act_dtype=to
     E, two_i, _ = w13.shape
     I = two_i // 2  # noqa: E741
     K = topk_ids.shape[1]
-    terms = 3 if (w13.dtype == torch.bfloat16 and act_dtype == torch.float32) else 1  # 3 bf16 sum exactly to FP32
+    w, scales = _grouped_weights(w13)
+    terms = 3 if act_dtype == torch.float32 and w.dtype in (torch.bfloat16, FP8) else 1  # 3 bf16 sum exactly to FP32
     act = _alloc.empty(terms, T * K, I, dtype=torch.bfloat16 if terms == 3 else act_dtype, device=x.device)
     for t0 in range(0, T, GROUPED_TOKENS):
         n = min(GROUPED_TOKENS, T - t0)
         kg.warp_gate_up_grouped_kernel[(E * triton.cdiv(I, cfg["BLOCK_I"]),)](
-            x[t0:], w13, topk_ids[t0:], topk_weights[t0:], act[:, t0 * K:], H, I, n, E, x.stride(0), w13.stride(0),
-            w13.stride(1), act.stride(1), act.stride(0), K=K, K_PAD=triton.next_power_of_2(K),
+            x[t0:], w, topk_ids[t0:], topk_weights[t0:], act[:, t0 * K:], H, I, n, E, x.stride(0), w.stride(0),
+            w.stride(1), act.stride(1), act.stride(0), K=K, K_PAD=triton.next_power_of_2(K),
             T_PAD=GROUPED_TOKENS, TERMS=terms, BLOCK_I=cfg["BLOCK_I"], BLOCK_H=cfg["BLOCK_H"], USE_PDL=USE_PDL,
-            WIDEN=_runtime.INTERPRET,
+            WIDEN=_runtime.INTERPRET, **scales,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     return act
@@ -148,15 +158,16 @@ def warp_down_grouped(act, w2, topk_ids, topk_weights, cfg: dict, out_dtype) -> 
     row = GROUPED_TOKENS * H + triton.cdiv(blocks, 4) * 4
     scratch = torch.zeros(chunks, row, dtype=torch.int32, device=act.device)
     y = _alloc.empty(T, H, dtype=out_dtype, device=act.device)
+    w, scales = _grouped_weights(w2)
     for c in range(chunks):
         t0, n = c * GROUPED_TOKENS, min(GROUPED_TOKENS, T - c * GROUPED_TOKENS)
         kg.warp_down_grouped_kernel[(E * blocks,)](
-            act[:, t0 * K:], w2, topk_ids[t0:], topk_weights[t0:], y[t0:],
+            act[:, t0 * K:], w, topk_ids[t0:], topk_weights[t0:], y[t0:],
             scratch[c, :GROUPED_TOKENS * H].view(torch.float32), scratch[c, GROUPED_TOKENS * H:], H, I, n, E,
-            act.stride(1), act.stride(0), w2.stride(0), w2.stride(1),
+            act.stride(1), act.stride(0), w.stride(0), w.stride(1),
             y.stride(0), K=K, K_PAD=triton.next_power_of_2(K), T_PAD=GROUPED_TOKENS, TERMS=act.shape[0],
             BLOCK_H=cfg["BLOCK_H"], BLOCK_I=cfg["BLOCK_I"],
-            WIDEN=_runtime.INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            WIDEN=_runtime.INTERPRET, **scales, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     return y
 
@@ -169,26 +180,26 @@ def moe_warp(x, w13, w2, topk_weights, topk_ids, *, act_dtype=torch.float32, con
     config (checked as tables are; default tuned, else the defaults). schedule: ``"split"`` (two kernels,
     PDL), ``"grouped"`` (each expert's rows read once for all its tokens), or None (default: the config's,
     else ``"split"``). out_dtype: y's dtype (default x's); FP32 keeps a partial unrounded. FP8 weights run
-    the FP8 pair."""
+    the FP8 pair, or the grouped schedule (FP8 tiles widened in registers)."""
     T, H = x.shape
     E, two_i, _ = w13.shape
     K = topk_ids.shape[1]
+    fmt = {"weights": w13.FORMAT} if is_fp8(w13) else {}
     if config is not None:  # a caller's own: checked as the tables are
-        check_warp(config, w13.FORMAT if is_fp8(w13) else None, "moe_warp(config=...)")
-    if is_fp8(w13):
-        cfg = config or warp_config(H, two_i // 2, E, K, T, weights=w13.FORMAT)
-        act = warp_gate_up_fp8(x, w13, topk_ids, cfg["gate_up"], act_dtype)
-        return warp_down_fp8(act, w2, topk_ids, topk_weights, cfg["down"], out_dtype or x.dtype)
-    cfg = config or warp_config(H, two_i // 2, E, K, T)
+        check_warp(config, fmt.get("weights"), "moe_warp(config=...)")
+    cfg = config or warp_config(H, two_i // 2, E, K, T, **fmt)
     schedule = schedule or schedule_of(cfg)
     out_dtype = out_dtype or x.dtype
     if schedule == "grouped":
         grouped = cfg.get("grouped", {})
         act = warp_gate_up_grouped(x, w13, topk_ids, topk_weights,
                                    grouped.get("gate_up") or default_grouped(x.dtype == torch.float32), act_dtype)
-        # the FMA tile wherever the down products run on FMAs (kernels/warp_grouped.py _mma)
-        on_fmas = w2.dtype == torch.float32 or act.dtype != w2.dtype
+        # the FMA tile wherever the down products run on FMAs (kernels/warp_grouped.py _mma; e4m3 widens to act's)
+        on_fmas = not is_fp8(w2) and (w2.dtype == torch.float32 or act.dtype != w2.dtype)
         return warp_down_grouped(act, w2, topk_ids, topk_weights, grouped.get("down") or default_grouped_down(on_fmas),
                                  out_dtype)
+    if fmt:
+        act = warp_gate_up_fp8(x, w13, topk_ids, cfg["gate_up"], act_dtype)
+        return warp_down_fp8(act, w2, topk_ids, topk_weights, cfg["down"], out_dtype)
     act = warp_gate_up(x, w13, topk_ids, topk_weights, cfg["gate_up"], act_dtype)
     return warp_down(act, w2, topk_ids, topk_weights, cfg["down"], out_dtype)

@@ -28,7 +28,7 @@ at the end. The down tile is one 2-D tile per routed expert (own scales): up to
 
 Both read the same bytes in the same tiles. Instructions per weight byte, not HBM, bound this pair
 (docs/design.md, "FP8 pair: instructions per weight byte"). Loads ``evict_first``, PDL and unspecialized
-T as in ``warp_pair.py``; the grouped and persistent schedules read 16-bit weights only.
+T as in ``warp_pair.py``; ``warp_grouped.py`` reads FP8 weights as well, the persistent schedule does not.
 """
 
 import triton

@@ -6,14 +6,16 @@
         the last of the block's E programs: y[t, h] = s[t, h]         rounded once
 
 w_te is t's routing weight for e (both slots' summed, should its top-K name e twice), a the row of
-t's first slot routed to e, as three bf16 terms whose sum is the FP32 value exactly.
+t's first slot routed to e, as three bf16 terms whose sum is the FP32 value exactly. FP8 weights
+(``W_FP8``, W = q · s, ``warpdecode.quant``): W[r]·v = Σ_g s[r, g]·(q[r, g]·v), a product per scale group g
+of q widened to v's dtype (exactly: e4m3 ⊂ bf16, fp16), scaled per row (a step: several groups, or part of one).
 
-Byte ledger of one launch of ≤ T_PAD tokens (bf16 weights, U distinct experts routed):
-  gate/up  reads  U·2I·H·2 B of weight rows, once; x (T·H·2 B) by every program, from L2; topk_ids and
+Byte ledger of one launch of ≤ T_PAD tokens (U distinct experts routed; W_B B a weight: bf16 2, FP8 1 + scales):
+  gate/up  reads  U·2I·H·W_B of weight rows, once; x (T·H·2 B) by every program, from L2; topk_ids and
                   weights by every program (T·K·8 B, L2); writes ≤ T·K·I·6 B of a (three bf16 terms)
-  down     reads  U·H·I·2 B of weight rows, once; ≤ T·K·I·6 B of a; adds T_PAD·H·4 B per routed expert
+  down     reads  U·H·I·W_B of weight rows, once; ≤ T·K·I·6 B of a; adds T_PAD·H·4 B per routed expert
                   into the FP32 scratch (L2 atomics), reads it back once (T·H·4 B); writes T·H·2 B of y
-  minimum  U·3·I·H·2 B: what this schedule reads of the weights. Past T_PAD tokens each launch reads
+  minimum  U·3·I·H·W_B: what this schedule reads of the weights. Past T_PAD tokens each launch reads
            its experts' rows again.
 
 One program takes one expert's rows for every token (the N of a tensor-core product, padded to 16,
@@ -26,6 +28,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from .ids import dropped_rows
+from .warp_fp8 import _scales
 
 
 @triton.jit
@@ -63,7 +66,7 @@ def _first_rows(hit, K: tl.constexpr, K_PAD: tl.constexpr, T_PAD: tl.constexpr):
 @triton.jit(do_not_specialize=["T", "E"])
 def warp_gate_up_grouped_kernel(
     x_ptr,  # (T, H) compute dtype
-    w13_ptr,  # (E, 2I, H) compute dtype
+    w13_ptr,  # (E, 2I, H) compute dtype, or float8_e4m3fn (W_FP8)
     topk_ids_ptr,  # (T, K) int32 or int64; an id outside [0, E) matches no program's expert
     topk_weights_ptr,  # (T, K) fp32
     act_ptr,  # (TERMS, T*K, I): the weighted silu(gate)·up, in the row of each token's first slot of e
@@ -76,6 +79,9 @@ def warp_gate_up_grouped_kernel(
     BLOCK_H: tl.constexpr,  # columns of H per step
     USE_PDL: tl.constexpr,
     WIDEN: tl.constexpr,  # multiply in FP32 (the CPU interpreter, see _mma)
+    w_scale_ptr=None,  # W_FP8: block128 (E, 2·cdiv(I, 128), cdiv(H, 128)) fp32, mxfp8 (E, 2I, cdiv(H, 32)) u8 e8m0
+    S_UP=None, stride_se=None, stride_sr=None, stride_sc=None,  # None for 16-bit weights; S_UP: row I's scale row
+    W_FP8: tl.constexpr = False, GROUP_N: tl.constexpr = 1, GROUP_K: tl.constexpr = 1, E8M0: tl.constexpr = False,
 ):
     """Neurons [pid_i·BLOCK_I, +BLOCK_I) of expert e for every token routed to e; the expert varies
     fastest, so a program whose expert no token chose exits at once. A token whose top-K names e
@@ -90,21 +96,31 @@ def warp_gate_up_grouped_kernel(
         offs_t = tl.arange(0, T_PAD)
         offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
         mask_i = offs_i < I
-        offs_h = tl.arange(0, BLOCK_H)
+        STEP: tl.constexpr = min(BLOCK_H, GROUP_K) if W_FP8 else BLOCK_H  # columns of a product
+        offs_h = tl.arange(0, STEP)
         gate_ptrs = w13_ptr + e.to(tl.int64) * stride_we + offs_i[:, None].to(tl.int64) * stride_wr + offs_h[None, :]
         up_ptrs = gate_ptrs + I * stride_wr
-        x_ptrs = x_ptr + offs_t[None, :].to(tl.int64) * stride_xt + offs_h[:, None]  # [BLOCK_H, T_PAD]: x transposed
+        x_ptrs = x_ptr + offs_t[None, :].to(tl.int64) * stride_xt + offs_h[:, None]  # [STEP, T_PAD]: x transposed
         acc_g = tl.zeros([BLOCK_I, T_PAD], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_I, T_PAD], dtype=tl.float32)
+        gs_ptrs = w_scale_ptr + e * stride_se + offs_i // GROUP_N * stride_sr if W_FP8 else None
+        us_ptrs = gs_ptrs + S_UP * stride_sr if W_FP8 else None
         for h0 in range(0, H, BLOCK_H):
-            mask_h = (h0 + offs_h) < H
-            xv = tl.load(x_ptrs + h0, mask=mask_h[:, None] & (offs_t < T)[None, :], other=0.0)
-            mask_w = mask_i[:, None] & mask_h[None, :]
-            g = tl.load(gate_ptrs + h0, mask=mask_w, other=0.0, eviction_policy="evict_first")
-            u = tl.load(up_ptrs + h0, mask=mask_w, other=0.0, eviction_policy="evict_first")
-            # one read of the rows, every token's dot product (16-bit products are exact in FP32)
-            acc_g = _mma(g, xv, acc_g, WIDEN)
-            acc_u = _mma(u, xv, acc_u, WIDEN)
+            for h1 in tl.static_range(0, BLOCK_H, STEP):  # one product per step, FP8 one per scale group
+                h = h0 + h1
+                mask_h = (h + offs_h) < H
+                xv = tl.load(x_ptrs + h, mask=mask_h[:, None] & (offs_t < T)[None, :], other=0.0)
+                mask_w = mask_i[:, None] & mask_h[None, :]
+                g = tl.load(gate_ptrs + h, mask=mask_w, other=0.0, eviction_policy="evict_first")
+                u = tl.load(up_ptrs + h, mask=mask_w, other=0.0, eviction_policy="evict_first")
+                # one read of the rows, every token's dot product (16-bit products are exact in FP32)
+                if W_FP8:  # e4m3 widened to x's dtype, each group's products scaled per row as they are added
+                    col, mask_s, zero = h // GROUP_K * stride_sc, mask_i & (h < H), tl.zeros_like(acc_g)
+                    acc_g += _mma(g.to(xv.dtype), xv, zero, WIDEN) * _scales(gs_ptrs + col, mask_s, E8M0)[:, None]
+                    acc_u += _mma(u.to(xv.dtype), xv, zero, WIDEN) * _scales(us_ptrs + col, mask_s, E8M0)[:, None]
+                else:
+                    acc_g = _mma(g, xv, acc_g, WIDEN)
+                    acc_u = _mma(u, xv, acc_u, WIDEN)
         # each token's routing weights for e, summed should its top-K name e twice
         mask_tk = (offs_t < T)[:, None] & (tl.arange(0, K_PAD) < K)[None, :]
         rw = tl.load(topk_weights_ptr + offs_t[:, None] * K + tl.arange(0, K_PAD)[None, :], mask=mask_tk, other=0.0)
@@ -126,7 +142,7 @@ def warp_gate_up_grouped_kernel(
 @triton.jit(do_not_specialize=["T", "E"])
 def warp_down_grouped_kernel(
     act_ptr,  # (TERMS, T*K, I) from warp_gate_up_grouped_kernel, the routing weight in it
-    w2_ptr,  # (E, H, I) compute dtype
+    w2_ptr,  # (E, H, I) compute dtype, or float8_e4m3fn (W_FP8: widened to act's dtype)
     topk_ids_ptr,  # (T, K) int32 or int64; ids outside [0, E) are guarded (kernels/ids.py)
     topk_weights_ptr,  # (T, K) fp32: read only by the guard
     y_ptr,  # (T, H) compute dtype
@@ -139,6 +155,9 @@ def warp_down_grouped_kernel(
     BLOCK_H: tl.constexpr,  # hidden outputs per program (the M of the product)
     BLOCK_I: tl.constexpr,  # columns of I per step
     WIDEN: tl.constexpr,
+    w_scale_ptr=None,  # W_FP8: block128 (E, cdiv(H, 128), cdiv(I, 128)) fp32, mxfp8 (E, H, cdiv(I, 32)) u8 e8m0
+    stride_se=None, stride_sr=None, stride_sc=None,  # None for 16-bit weights (then no parameters)
+    W_FP8: tl.constexpr = False, GROUP_N: tl.constexpr = 1, GROUP_K: tl.constexpr = 1, E8M0: tl.constexpr = False,
 ):
     """Hidden outputs [pid_h·BLOCK_H, +BLOCK_H) of expert e's share of y for every token routed to
     e, added into ``sums``; the E-th program of the block to finish rounds the block to y. The
@@ -154,16 +173,25 @@ def warp_down_grouped_kernel(
     hit = _routed(topk_ids_ptr, T, e, K, K_PAD, T_PAD)
     if tl.sum(hit.to(tl.int32)) > 0:
         rows, routed = _first_rows(hit, K, K_PAD, T_PAD)
-        offs_i = tl.arange(0, BLOCK_I)
+        STEP: tl.constexpr = min(BLOCK_I, GROUP_K) if W_FP8 else BLOCK_I  # columns of a product
+        offs_i = tl.arange(0, STEP)
         w_ptrs = w2_ptr + e.to(tl.int64) * stride_we + offs_h[:, None].to(tl.int64) * stride_wr + offs_i[None, :]
-        a_ptrs = act_ptr + rows[None, :].to(tl.int64) * stride_at + offs_i[:, None]  # [BLOCK_I, T_PAD]
+        a_ptrs = act_ptr + rows[None, :].to(tl.int64) * stride_at + offs_i[:, None]  # [STEP, T_PAD]
         acc = tl.zeros([BLOCK_H, T_PAD], dtype=tl.float32)
+        ws_ptrs = w_scale_ptr + e * stride_se + offs_h // GROUP_N * stride_sr if W_FP8 else None
         for i0 in range(0, I, BLOCK_I):
-            mask_i = (i0 + offs_i) < I
-            mask_a = mask_i[:, None] & routed[None, :]
-            w = tl.load(w_ptrs + i0, mask=mask_h[:, None] & mask_i[None, :], other=0.0, eviction_policy="evict_first")
-            for term in tl.static_range(TERMS):
-                acc = _mma(w, tl.load(a_ptrs + term * stride_term + i0, mask=mask_a, other=0.0), acc, WIDEN)
+            for i1 in tl.static_range(0, BLOCK_I, STEP):  # one product per step, FP8 one per scale group
+                i = i0 + i1
+                mask_i = (i + offs_i) < I
+                mask_a, mask_w = mask_i[:, None] & routed[None, :], mask_h[:, None] & mask_i[None, :]
+                w = tl.load(w_ptrs + i, mask=mask_w, other=0.0, eviction_policy="evict_first")
+                for term in tl.static_range(TERMS):
+                    a = tl.load(a_ptrs + term * stride_term + i, mask=mask_a, other=0.0)
+                    if W_FP8:  # e4m3 widened to act's dtype (the terms' bf16), each term's products scaled per row
+                        scale = _scales(ws_ptrs + i // GROUP_K * stride_sc, mask_h & (i < I), E8M0)[:, None]
+                        acc += _mma(w.to(a.dtype), a, tl.zeros_like(acc), WIDEN) * scale
+                    else:
+                        acc = _mma(w, a, acc, WIDEN)
         tl.atomic_add(s_ptrs, acc, mask=mask_h[:, None] & routed[None, :], sem="relaxed", scope="gpu")
     tl.debug_barrier()  # every warp of this program has issued its adds
     if tl.atomic_add(arrived_ptr + pid_h, 1, sem="acq_rel", scope="gpu") == E - 1:
