@@ -9,8 +9,8 @@ bench.compiled.record_launches records the launchers passing on such a GPU, over
 scenarios below: both paths, every schedule, the expert path's SWAP_AB decode tiles and HALF_M
 tiles, FP8 activations where the GPU has FP8 tensor cores (not sm_80: ``warpdecode.moe`` refuses
 them there), bf16, fp16 and fp32, at T = 1, 3, 8, 64, 256 on three layer shapes; FP8 weights
-(``warpdecode.quant``, both formats: warp decode's FP8 pair, the expert path weight-only and w8a8)
-on sm_100a. Jobs that
+(``warpdecode.quant``, both formats: warp decode's FP8 pair and grouped schedule, the expert path
+weight-only and w8a8) on sm_100a. Jobs that
 compile to the same code are compiled once (``compiled.compile_key``).
 
 The checks read what ptxas reports and the PTX says: no spill and no stack frame, the shared
@@ -81,6 +81,8 @@ def scenarios(arch: int) -> list[tuple]:
             for sname, T in (("qwen3-30b", 1), ("odd", 3), ("mixtral", 1)):
                 out.append((f"{sname}-T={T}-warp-fp8-{fmt}", "warp", SHAPES[sname], T, BF16, dict(weights=fmt)))
             out.append((f"edge-T=3-K=E=61-warp-fp8-{fmt}", "warp", EDGE, 3, BF16, dict(weights=fmt)))
+            out.append((f"mixtral-T=8-warp-grouped-fp8-{fmt}", "warp", MIXTRAL, 8, BF16,
+                        dict(weights=fmt, schedule="grouped")))
         # the expert path's FP8-weight GEMMs: weight-only and w8a8, decode and the largest default tiles
         for sname, T, fmt, act in (("qwen3-30b", 1, "block128", "native"), ("odd", 64, "mxfp8", "fp8"),
                                    ("mixtral", 256, "block128", "fp8"), ("mixtral", 256, "mxfp8", "native")):
@@ -183,7 +185,7 @@ def test_compile_many_compiles_each_distinct_job_once_and_keeps_rejections():
 
 def test_compile_count_stays_modest():
     """The file compiles each distinct job once: a few minutes on two cores per stack."""
-    assert len(SPECS) <= 400, len(SPECS)
+    assert len(SPECS) <= 410, len(SPECS)
 
 
 @pytest.mark.parametrize("key", list(SPECS), ids=IDS.get)
@@ -226,14 +228,16 @@ MMA = re.compile(r"\b(?:mma\.sync|wgmma\.mma_async|tcgen05\.mma)\b")
 @pytest.mark.parametrize("key", GEMM + GROUPED, ids=IDS.get)
 def test_tensor_cores_for_16_bit_operands_only(built, key):
     """The expert GEMMs (bf16, fp16, FP8 activations dequantised to 16 bits) and the grouped warp
-    kernels with 16-bit operands on both sides on tensor cores; FP32 operands (or fp16 weights with
-    the FP32 intermediate) on full-precision FMAs, never tf32."""
+    kernels with 16-bit operands on both sides on tensor cores (e4m3 weights widened to the other
+    side's dtype); FP32 operands (or fp16 weights with the FP32 intermediate) on full-precision FMAs,
+    never tf32."""
     ptx, j = built(key).asm["ptx"], SPECS[key]
     if j.name.startswith("grouped_"):
         wide = j.constexprs["PRECISION"] == "ieee"
     else:
         a = j.args
         w, other = (a["w13_ptr"], a["x_ptr"]) if "w13_ptr" in a else (a["w2_ptr"], a["act_ptr"])
+        w = other if w == torch.float8_e4m3fn else w
         wide = w == FP32 or other != w
     if wide:
         assert not MMA.search(ptx) and ".tf32" not in ptx and "kind::tf32" not in ptx
