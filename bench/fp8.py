@@ -7,9 +7,9 @@ of issue 23's bar, as tidy CSV.
 speed (``fp8_speed.csv``): per preset and T, warp decode with bf16 weights (the tuned pair's
 kernels), warp decode with FP8 weights in both formats (the pair's kernels at the default tiles and
 at the fastest of a few candidates at T = 1, tried here: ``config`` = ``default`` / ``searched``),
-the expert path with FP8 weights (weight-only and w8a8) and ``auto`` with FP8 weights. ``warp``,
-``expert``, ``auto`` and ``expert_w8a8`` with ``config`` ``moe`` are ``warpdecode.moe`` as users
-call it (the auto and lesson phases); the auto phase times each beside its bare kernels
+the expert path with FP8 weights (weight-only and w8a8), ``auto`` with FP8 weights, and warp decode's
+grouped schedule asked for (``grouped``). ``warp``, ``expert``, ``auto``, ``grouped`` and ``expert_w8a8``
+with ``config`` ``moe`` are ``warpdecode.moe`` as users call it (the auto and lesson phases); the auto phase times each beside its bare kernels
 (``<method>_kernels`` rows, the public row's ``overhead``: public / kernels, one interleaved run).
 Each time is the median of CUDA-graph replays over enough copies of the layer that one step's
 weights are ≥ 3× the L2; the floor is the bytes that must move (each routed expert's weights and
@@ -144,8 +144,10 @@ def _moe_on_defaults(method, **options):
     return call
 
 
-#: The auto phase's public methods and their bare kernels.
-PUBLIC = {"warp": moe_warp, "expert": moe_expert, "auto": run_auto}
+#: The auto phase's public methods and their bare kernels; ``grouped``: warp decode's grouped schedule, asked for
+#: (``auto`` does not pick it with FP8 weights), ``moe``'s options in :data:`OPTIONS`.
+PUBLIC = {"warp": moe_warp, "expert": moe_expert, "auto": run_auto, "grouped": partial(moe_warp, schedule="grouped")}
+OPTIONS = {"grouped": {"method": "warp", "schedule": "grouped"}}
 
 
 def _ids32(inp):
@@ -246,8 +248,8 @@ def _speed_preset(shape, phase, reps, ceiling, info):
         ref = reference_moe(i0.x, w13, w2, i0.topk_weights, i0.topk_ids)
         nbytes = fp8_bytes(shape, w13, w2, i0)
         public = [(i.x, w13, w2, i.topk_weights, i.topk_ids) for (w13, w2), i in zip(fp8[f], inputs, strict=True)]
-        runs = {m: (_moe(m), public) for m in PUBLIC} | {f"{m}_kernels": (fn, args_of(fp8[f], inputs))
-                                                          for m, fn in PUBLIC.items()}
+        runs = {m: (_moe(**OPTIONS.get(m, {"method": m})), public) for m in PUBLIC}
+        runs |= {f"{m}_kernels": (fn, args_of(fp8[f], inputs)) for m, fn in PUBLIC.items()}
         try:
             got = dict(zip(runs, _time_together(list(runs.values()), reps), strict=True))
         except Exception as e:  # the rows are missing and the log says why
