@@ -9,8 +9,9 @@ kernels), warp decode with FP8 weights in both formats (the pair's kernels at th
 at the fastest of a few candidates at T = 1, tried here: ``config`` = ``default`` / ``searched``),
 the expert path with FP8 weights (weight-only and w8a8), ``auto`` with FP8 weights, and warp decode's
 grouped schedule asked for (``grouped``). ``warp``, ``expert``, ``auto``, ``grouped`` and ``expert_w8a8``
-with ``config`` ``moe`` are ``warpdecode.moe`` as users call it (the auto and lesson phases); the auto phase times each beside its bare kernels
-(``<method>_kernels`` rows, the public row's ``overhead``: public / kernels, one interleaved run).
+with ``config`` ``moe`` are ``warpdecode.moe`` as users call it (the auto and lesson phases); the auto
+phase times each beside its bare kernels (``<method>_kernels`` rows, the public row's ``overhead``:
+public / kernels, one interleaved run).
 Each time is the median of CUDA-graph replays over enough copies of the layer that one step's
 weights are ≥ 3× the L2; the floor is the bytes that must move (each routed expert's weights and
 scales once, x, y, routing) at the read ceiling measured in the same run. accuracy
