@@ -535,14 +535,15 @@ def e2e_table(gpu: str, dense: str = "eager", root: Root = None) -> list[dict]:
 
 def generate_table(gpu: str, root: Root = None) -> str | None:
     """hf_generate.csv's compiled static-cache rows as markdown: per model and batch, the deepest
-    run holding both experts implementations (both rows of one run: warpdecode's carries the
-    speed-up over grouped_mm and Amdahl's prediction from grouped_mm's measured expert share);
-    None where no such run exists."""
+    run holding both experts implementations, each measured in processes of its own (both rows of one
+    run: warpdecode's carries the speed-up over grouped_mm and Amdahl's prediction from grouped_mm's
+    measured expert share); runs that measured both in one process, where the second is slowed, are
+    left out; None where no such run exists."""
     compiled = [r for r in data.read(data.gpu_dir(gpu, root) / "hf_generate.csv") if r["compile"] == "reduce-overhead"]
     deepest: dict = {}
     for r in compiled:
         key = (r["model"], int(r["batch"]))
-        if r["impl"] == "warpdecode" and r.get("speedup_over_grouped_mm") and \
+        if r["impl"] == "warpdecode" and r.get("speedup_over_grouped_mm") and r.get("processes") and \
                 (key not in deepest or int(r["layers"]) >= int(deepest[key]["layers"])):
             deepest[key] = r
     if not deepest:
@@ -557,7 +558,7 @@ def generate_table(gpu: str, root: Root = None) -> str | None:
         b = bound.get((model, w["layers"], w["batch"], w.get("commit")))
         bound_cell = (f"{float(b['tokens_per_s']):.1f} ({float(b['tokens_per_s']) / float(g['tokens_per_s']):.2f}×)"
                       if b and w.get("commit") else "—")
-        runs = f"one per implementation, {w['processes']} each" if w.get("processes") else "one, both in it"
+        runs = f"one per implementation, {w['processes']} each"
         lines.append(f"| {model.removesuffix(' shapes')} | {w['layers']} | {batch} | {float(w['tokens_per_s']):.1f} | "
                      f"{float(g['tokens_per_s']):.1f} | {float(w['speedup_over_grouped_mm']):.2f}× | "
                      f"{float(w['amdahl_predicted']):.2f}× | {100 * float(g['moe_share']):.0f}% | {bound_cell} | "

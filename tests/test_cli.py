@@ -503,7 +503,7 @@ def test_report_names_each_file_and_block_it_writes(tmp_path, monkeypatch, capsy
 def test_report_generate_table_takes_each_model_and_batch_at_its_deepest_run(tmp_path):
     """hf_generate.csv's compiled rows: per model and batch the run with the most layers, its two
     implementations' rows side by side, with the no-experts bound of the same commit and how the run
-    was made; eager rows and runs without a grouped_mm row left out."""
+    was made; eager rows, runs without a grouped_mm row and runs of both in one process left out."""
     import csv
 
     from bench import data, report
@@ -533,9 +533,8 @@ def test_report_generate_table_takes_each_model_and_batch_at_its_deepest_run(tmp
         w.writerows(rows)
     table = report.generate_table(H200, root)
     body = [line for line in table.splitlines() if line.startswith("| qwen3")]
-    assert body == ["| qwen3-30b-a3b | 48 | 1 | 104.0 | 80.0 | 1.30× | 1.30× | 40% | — | one, both in it | — |",
-                    "| qwen3-30b-a3b | 48 | 4 | 330.0 | 200.0 | 1.65× | 1.30× | 40% | 800.0 (4.00×) | "
-                    "one per implementation, 2 each | abc1234 |"]
+    assert body == ["| qwen3-30b-a3b | 48 | 4 | 330.0 | 200.0 | 1.65× | 1.30× | 40% | 800.0 (4.00×) | "
+                    "one per implementation, 2 each | abc1234 |"]  # batch 1: both in one process
     assert "results/NVIDIA_H200/hf_generate.csv" in table
 
 
