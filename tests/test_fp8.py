@@ -254,12 +254,13 @@ def test_e4m3_and_e8m0_convert_exactly():
 # the kernels, against float64 on the dequantized weights
 
 
-#: (case, schedule): the pair on every case, the grouped schedule on every case but the pair's slot loop
-WARP_CASES = [(c, "split") for c in CASES] + [(c, "grouped") for c in CASES if c.K <= warp.STATIC_SLOTS_MAX]
+#: (case, schedule, format): the pair on every case in both formats; the grouped schedule on every case but the
+#: pair's slot loop, the formats taking turns (its steps' scale groups in both: the tests below)
+WARP_CASES = [(c, "split", f) for c in CASES for f in FORMATS] + [
+    (c, "grouped", FORMATS[::-1][i % 2]) for i, c in enumerate(c for c in CASES if c.K <= warp.STATIC_SLOTS_MAX)]
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("case,schedule", WARP_CASES, ids=[f"{c.id}-{s}" for c, s in WARP_CASES])
+@pytest.mark.parametrize("case,schedule,fmt", WARP_CASES, ids=[f"{c.id}-{s}-{f}" for c, s, f in WARP_CASES])
 def test_warp_fp8_at_the_floor(case, fmt, schedule, seed):
     """Warp decode with FP8 weights is at the bf16 output floor of the layer it computes (the
     dequantized one), as warp decode with bf16 weights is of its layer: the pair, and the grouped
@@ -277,13 +278,12 @@ def _grouped_tiles(step: int) -> dict:
                                "down": {"BLOCK_H": 16, "BLOCK_I": step, "num_warps": 4, "num_stages": 1}}}
 
 
-@pytest.mark.parametrize("step", [64, 256])
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt,step", [("block128", 256), ("mxfp8", 256)])
 def test_warp_fp8_grouped_steps_across_scale_groups(fmt, step, seed):
-    """Steps of several scale groups, taken in a static loop (mxfp8: 2 and 8 groups of 32 columns;
-    block128: part of one group, and 2 groups), at H = 180 and I = 136: the last step ends mid-group,
-    and a 256-column step's last groups lie wholly past the end (their scales masked off). The default
-    interpreter tiles (32 and 16 columns) cover steps of one group or part of one; poisoned."""
+    """Steps of several scale groups, taken in a static loop (block128: 2 groups of 128 columns; mxfp8:
+    8 of 32), at H = 180 and I = 136: the last step ends mid-group, and mxfp8's last groups lie wholly
+    past the end (their scales masked off). The default interpreter tiles (32 and 16 columns) cover
+    steps of one group or part of one; poisoned."""
     inputs, _ = fp8_inputs(Case("odd", T=2, H=180, I=136, E=3, K=2), fmt, seed)
     ref = wd.reference_moe(*inputs)
     with poisoned():
@@ -292,8 +292,7 @@ def test_warp_fp8_grouped_steps_across_scale_groups(fmt, step, seed):
     assert ratio <= TOLERANCE[torch.bfloat16]["warp"], ratio
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt,dtype", [("block128", torch.float16), ("mxfp8", torch.float32)], ids=["fp16", "fp32"])
 def test_warp_fp8_grouped_other_compute_dtypes(fmt, dtype, seed):
     """FP8 weights for fp16 and fp32 activations on the grouped schedule: e4m3 widened to fp16 on the
     tensor cores (FP32 x: FMAs), the intermediate as three bf16 terms whatever x's dtype (the e4m3
