@@ -14,8 +14,9 @@ where vLLM ships one, else its ``get_default_config``; the row's config names wh
 E = 32, K = 4), T = 1 … 256.
 
 version fp8: vLLM's FP8 w8a8 path (``use_fp8_w8a8``, ``block_shape`` [128, 128]: weights block-scaled,
-activations quantized per token group of 128 as vLLM does) beside ``warpdecode.moe`` (auto) on FP8
-weights built from the same e4m3 bytes and scales (``warpdecode.experts_from_checkpoint``);
+activations quantized per token group of 128 as vLLM does) beside ``warpdecode.moe`` on FP8
+weights (auto, and the paths it picks among: the warp pair, the grouped schedule, the expert path) built
+from the same e4m3 bytes and scales (``warpdecode.experts_from_checkpoint``);
 Qwen3-30B-A3B, Qwen3-235B-A22B, OLMoE-1B-7B, T = 1 … 256.
 
 Each method is called as a user calls it, captured in one CUDA graph over the layer copies (weights
@@ -53,6 +54,10 @@ BLOCK = [128, 128]
 #: the intermediate to bf16 after each GEMM and the activation); vLLM's w8a8, whose activations are
 #: e4m3 (bench.fp8 checks its w8a8 rows at the same bound); warpdecode on FP8 weights (bf16 activations).
 TOL = {"bf16": 8.0, "w8a8": 60.0, "fp8 weights": 8.0}
+#: warpdecode's paths on FP8 weights, each through ``warpdecode.moe`` (version fp8): auto, and each path it
+#: chooses among, so one run gives the bar and the evidence for auto's FP8 crossover.
+FP8_METHODS = {"auto": {}, "warp": {"method": "warp", "schedule": "split"},
+               "grouped": {"method": "warp", "schedule": "grouped"}, "expert": {"method": "expert"}}
 
 
 def shape_of(name: str) -> wd.MoEShape:
@@ -196,11 +201,13 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
                            TOL["w8a8"])
             configs[vl] = v.config((s.E, 2 * s.I, s.H), (s.E, s.H, s.I), K, case.T, fp8=True, block_shape=BLOCK)
             plans[vl] = {"vllm": v.manifest["vllm"], "ops": v.origin}
-        methods["auto"] = (lambda x, layer, i: wd.moe(x, layer[4], layer[5], i.topk_weights, i.topk_ids),
-                           TOL["fp8 weights"])
         i0, lay0 = case.inputs[0], case.layers[0]
-        p = wd.explain(i0.x, lay0[4], lay0[5], i0.topk_weights, i0.topk_ids)
-        plans["auto"] = {"method": p.method, "schedule": p.schedule, "crossover": p.crossover, "weights": "block128"}
+        for label, kw in FP8_METHODS.items():
+            methods[label] = (lambda x, layer, i, kw=kw: wd.moe(x, layer[4], layer[5], i.topk_weights, i.topk_ids,
+                                                                **kw), TOL["fp8 weights"])
+            p = wd.explain(i0.x, lay0[4], lay0[5], i0.topk_weights, i0.topk_ids, **kw)
+            plans[label] = {"method": p.method, "schedule": p.schedule, "crossover": p.crossover,
+                            "weights": "block128"}
         results = measure(case, methods, reps)
         print_case(case, results, vl)
         rows += write_case(case, "fp8", results, configs, plans)
