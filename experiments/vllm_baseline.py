@@ -16,7 +16,8 @@ E = 32, K = 4), T = 1 … 256.
 version fp8: vLLM's FP8 w8a8 path (``use_fp8_w8a8``, ``block_shape`` [128, 128]: weights block-scaled,
 activations quantized per token group of 128 as vLLM does) beside ``warpdecode.moe`` on FP8
 weights (auto, and the paths it picks among: the warp pair, the grouped schedule, the expert path) built
-from the same e4m3 bytes and scales (``warpdecode.experts_from_checkpoint``);
+from the same e4m3 bytes and scales (``warpdecode.experts_from_checkpoint``), and the expert path two more
+ways: w8a8 (``act_format="fp8"``) and its activations re-encoded in fp16 rows (``fp8_expert.moe_f16``);
 Qwen3-30B-A3B, Qwen3-235B-A22B, OLMoE-1B-7B, T = 1 … 256.
 
 Each method is called as a user calls it, captured in one CUDA graph over the layer copies (weights
@@ -208,6 +209,14 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
             p = wd.explain(i0.x, lay0[4], lay0[5], i0.topk_weights, i0.topk_ids, **kw)
             plans[label] = {"method": p.method, "schedule": p.schedule, "crossover": p.crossover,
                             "weights": "block128"}
+        # the expert path's GEMMs with the activations in e4m3 (this project's w8a8) and re-encoded in fp16 rows
+        # (experiments/fp8_expert.py --version rows): what could replace the weight-only default past the crossover
+        from fp8_expert import moe_f16
+
+        methods["expert w8a8"] = (lambda x, layer, i: wd.moe(x, layer[4], layer[5], i.topk_weights, i.topk_ids,
+                                                             method="expert", act_format="fp8"), TOL["w8a8"])
+        methods["expert f16 rows"] = (lambda x, layer, i: moe_f16(x, layer[4], layer[5], i.topk_weights, i.topk_ids),
+                                      TOL["fp8 weights"])
         results = measure(case, methods, reps)
         print_case(case, results, vl)
         rows += write_case(case, "fp8", results, configs, plans)
