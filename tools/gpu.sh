@@ -6,7 +6,9 @@
 #   pytest    the GPU tests alone (tests marked gpu), then the expert stage tests compiled for the GPU (185 s on
 #             triton 3.6; on 3.9, whose compiles are slower, 388 of 460 tests in 400 s: TIMEOUT_PYTEST=580, or
 #             PYTEST_ARGS="-n 8" to compile in eight pytest-xdist workers, which the image has; each worker holds a
-#             preset's weights, so on an H100's 78 GiB more than 3 workers run the large presets out of memory)
+#             preset's weights, so on an H100's 78 GiB more than 3 workers run the large presets out of memory);
+#             the compiled kernels stay in ~/.triton/cache while the machine is warm, so a second call of the stage
+#             to the same machine compiles only what the first did not reach, and finishes the suite
 #   lab       experiments/reads.py --version stream: the read ceiling of one decode-sized kernel (6 MB … 600 MB)
 #   variants  experiments/warp_schedule.py --version 5: warp decode's cache knobs against the tuned configs
 #   ordered   experiments/one_launch.py --version 8: the one-launch experiment (v8) against the tuned pair
