@@ -21,7 +21,10 @@ memory, set the pace.
   (``F2FP.F16.E4M3.UNPACK_B``, one per two weights), f16 → f32 (``HADD2.F32``, one per weight) and
   the FMA (one per weight), then what moves the activations between layouts (``SEL``, ``SHFL.IDX``,
   ``BAR.SYNC``) and the warp sums (``SHFL.BFLY``). Rows: ``experiments/results/compiled/fp8_instructions.csv``
-  (one per Triton release, architecture, kernel and tile).
+  (one per Triton release, architecture, kernel and tile). Rows ``grouped <format>``: the grouped schedule's
+  kernels (``kernels/warp_grouped.py``) as ``moe(method="warp", schedule="grouped")`` launches them at T = 8,
+  with FP8 weights and with bf16 ones (weight bytes per program: rows × columns × bytes a weight), and ``mma``
+  (the tensor-core instructions) and ``cvt_bf16`` (``F2FP.BF16`` packs) per byte beside the rest.
 - tiles: at T = 1, 2, 4, 8 on qwen3-30b-a3b, olmoe-1b-7b and mixtral-8x7b (block128 weights), each
   checked against float64 on the dequantized weights (poisoned outputs) and then timed as
   ``harness.checked_us`` times (CUDA graph over rotated layer copies, as many as FP8 weights need to
@@ -320,7 +323,7 @@ def check_tiles():
 OPS = {  # what counts, by SASS mnemonic (sm_90a and sm_100a spell these alike)
     "fma": r"^FFMA2?\b", "cvt_e4m3x2": r"^F2FP\.F16\.E4M3", "cvt_f16_f32": r"^HADD2\.F32\b",
     "int_ops": r"^(LOP3|PRMT|SHF|IMAD\.U32|IMAD\.SHL)", "relayout": r"^(SEL|SHFL\.IDX|BAR\.SYNC|STS|LDS|STSM)",
-    "warp_sums": r"^SHFL\.BFLY",
+    "warp_sums": r"^SHFL\.BFLY", "mma": r"^(UTC)?H[G]?MMA\b", "cvt_bf16": r"^F2FP\.BF16",
 }
 QWEN = wd.MoEShape("qwen3-30b-a3b", H=2048, I=768, E=128, K=8)
 
@@ -388,13 +391,28 @@ def _jobs(arch: int):
             out.append((name, ln.job))
     for ln in launches(default):  # the bits kernels at the default tiles
         j = ln.job
+        const = {k: v for k, v in j.constexprs.items() if k != "SLOT_LOOP"}  # the bits kernels unroll the slots
         bits = compiled.Job("fp8_warp", "bits_" + j.name.removeprefix("warp_").replace("_fp8", ""), j.args,
-                            {**j.constexprs, **BITS_META}, j.num_warps, j.num_stages, j.arch)
+                            {**const, **BITS_META}, j.num_warps, j.num_stages, j.arch)
         out.append(("bits", bits))
+    # the grouped schedule (kernels/warp_grouped.py) at T = 8, default tiles: FP8 weights widened to bf16 on the
+    # tensor cores, beside the same launches on bf16 weights (twice the bytes a weight)
+    for weights in ("block128", "mxfp8", None):
+        for ln in compiled.record_launches("warp", QWEN, 8, gpu_name="no tuned table", arch=arch, weights=weights,
+                                           schedule="grouped"):
+            out.append((f"grouped {weights or 'bf16'}", ln.job))
     rows = []
     for name, j in out:
         c = j.constexprs
-        if "gate_up" in j.name:
+        if name.startswith("grouped"):  # one runtime loop over H (gate/up) or I (down), each trip one BLOCK step
+            wb = 2 if name.endswith("bf16") else 1
+            if "gate_up" in j.name:
+                tile, nbytes, trips = (c["BLOCK_I"], c["BLOCK_H"]), 2 * c["BLOCK_I"] * QWEN.H * wb, \
+                    triton.cdiv(QWEN.H, c["BLOCK_H"])
+            else:
+                tile, nbytes, trips = (c["BLOCK_H"], c["BLOCK_I"]), c["BLOCK_H"] * QWEN.I * wb, \
+                    triton.cdiv(QWEN.I, c["BLOCK_I"])
+        elif "gate_up" in j.name:
             tile, nbytes = (c["BLOCK_I"], c["BLOCK_H"]), 2 * c["BLOCK_I"] * QWEN.H
             trips = triton.cdiv(QWEN.H, c["BLOCK_H"])
         else:  # the first chunk is peeled: the loop runs the rest
@@ -427,7 +445,8 @@ def main_count():
             print(f"{r['arch']} {j.name:24s} {name:13s} {r['tile']:>8s} w{j.num_warps}: {rep['registers']:3d} regs, "
                   f"spills {r['spill_bytes']:4d} B, {r['instr_per_byte']:5.2f} instr/B/lane (FMA {r['fma_per_byte']}, "
                   f"cvt {r['cvt_e4m3x2_per_byte']}+{r['cvt_f16_f32_per_byte']}, int {r['int_ops_per_byte']}, "
-                  f"relayout {r['relayout_per_byte']}, sums {r['warp_sums_per_byte']})")
+                  f"relayout {r['relayout_per_byte']}, sums {r['warp_sums_per_byte']}, mma {r['mma_per_byte']}, "
+                  f"bf16 pack {r['cvt_bf16_per_byte']})")
     harness.write_compiled("fp8_instructions", rows, {compiled.arch_name(a) for a in args.arch})
     return 0
 

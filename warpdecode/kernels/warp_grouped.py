@@ -185,13 +185,16 @@ def warp_down_grouped_kernel(
                 mask_i = (i + offs_i) < I
                 mask_a, mask_w = mask_i[:, None] & routed[None, :], mask_h[:, None] & mask_i[None, :]
                 w = tl.load(w_ptrs + i, mask=mask_w, other=0.0, eviction_policy="evict_first")
-                for term in tl.static_range(TERMS):
-                    a = tl.load(a_ptrs + term * stride_term + i, mask=mask_a, other=0.0)
-                    if W_FP8:  # e4m3 widened to act's dtype (the terms' bf16), each term's products scaled per row
-                        scale = _scales(ws_ptrs + i // GROUP_K * stride_sc, mask_h & (i < I), E8M0)[:, None]
-                        acc += _mma(w.to(a.dtype), a, tl.zeros_like(acc), WIDEN) * scale
-                    else:
-                        acc = _mma(w, a, acc, WIDEN)
+                if W_FP8:  # e4m3 widened to act's dtype (the terms' bf16); the terms' products, summed, scaled once
+                    scale = _scales(ws_ptrs + i // GROUP_K * stride_sc, mask_h & (i < I), E8M0)[:, None]
+                    part = tl.zeros_like(acc)
+                    for term in tl.static_range(TERMS):
+                        a = tl.load(a_ptrs + term * stride_term + i, mask=mask_a, other=0.0)
+                        part = _mma(w.to(a.dtype), a, part, WIDEN)
+                    acc += part * scale
+                else:
+                    for term in tl.static_range(TERMS):
+                        acc = _mma(w, tl.load(a_ptrs + term * stride_term + i, mask=mask_a, other=0.0), acc, WIDEN)
         tl.atomic_add(s_ptrs, acc, mask=mask_h[:, None] & routed[None, :], sem="relaxed", scope="gpu")
     tl.debug_barrier()  # every warp of this program has issued its adds
     if tl.atomic_add(arrived_ptr + pid_h, 1, sem="acq_rel", scope="gpu") == E - 1:
