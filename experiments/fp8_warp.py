@@ -403,21 +403,14 @@ def _jobs(arch: int):
             out.append((f"grouped {weights or 'bf16'}", ln.job))
     rows = []
     for name, j in out:
-        c = j.constexprs
-        if name.startswith("grouped"):  # one runtime loop over H (gate/up) or I (down), each trip one BLOCK step
-            wb = 2 if name.endswith("bf16") else 1
-            if "gate_up" in j.name:
-                tile, nbytes, trips = (c["BLOCK_I"], c["BLOCK_H"]), 2 * c["BLOCK_I"] * QWEN.H * wb, \
-                    triton.cdiv(QWEN.H, c["BLOCK_H"])
-            else:
-                tile, nbytes, trips = (c["BLOCK_H"], c["BLOCK_I"]), c["BLOCK_H"] * QWEN.I * wb, \
-                    triton.cdiv(QWEN.I, c["BLOCK_I"])
-        elif "gate_up" in j.name:
-            tile, nbytes = (c["BLOCK_I"], c["BLOCK_H"]), 2 * c["BLOCK_I"] * QWEN.H
+        c, grouped = j.constexprs, name.startswith("grouped")
+        wb = 2 if name == "grouped bf16" else 1  # bytes a weight
+        if "gate_up" in j.name:
+            tile, nbytes = (c["BLOCK_I"], c["BLOCK_H"]), 2 * c["BLOCK_I"] * QWEN.H * wb
             trips = triton.cdiv(QWEN.H, c["BLOCK_H"])
-        else:  # the first chunk is peeled: the loop runs the rest
-            tile, nbytes = (c["BLOCK_H"], c["BLOCK_I"]), QWEN.K * c["BLOCK_H"] * QWEN.I
-            trips = triton.cdiv(QWEN.I, c["BLOCK_I"]) - 1
+        else:  # the pair: its K slots' rows, the first chunk peeled (the loop runs the rest); grouped: one expert's
+            tile, nbytes = (c["BLOCK_H"], c["BLOCK_I"]), (1 if grouped else QWEN.K) * c["BLOCK_H"] * QWEN.I * wb
+            trips = triton.cdiv(QWEN.I, c["BLOCK_I"]) - (0 if grouped else 1)
         rows.append((name, j, tile, nbytes, trips))
     return rows
 

@@ -187,6 +187,8 @@ def fp8_cases(presets, Ts, deadline):
 
 
 def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
+    from fp8_expert import moe_f16
+
     vl = (v.label() + " w8a8") if v else None
     rows = []
     for case in fp8_cases(presets, Ts, deadline):
@@ -211,8 +213,6 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
                             "weights": "block128"}
         # the expert path's GEMMs with the activations in e4m3 (this project's w8a8) and re-encoded in fp16 rows
         # (experiments/fp8_expert.py --version rows): what could replace the weight-only default past the crossover
-        from fp8_expert import moe_f16
-
         methods["expert w8a8"] = (lambda x, layer, i: wd.moe(x, layer[4], layer[5], i.topk_weights, i.topk_ids,
                                                              method="expert", act_format="fp8"), TOL["w8a8"])
         methods["expert f16 rows"] = (lambda x, layer, i: moe_f16(x, layer[4], layer[5], i.topk_weights, i.topk_ids),

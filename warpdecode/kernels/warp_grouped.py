@@ -187,10 +187,9 @@ def warp_down_grouped_kernel(
                 w = tl.load(w_ptrs + i, mask=mask_w, other=0.0, eviction_policy="evict_first")
                 if W_FP8:  # e4m3 widened to act's dtype (the terms' bf16); the terms' products, summed, scaled once
                     scale = _scales(ws_ptrs + i // GROUP_K * stride_sc, mask_h & (i < I), E8M0)[:, None]
-                    part = tl.zeros_like(acc)
+                    wv, part = w.to(act_ptr.dtype.element_ty), tl.zeros_like(acc)
                     for term in tl.static_range(TERMS):
-                        a = tl.load(a_ptrs + term * stride_term + i, mask=mask_a, other=0.0)
-                        part = _mma(w.to(a.dtype), a, part, WIDEN)
+                        part = _mma(wv, tl.load(a_ptrs + term * stride_term + i, mask=mask_a, other=0.0), part, WIDEN)
                     acc += part * scale
                 else:
                     for term in tl.static_range(TERMS):
