@@ -18,7 +18,8 @@ activations quantized per token group of 128 as vLLM does) beside ``warpdecode.m
 weights (auto, and the paths it picks among: the warp pair, the grouped schedule, the expert path) built
 from the same e4m3 bytes and scales (``warpdecode.experts_from_checkpoint``), and the expert path two more
 ways: w8a8 (``act_format="fp8"``) and its activations re-encoded in fp16 rows (``fp8_expert.moe_f16``);
-Qwen3-30B-A3B, Qwen3-235B-A22B, OLMoE-1B-7B, T = 1 … 256.
+Qwen3-30B-A3B, Qwen3-235B-A22B, OLMoE-1B-7B, T = 1 … 256 (``--presets`` also takes the layers that are not
+presets: phi-3.5-moe, deepseek-v2-lite, H = 2048, I = 1408, E = 64, K = 6).
 
 Each method is called as a user calls it, captured in one CUDA graph over the layer copies (weights
 at least 3× the L2 at T = 1, each copy its own routing draw), its output checked against the
@@ -44,9 +45,11 @@ import warpdecode as wd
 from bench.timing import capture_poisoned, read_ceiling, time_interleaved
 from warpdecode.workload import make_inputs
 
-#: Few, wide experts; not a preset (Phi-3.5-MoE's routed layer).
+#: Layers that are not presets: few, wide experts (Phi-3.5-MoE's routed layer), and many narrow ones
+#: with I = 1408 (11 scale groups of 128) and K = 6 (DeepSeek-V2-Lite's).
 PHI = wd.MoEShape("phi-3.5-moe", H=4096, I=6400, E=16, K=2)
-SHAPES = {"phi-3.5-moe": PHI}
+DSV2_LITE = wd.MoEShape("deepseek-v2-lite", H=2048, I=1408, E=64, K=6)
+SHAPES = {s.name: s for s in (PHI, DSV2_LITE)}
 DEFAULTS = {"bf16": ["qwen3-30b-a3b", "olmoe-1b-7b", "phi-3.5-moe", "gpt-oss-20b"],
             "fp8": ["qwen3-30b-a3b", "qwen3-235b-a22b", "olmoe-1b-7b"]}
 TS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
