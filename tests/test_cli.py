@@ -240,8 +240,13 @@ def test_tune_shape_on_a_gpu_tunes_that_shape_here_with_its_options(monkeypatch)
     cli.main(["tune", "--shape", "5120", "1408", "60", "6", "--T", "1", "4", "--dtype", "fp16", "--paths", "warp",
               "expert"])
     cli.main(["tune", "--shape", "4096", "1536", "128", "8"])
-    assert seen == [((5120, 1408, 60, 6), {"dtype": "fp16", "Ts": [1, 4], "paths": ["warp", "expert"]}),
-                    ((4096, 1536, 128, 8), {"dtype": "bf16", "Ts": None, "paths": list(tune.PATHS)})]
+    cli.main(["tune", "--shape", "2048", "768", "128", "8", "--weights", "mxfp8"])
+    every = {"dtype": "bf16", "Ts": None, "paths": list(tune.PATHS)}
+    assert seen == [((5120, 1408, 60, 6), {"dtype": "fp16", "Ts": [1, 4], "paths": ["warp", "expert"],
+                                           "weights": None}),
+                    ((4096, 1536, 128, 8), {**every, "weights": None}),
+                    ((2048, 768, 128, 8), {**every, "weights": "mxfp8"})]
+    assert cli.FORMATS == list(warpdecode.quant.FORMATS)
 
 
 def test_tune_shape_on_the_cpu_says_what_is_missing_and_writes_nothing(monkeypatch, tmp_path):

@@ -107,6 +107,38 @@ def test_fp8_warp_decode_in_a_cuda_graph():
     assert torch.equal(y, moe_warp(x, w13, w2, tw, ti))
 
 
+@pytest.mark.parametrize("fmt", quant.FORMATS)
+def test_the_tuner_on_fp8_weights_writes_tiles_moe_runs(fmt, monkeypatch, tmp_path):
+    """``warpdecode.tune(..., weights=fmt)`` on a small layer, two candidate tiles: each compiled and
+    timed on FP8 copies of that format, the faster written as ``expert_<fmt>`` with the measured
+    ``crossover_<fmt>``; ``auto`` then names the measured crossover, and the expert path on the tuned
+    tile stays within its bound of float64."""
+    from warpdecode import configs
+    from warpdecode import tuner as tune
+
+    monkeypatch.setenv("WARPDECODE_CACHE_DIR", str(tmp_path))
+    configs.load_tuned.cache_clear()
+    two = [{"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 3},
+           {"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3}]
+    monkeypatch.setattr(tune, "gemm_candidates", lambda group_m=1: [dict(c, GROUP_M=group_m) for c in two])
+    H, I, E, K = 1024, 384, 16, 4  # noqa: E741
+    try:
+        table = wd.tune(H, I, E, K, Ts=[1, 8], weights=fmt)
+        key = configs.shape_key(H, I, E, K)
+        assert [T for T, _ in table[f"expert_{fmt}"][key]] == [1, 8]
+        assert set(table[f"crossover_evidence_{fmt}"][key]) == {"1", "8"}
+        crossover = table[f"crossover_{fmt}"][key]
+        w13, w2 = _weights("tuned", H, I, E, K, fmt)
+        x, tw, ti = _inputs(H, E, K, 8, seed=5)
+        plan = wd.explain(x, w13, w2, tw, ti)
+        assert plan.crossover == crossover and "measured on this GPU" in plan.reason, plan
+        ref = wd.reference_moe(x, w13, w2, tw, ti)
+        got = wd.rel_error(run_poisoned((x, w13, w2, tw, ti), method="expert"), ref)
+        assert got <= expert_tolerance(K) * wd.rounding_floor(ref, torch.bfloat16)
+    finally:
+        configs.load_tuned.cache_clear()
+
+
 #: every method that runs kernels on FP8 weights (loop's hit-expert list is a host sync: no graph)
 COMPILED_VARIANTS = [dict(method="warp"), dict(method="expert"), dict(method="expert", act_format="fp8"),
                      dict(method="auto")]

@@ -445,7 +445,8 @@ def fake_gpu(tables, monkeypatch):
 
     def tuner(name):
         def run(shape, Ts=None, buckets=None, **k):
-            seen.setdefault(name, []).append((shape.name, list(Ts) if Ts else None, tune._DTYPE))
+            seen.setdefault(name, []).append((shape.name, list(Ts) if Ts else None, tune._DTYPE)
+                                             + ((k["weights"],) if k.get("weights") else ()))
             config = GEMM if name == "expert" else pair(measured_us={"split": 1.0})
             return [[T, {**config, "tuned_by": name}] for T in Ts] if Ts else buckets
         return run
@@ -456,7 +457,8 @@ def fake_gpu(tables, monkeypatch):
     for name in ("grouped", "expert_swap"):
         monkeypatch.setattr(tune, f"tune_{name}", lambda shape, buckets, name=name, **k: (
             seen.setdefault(name, []).append(shape.name), buckets)[1])
-    monkeypatch.setattr(tune, "_layer_copies", lambda shape: (1, [None], [None]))
+    monkeypatch.setattr(tune, "_layer_copies", lambda shape, weights=None: (
+        seen.setdefault("copies", []).append(weights), (1, [None], [None]))[1])
     monkeypatch.setattr(tune, "_warp_inputs", lambda shape, T, L, seed=0: ([T], [None], [None]))
     monkeypatch.setattr(tune, "_over_layers", lambda fn, xs, *cols: (fn.__name__, xs[0]))
     monkeypatch.setattr(tune, "_time", lambda step, reps: 10.0 * step[1] if step[0] == "moe_warp"
@@ -481,6 +483,49 @@ def test_tune_shape_writes_the_cache_with_its_crossover(fake_gpu, tables):
     # and moe reads it: the measured crossover, not the model's
     assert api.crossover(*C) == 4 != costmodel.model_crossover(*C)
     assert configs.warp_config(*C, T=2)["tuned_by"] == "warp"
+
+
+def test_tune_shape_on_fp8_weights_writes_their_families(fake_gpu, tables):
+    """weights=<format>: the expert path's tiles timed on FP8 copies of that format and the crossover
+    between the FP8 pair and that path, each in its ``<family>_<format>`` family, which moe reads for
+    such weights; no 16-bit entry is written, and the FP8 pair's tiles are left to bench.fp8."""
+    cached = warpdecode.tune(*C, Ts=[1, 2, 4, 8, 32], weights="block128")
+    key, name = shape_key(*C), "H6144-I2560-E160-K6"
+    assert fake_gpu["expert"] == [(name, [1, 2, 4, 8, 32], torch.bfloat16, "block128")]
+    assert fake_gpu["expert_swap"] == [name] and "warp" not in fake_gpu and "grouped" not in fake_gpu
+    assert set(fake_gpu["copies"]) == {"block128"}  # the crossover timed on FP8 copies too
+    assert [T for T, _ in cached["expert_block128"][key]] == [1, 2, 4, 8, 32]
+    assert cached["crossover_block128"][key] == 4
+    assert cached["crossover_evidence_block128"][key]["8"] == {"warp_us": 80.0, "expert_us": 70.0}
+    assert all(key not in cached.get(f, {}) for f in ("warp", "expert", "crossover", "crossover_evidence"))
+    assert api.crossover(*C, weights="block128") == 4
+    assert configs.expert_config(*C, T=8, weights="block128")["tuned_by"] == "expert"
+    assert "tuned_by" not in configs.expert_config(*C, T=8)
+
+
+@pytest.mark.parametrize("kw, match", [({"weights": "fp4"}, "weights must be None or an FP8 format"),
+                                       ({"weights": "mxfp8", "paths": ("warp", "expert")}, "python -m bench.fp8")])
+def test_tune_shape_names_fp8_options_it_cannot_take(fake_gpu, tables, kw, match):
+    cache = tables / "cache" / "Test_GPU.json"
+    before = cache.read_text()
+    with pytest.raises(ValueError, match=match):
+        warpdecode.tune(*C, **kw)
+    assert cache.read_text() == before and "expert" not in fake_gpu
+
+
+@pytest.mark.parametrize("fmt", ["block128", "mxfp8"])
+def test_fp8_gemm_candidates_step_within_one_scale_group(fmt):
+    """Each candidate tile as FP8 weights take it: K steps within the format's scale group, none twice,
+    each one the tables accept for that format; 16-bit weights keep every tile."""
+    from warpdecode import tuner as tune
+
+    tiles = tune.gemm_candidates()
+    assert tune.for_weights(tiles, None) == tiles
+    fp8 = tune.for_weights(tiles, fmt)
+    assert all(configs.FP8_GROUP_K[fmt] % c["BLOCK_K"] == 0 for c in fp8)
+    assert len(fp8) == len({json.dumps(c, sort_keys=True) for c in fp8}) < len(tiles)
+    for c in fp8:
+        configs.check_expert({"BLOCK_M": 16, "gate_up": c, "down": c}, weights=fmt)
 
 
 @pytest.mark.parametrize("text", ["", "{\"warp\": {", "[]", json.dumps({"expert": {shape_key(*B): _gemm(GROUP_M=0)}})])

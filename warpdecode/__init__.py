@@ -11,14 +11,15 @@ from .routing import route
 
 
 def tune(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None,  # noqa: E741
-         paths=("warp", "grouped", "expert", "expert_swap")) -> dict:
+         paths=("warp", "grouped", "expert", "expert_swap"), weights: str | None = None) -> dict:
     """Tune one MoE layer shape on this GPU into the user's cache (read after the shipped tables): the
     fastest configs per token bucket and the ``auto`` crossover. ``Ts``: token buckets (default 1–16 for
     warp decode, 1–256 for the expert path). Raises without a CUDA GPU, before writing; takes minutes.
-    ``dtype``, ``paths``: as :func:`warpdecode.tuner.tune_shape`. Returns the cached table (CLI: ``tune --shape``)."""
+    ``dtype``, ``paths``, ``weights`` (an FP8 format, for FP8 experts): as :func:`warpdecode.tuner.tune_shape`.
+    Returns the cached table (CLI: ``tune --shape``)."""
     from .tuner import tune_shape
 
-    return tune_shape(H, I, E, K, dtype=dtype, Ts=Ts, paths=paths)
+    return tune_shape(H, I, E, K, dtype=dtype, Ts=Ts, paths=paths, weights=weights)
 
 __version__ = "0.1.0"
 

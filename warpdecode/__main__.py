@@ -13,6 +13,7 @@ TUNE_PRESETS = ("tune without --shape tunes the presets into the shipped table, 
                 "run `python -m bench tune` from its root; `python -m warpdecode tune --shape H I E K` tunes a layer "
                 "into your cache")
 PATHS = ["warp", "grouped", "expert", "expert_swap"]
+FORMATS = ["block128", "mxfp8"]  # warpdecode.quant.FORMATS, named here so --help imports no torch
 
 
 def tokens(text: str) -> int:
@@ -32,7 +33,7 @@ def cmd_tune(args):
     try:
         tune.require_gpu("tune --shape")
         for shape in args.shape:
-            tune.tune_shape(*shape, dtype=args.dtype or "bf16", Ts=args.T, paths=args.paths)
+            tune.tune_shape(*shape, dtype=args.dtype or "bf16", Ts=args.T, paths=args.paths, weights=args.weights)
     except (RuntimeError, ValueError) as e:
         sys.exit(f"tune: {e}")
 
@@ -60,11 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--T", type=tokens, nargs="+",
                    help="the token buckets to tune (default 1 2 4 8 16 for warp decode, "
                         "1 8 32 128 256 for the expert path; warp decode takes those ≤ 16)")
+    t.add_argument("--weights", choices=FORMATS,
+                   help="FP8 weights of this format (warpdecode.quantize_experts, experts_from_checkpoint): the "
+                        "expert path's tiles and the crossover for them (default: 16-bit weights)")
     t.add_argument("--paths", nargs="+", default=PATHS, choices=PATHS,
                    help="warp: the two-kernel pair; "
                         "grouped: each routed expert's rows read once for all its tokens, against the tuned pair; "
                         "expert: the expert path's GEMM tiles; "
-                        "expert_swap: SWAP_AB on the tuned expert tiles (default warp grouped expert expert_swap)")
+                        "expert_swap: SWAP_AB on the tuned expert tiles (default warp grouped expert expert_swap; "
+                        "with --weights, expert expert_swap)")
     t.set_defaults(fn=cmd_tune)
     return p
 

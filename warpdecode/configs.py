@@ -218,8 +218,8 @@ def _buckets_of(check, **options):
 FAMILY_CHECKS = {**{
     family + ("" if fmt is None else f"_{fmt}"): check for fmt in (None, *FP8_GROUP_K) for family, check in (
         ("warp", _buckets_of(check_warp, weights=fmt)), ("expert", _buckets_of(check_expert, weights=fmt)),
-        ("expert_fp8", _buckets_of(check_expert, fp8=True, weights=fmt)), ("crossover", check_crossover))},
-    "crossover_evidence": check_evidence}
+        ("expert_fp8", _buckets_of(check_expert, fp8=True, weights=fmt)), ("crossover", check_crossover),
+        ("crossover_evidence", check_evidence))}}
 #: Families merged shape by shape; any other top-level key is taken whole from the first table with it.
 FAMILIES = tuple(FAMILY_CHECKS)
 
@@ -289,8 +289,8 @@ def merge_tables(*tables_in_order: dict) -> dict:
 
 
 #: Families valid only on the Triton release named by the table's ``"triton"`` (docs/design.md).
-RELEASE_BOUND = ("warp", "warp_block128", "warp_mxfp8", "crossover", "crossover_evidence",
-                 "crossover_block128", "crossover_mxfp8")
+RELEASE_BOUND = tuple(family + suffix for family in ("warp", "crossover", "crossover_evidence")
+                      for suffix in ("", *(f"_{fmt}" for fmt in FP8_GROUP_K)))
 
 
 def release(version: str | None = None) -> str:

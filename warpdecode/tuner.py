@@ -27,11 +27,14 @@ from .kernels import expert as kx
 from .kernels import warp_grouped as kg
 from .kernels import warp_pair as kp
 from .presets import MoEShape, get_preset
+from .quant import FORMATS, quantize_experts
 from .workload import capture, make_inputs, make_layers, num_copies, replay_ms
 
 WARP_T = [1, 2, 4, 8, 16]
 EXPERT_T = [1, 8, 32, 128, 256]
 PATHS = ("warp", "grouped", "expert", "expert_swap")
+#: What FP8 weights tune here: the expert path's tiles (the FP8 pair's tiles: ``python -m bench.fp8``).
+FP8_PATHS = ("expert", "expert_swap")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 #: The dtype timed; tables are keyed by shape alone (bf16 and fp16 move the same bytes).
@@ -101,6 +104,20 @@ def half_m_variants(timed, block_m: int, best: int = 4):
     return [dict(c, HALF_M=True) for _, c in ranked[:best]]
 
 
+def for_weights(tiles, weights: str | None):
+    """``tiles`` as FP8 weights of format ``weights`` take them: each K step within one scale group
+    (``BLOCK_K`` at most the format's group), duplicates dropped; unchanged for 16-bit weights."""
+    if weights is None:
+        return list(tiles)
+    group_k = configs.FP8_GROUP_K[weights]
+    out = []
+    for c in tiles:
+        c = dict(c, BLOCK_K=min(c["BLOCK_K"], group_k))
+        if c not in out:
+            out.append(c)
+    return out
+
+
 def block_m_candidates(T: int, shape: MoEShape):
     """BLOCK_M 16, then 32, 64 and 128 past 2, 8 and 32 pairs per expert."""
     return [16] + [bm for bm, least in ((32, 2), (64, 8), (128, 32)) if T * shape.K / shape.E > least]
@@ -126,6 +143,7 @@ def _warm(job):
     """Launch one candidate on a tiny problem: True, or why it is dropped (rejected, or it spills). ``kind``: a
     name of :data:`_KERNEL_OF`, or a module-level ``launch(x, w13, w2, tw, ids, cfg)`` with its ``kernel``."""
     kind, K, cfg = job
+    kind, _, weights = kind.partition(":") if isinstance(kind, str) else (kind, "", "")
     kernel = kind.kernel if callable(kind) else _KERNEL_OF[kind]
     torch.cuda.set_device(0)
     H = I = 272  # noqa: E741  divisible by 16 like every preset, small
@@ -135,6 +153,8 @@ def _warm(job):
     w2 = torch.randn(E, H, I, device="cuda", dtype=torch.bfloat16)
     ids = torch.stack([torch.randperm(E, device="cuda")[:K] for _ in range(T)]).to(torch.int32)
     tw = torch.rand(T, K, device="cuda")
+    if weights:  # "gate_up:<format>": the GEMM on FP8 weights of that format
+        w13, w2 = quantize_experts(w13, w2, weights)
     before = set(_compiled_for(kernel))
     try:
         if callable(kind):
@@ -194,10 +214,15 @@ def _over_layers(fn, *columns):
     return lambda: [fn(*row) for row in rows]
 
 
-def _layer_copies(shape: MoEShape):
-    """(L, w13s, w2s): enough weight copies that a timed step reads them from HBM."""
-    L = num_copies(shape)
-    layers = make_layers(shape, L, dtype=_DTYPE)
+def _layer_copies(shape: MoEShape, weights: str | None = None):
+    """(L, w13s, w2s): enough weight copies that a timed step reads them from HBM; with ``weights`` (an FP8
+    format) copies of that format, as many as put the same bytes past L2."""
+    if weights is None:
+        L = num_copies(shape)
+        layers = make_layers(shape, L, dtype=_DTYPE)
+    else:  # twice the copies of half the bytes, each quantized as it is made
+        L = num_copies(shape, min_working_set=6.0, budget_bytes=120e9)
+        layers = [quantize_experts(*make_layers(shape, 1, dtype=_DTYPE, seed=i)[0], weights) for i in range(L)]
     return L, [w for w, _ in layers], [w for _, w in layers]
 
 
@@ -288,14 +313,22 @@ def keep_schedules(old_buckets, new_buckets, retuned=()):
     return out
 
 
+def _gemm_kind(gemm: str, weights: str | None) -> str:
+    """A GEMM's precompile job kind: ``gate_up``/``down``, or ``gate_up:<format>`` on FP8 weights."""
+    return gemm if weights is None else f"{gemm}:{weights}"
+
+
 def _time_tiles(gemm: str, block_m: int, fn, columns, tiles, reps: int, dropped):
     """[(µs over the layer copies, tile)] of ``fn(*row, cfg=tile)`` for each tile the precompile kept."""
     return [(_time(_over_layers(partial(fn, cfg=c), *columns), reps), c)
             for c in tiles if _key(gemm, 2, [block_m, c]) not in dropped]
 
 
-def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, dropped=(), log=print):
-    L, w13s, w2s = _layer_copies(shape)
+def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, dropped=(), log=print, weights: str | None = None):
+    """The expert path per bucket: for each BLOCK_M candidate the fastest gate/up tile, then the fastest down
+    tile on its output; the BLOCK_M of the least sum kept. ``weights``: an FP8 format (weight-only GEMMs)."""
+    L, w13s, w2s = _layer_copies(shape, weights)
+    gu_kind, dn_kind = _gemm_kind("gate_up", weights), _gemm_kind("down", weights)
     buckets = []
     for T in Ts:
         inputs = make_inputs(shape, T, L, dtype=_DTYPE, seed=4000 + T)
@@ -304,14 +337,14 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, dropped=(), log=pr
         a_, none = [inp.x for inp in inputs], [None] * len(inputs)  # token rows (the GEMM gathers them), no scales
         for bm in block_m_candidates(T, shape):
             als = [ex.align(inp.topk_ids, shape.E, bm) for inp in inputs]
-            cands = [c for gm in group_m_candidates(T, shape, bm) for c in gemm_candidates(gm)]
+            cands = for_weights([c for gm in group_m_candidates(T, shape, bm) for c in gemm_candidates(gm)], weights)
             gu_fn, gu_cols = partial(ex.gate_up, gather_k=shape.K), (a_, none, w13s, als)
-            gu = _time_tiles("gate_up", bm, gu_fn, gu_cols, cands, reps, dropped)
-            t_gu, c_gu = _best(gu + _time_tiles("gate_up", bm, gu_fn, gu_cols, half_m_variants(gu, bm), reps, dropped))
+            gu = _time_tiles(gu_kind, bm, gu_fn, gu_cols, cands, reps, dropped)
+            t_gu, c_gu = _best(gu + _time_tiles(gu_kind, bm, gu_fn, gu_cols, half_m_variants(gu, bm), reps, dropped))
             hs = [ex.gate_up(*row, c_gu, gather_k=shape.K) for row in zip(a_, none, w13s, als, strict=True)]
             dn_fn, dn_cols = partial(ex.down, scatter=True), (hs, none, w2s, als, tws)
-            dn = _time_tiles("down", bm, dn_fn, dn_cols, cands, reps, dropped)
-            t_dn, c_dn = _best(dn + _time_tiles("down", bm, dn_fn, dn_cols, half_m_variants(dn, bm), reps, dropped))
+            dn = _time_tiles(dn_kind, bm, dn_fn, dn_cols, cands, reps, dropped)
+            t_dn, c_dn = _best(dn + _time_tiles(dn_kind, bm, dn_fn, dn_cols, half_m_variants(dn, bm), reps, dropped))
             if best is None or t_gu + t_dn < best[0]:
                 best = (t_gu + t_dn, {"BLOCK_M": bm, "gate_up": c_gu, "down": c_dn})
             log(f"expert {shape.name} T={T} BLOCK_M={bm}: gate/up {t_gu / L:.2f} us {c_gu}; "
@@ -334,9 +367,10 @@ def with_swap(cfg: dict, gemms) -> dict:
     return out
 
 
-def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, log=print):
+def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, log=print,
+                     weights: str | None = None):
     """SWAP_AB per tuned expert bucket on gate/up, down or both, kept where ≥ 1 % faster in all ``rounds``."""
-    L, w13s, w2s = _layer_copies(shape)
+    L, w13s, w2s = _layer_copies(shape, weights)
     out = []
     for T, cfg in buckets:
         inputs = make_inputs(shape, T, L, dtype=_DTYPE, seed=4000 + T)
@@ -356,8 +390,9 @@ def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, 
     return out
 
 
-def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
-    """Compile every candidate once, in parallel; returns the dropped ones (only warp down depends on K)."""
+def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print, weights: str | None = None):
+    """Compile every candidate once, in parallel; returns the dropped ones (only warp down depends on K).
+    ``weights``: the expert GEMMs' candidates on FP8 weights of that format."""
     jobs = []
     H, I = max(s.H for s in shapes), max(s.I for s in shapes)  # noqa: E741
     if "warp" in paths:
@@ -367,10 +402,11 @@ def warm_all(shapes: list[MoEShape], paths=("warp", "expert"), log=print):
         jobs += [("grouped_gate_up", K, c) for K in sorted({s.K for s in shapes}) for c in grouped_candidates()]
         jobs += [("grouped_down", K, c) for K in sorted({s.K for s in shapes}) for c in grouped_down_candidates()]
     if "expert" in paths:
+        gu_kind, dn_kind = _gemm_kind("gate_up", weights), _gemm_kind("down", weights)
         for bm, gm in itertools.product([16, 32, 64, 128], [1, 8]):
-            for c in gemm_candidates(group_m=gm):
+            for c in for_weights(gemm_candidates(group_m=gm), weights):
                 for tile in [c] if bm < 32 else [c, dict(c, HALF_M=True)]:
-                    jobs += [("gate_up", 2, (bm, tile)), ("down", 2, (bm, tile))]
+                    jobs += [(gu_kind, 2, (bm, tile)), (dn_kind, 2, (bm, tile))]
     res = precompile(jobs)
     bad = {_key(*j): r for j, r in zip(jobs, res, strict=True) if r is not True}
     log(f"precompiled {len(jobs)} candidates; dropped {len(bad)}: "
@@ -417,11 +453,30 @@ def _buckets(Ts):
     return [t for t in Ts if t <= WARP_T[-1]], Ts
 
 
-def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, log=None) -> dict:
+def check_weights(weights: str | None, paths) -> None:
+    """``weights`` None or an FP8 format, whose tuning steps are :data:`FP8_PATHS`; else a ValueError."""
+    if weights is None:
+        return
+    if weights not in FORMATS:
+        raise ValueError(f"weights must be None or an FP8 format of {FORMATS}, got {weights!r}")
+    other = [p for p in paths if p not in FP8_PATHS]
+    if other:
+        raise ValueError(f"with FP8 weights the tuner searches the expert path's tiles ({', '.join(FP8_PATHS)}), got "
+                         f"{other}: the FP8 pair's tiles are searched by python -m bench.fp8, in a checkout")
+
+
+def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, log=None,
+         weights: str | None = None) -> dict:
     """Tune ``shapes`` (preset names or :class:`MoEShape`) and return the table, each step merged into
     ``path`` (default: the shipped ``warpdecode/tuned/<GPU>.json``) under its lock. ``paths``: steps of
     :data:`PATHS`; ``Ts``: token buckets (:func:`_buckets`); ``crossover``: also time both paths there and
-    store ``crossover`` and ``crossover_evidence``; ``log``: print-like (default: the progress bar's)."""
+    store ``crossover`` and ``crossover_evidence``; ``log``: print-like (default: the progress bar's).
+    ``weights``: an FP8 format: the weight-only expert path's tiles (:data:`FP8_PATHS`) on weights of that
+    format, and the crossover between it and the FP8 pair, as the ``<family>_<format>`` families."""
+    check_weights(weights, paths)
+    if weights is not None:
+        paths = [p for p in paths if p in FP8_PATHS]
+    suffix = "" if weights is None else f"_{weights}"
     shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
     path = path or tuned_file()
     table = configs._read(path)  # a bad file is named in a warning, and overwritten by the first write
@@ -436,7 +491,7 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
                                                                            if crossover]
     steps, write = _progress(steps, "tune")
     log = log or write
-    dropped = warm_all(shapes, paths, log=log)
+    dropped = warm_all(shapes, paths, log=log, weights=weights)
     by_name = {s.name: s for s in shapes}
     t0 = time.time()
     for name, step in steps:
@@ -449,14 +504,16 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
         elif step == "grouped":  # one read of each routed expert's gate/up rows, against the tuned pair
             new = {"warp": tune_grouped(shape, table["warp"][key], dropped=dropped, log=log)}
         elif step == "expert":
-            new = {"expert": tune_expert(shape, Ts=expert_T, dropped=dropped, log=log)}
+            new = {"expert" + suffix: tune_expert(shape, Ts=expert_T, dropped=dropped, log=log, weights=weights)}
         elif step == "expert_swap":  # SWAP_AB on top of the tuned expert tiles
-            if key not in table.get("expert", {}):
+            if key not in table.get("expert" + suffix, {}):
                 raise ValueError(f"expert_swap refines tuned expert tiles: tune {shape.name} with 'expert' first")
-            new = {"expert": tune_expert_swap(shape, table["expert"][key], log=log)}
+            new = {"expert" + suffix: tune_expert_swap(shape, table["expert" + suffix][key], log=log,
+                                                       weights=weights)}
         else:  # the crossover, timed with what was just written
-            xo, evidence = time_crossover(shape, sorted(set(warp_T) | set(expert_T)), path, log=log)
-            new = {"crossover": xo, "crossover_evidence": evidence}
+            Ts_xo = sorted(set(warp_T) | set(expert_T))
+            xo, evidence = time_crossover(shape, Ts_xo, path, log=log, weights=weights)
+            new = {"crossover" + suffix: xo, "crossover_evidence" + suffix: evidence}
         # this shape's new entries merged into the file as it is now (another tuner's shapes kept)
         table = configs.update_table(path, lambda current, new=new, key=key: {f: {key: e} for f, e in new.items()})
         log(f"tuned {shape.name} {step} in {time.time() - t0:.0f} s, wrote {path}")
@@ -464,11 +521,12 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
     return table
 
 
-def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
-    """(crossover, evidence): both paths as ``moe`` runs them with ``path``'s configs at each T of ``Ts``."""
+def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print, weights: str | None = None):
+    """(crossover, evidence): both paths as ``moe`` runs them with ``path``'s configs at each T of ``Ts``;
+    on FP8 weights of format ``weights``, the FP8 pair against the weight-only expert path."""
 
     shipped = path == tuned_file()
-    L, w13s, w2s = _layer_copies(shape)
+    L, w13s, w2s = _layer_copies(shape, weights)
     evidence = {}
     with configs.tables(shipped=shipped, cache=not shipped):
         for T in Ts:
@@ -486,20 +544,27 @@ def time_crossover(shape: MoEShape, Ts, path, reps: int = 30, log=print):
     return xo, evidence
 
 
-def tune_shape(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None, paths=PATHS, log=None) -> dict:  # noqa: E741
+def tune_shape(H: int, I: int, E: int, K: int, *, dtype="bf16", Ts=None, paths=PATHS, log=None,  # noqa: E741
+               weights: str | None = None) -> dict:
     """Tune one shape into the user's cache (``configs.cache_file()``) with its ``auto`` crossover. ``dtype``:
     ``"bf16"``/``"fp16"`` or a torch dtype; ``Ts``: token buckets (default 1–16 warp, 1–256 expert); ``paths``:
-    steps of :data:`PATHS`. Returns the cached table. RuntimeError without a CUDA GPU (nothing written),
-    ValueError for a bad ``dtype`` or ``paths``."""
+    steps of :data:`PATHS`; ``weights``: an FP8 format, for layers whose experts are FP8 weights of it (the
+    expert path's tiles and the crossover, :data:`FP8_PATHS`; ``paths`` left at the default means those).
+    Returns the cached table. RuntimeError without a CUDA GPU (nothing written), ValueError for a bad
+    ``dtype``, ``paths`` or ``weights``."""
     require_gpu("warpdecode.tune")
+    if weights is not None and tuple(paths) == PATHS:
+        paths = FP8_PATHS
+    check_weights(weights, paths)
     dtype = DTYPES.get(dtype, dtype)
     if dtype not in DTYPES.values():
         raise ValueError(f"dtype must be one of {sorted(DTYPES)} (or torch.bfloat16/float16), got {dtype!r}")
     bad = [p for p in paths if p not in PATHS]
     if bad:
         raise ValueError(f"paths must be from {PATHS}, got {bad}")
-    if shape_key(H, I, E, K) in configs._read(tuned_file()).get("warp", {}):
+    if shape_key(H, I, E, K) in configs._read(tuned_file()).get("warp" if weights is None else f"expert_{weights}", {}):
         print(f"the shipped table {tuned_file()} has this shape and is read before the cache: moe runs yours "
               "with WARPDECODE_TUNED=cache", flush=True)
     with _timed_dtype(dtype):
-        return tune([shape_of(H, I, E, K)], paths=paths, Ts=Ts, path=cache_file(), crossover=True, log=log)
+        return tune([shape_of(H, I, E, K)], paths=paths, Ts=Ts, path=cache_file(), crossover=True, log=log,
+                    weights=weights)
