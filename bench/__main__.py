@@ -156,7 +156,14 @@ def cmd_tune(args):
     presets = args.presets or MODEL_PRESETS
     if len(presets) > 1 and not args.in_process:
         each_in_own_process(lambda args, preset: [sys.executable, "-m", "bench", "tune", "--presets", preset,
-                                                  "--in-process", "--paths", *args.paths], args, presets)
+                                                  "--in-process", "--paths", *args.paths]
+                            + (["--weights", args.weights] if args.weights else []), args, presets)
+        return
+    if args.weights:  # FP8 experts: the expert path's tiles on them, and their crossover with the FP8 pair
+        from warpdecode import tuner
+
+        paths = [p for p in args.paths if p in tuner.FP8_PATHS]
+        tuner.tune(presets, paths=paths, crossover=True, weights=args.weights)
         return
     persistent.tune(presets, paths=args.paths)
 
@@ -315,6 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the tuner's steps, as python -m warpdecode tune --help explains them, and fused: the "
                         "persistent warp schedule (bench/persistent.py), against the tuned pair (default all: "
                         f"{' '.join(PATHS)})")
+    t.add_argument("--weights", choices=["block128", "mxfp8"],
+                   help="FP8 experts of this format: the expert path's tiles (expert, expert_swap of --paths) and "
+                        "the crossover with the FP8 pair, as the <family>_<format> entries (the FP8 pair's "
+                        "tiles: python -m bench.fp8)")
     t.add_argument("--in-process", action="store_true",
                    help="tune every preset in this process (by default each preset gets a process of its own)")
     t.set_defaults(fn=cmd_tune)

@@ -209,6 +209,23 @@ def test_bench_tune_times_the_persistent_schedule_between_the_pair_and_the_rest(
     with pytest.raises(ValueError, match="tune olmoe-1b-7b with 'warp' first"):
         persistent.tune(["olmoe-1b-7b"], paths=["fused"], path=tmp_path / "empty.json", log=lambda *a: None)
 
+def test_bench_tune_with_fp8_weights_tunes_the_expert_path_and_crossover_on_them(monkeypatch):
+    """``python -m bench tune --weights`` hands the package tuner the format, its expert steps of
+    ``--paths`` and the crossover; each preset's process gets the option too."""
+    import bench.__main__ as bm
+    from warpdecode import tuner
+
+    calls, argvs = [], []
+    monkeypatch.setattr(bm, "on_gpu", lambda: True)
+    monkeypatch.setattr(tuner, "tune", lambda presets, **kw: calls.append((presets, kw)))
+    lab.main(["tune", "--presets", "olmoe-1b-7b", "--in-process", "--weights", "mxfp8"])
+    assert calls == [(["olmoe-1b-7b"], {"paths": ["expert", "expert_swap"], "crossover": True, "weights": "mxfp8"})]
+    monkeypatch.setattr(bm, "each_in_own_process", lambda argv, args, presets: argvs.extend(
+        argv(args, p) for p in presets))
+    lab.main(["tune", "--presets", "olmoe-1b-7b", "qwen3-30b-a3b", "--weights", "block128"])
+    assert len(argvs) == 2 and all(a[-2:] == ["--weights", "block128"] for a in argvs)
+
+
 def test_the_installed_tune_without_shape_points_the_presets_at_bench(monkeypatch):
     """The shipped table is tuned from a checkout: ``python -m warpdecode tune`` without ``--shape``
     (with the presets' options or none) says to run ``python -m bench tune`` and tunes nothing."""
