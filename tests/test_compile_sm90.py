@@ -182,11 +182,14 @@ def _record(path, s, T, dtype, options, gpu_name):
 def _all_specs() -> tuple[dict[str, compiled.Job], dict[str, dict]]:
     specs, options = {}, {}
     for sid, *scenario in SCENARIOS:
-        for name, job in _record(*scenario):
+        launches = _record(*scenario)
+        # a quantizer (e4m3 for w8a8, fp16 rows for FP8 weights) between the GEMMs
+        quantized = any(job.name == "quant_fp8_kernel" for _, job in launches)
+        for name, job in launches:
             key = f"{name}-{sid}"
-            if key in specs:  # the FP8 quantizer runs twice: on the activations, then the intermediate
+            if key in specs:  # the quantizer runs twice: on the activations, then the intermediate
                 key += "-2nd"
-            specs[key], options[key] = job, dict(scenario[-2], path=scenario[0])
+            specs[key], options[key] = job, dict(scenario[-2], path=scenario[0], quantized=quantized)
     return specs, options
 
 
@@ -239,9 +242,9 @@ def test_scenarios_use_the_gpu_branch():
 
 def _expert_pdl(name: str) -> bool:
     """Whether a scenario's expert launches are chained: the default on a GPU that has PDL, in the
-    fused form with native activations, unless the scenario passes pdl=False."""
+    fused form with no quantizer between the GEMMs, unless the scenario passes pdl=False."""
     o = OPTIONS[name]
-    return o.get("pdl", True) and o.get("act_format", "native") == "native" and o["path"] != "expert-unfused"
+    return o.get("pdl", True) and not o["quantized"] and o["path"] != "expert-unfused"
 
 
 def test_expert_pdl_waits_before_it_reads(built):
@@ -375,10 +378,14 @@ def test_warp_kernel_maps_outputs_to_warps_as_documented(built, name):
 @pytest.mark.parametrize("name", GEMM)
 def test_grouped_gemm_precision(built, name):
     """bf16 and FP8 activations (dequantised to bf16) on tensor cores, FP8 weights with bf16
-    activations widened to bf16, w8a8 on e4m3 tensor cores; fp32 inputs on full-precision FMAs, not tf32."""
+    activations widened to bf16, or, with the activations as fp16 rows, to fp16; w8a8 on e4m3 tensor
+    cores; fp32 inputs on full-precision FMAs, not tf32."""
     ptx, c = built[name].asm["ptx"], SPECS[name].constexprs
+    a = SPECS[name].args["a_ptr"]
     if c["PRECISION"] == "ieee":
         assert not re.search(r"\b(?:wgmma|mma)\b|\.tf32", ptx)
+    elif c.get("W_FP8") and a == torch.float16:  # fp16 rows: e4m3 widened to fp16, exactly
+        assert re.search(r"\b(?:wgmma\.mma_async|mma\.sync)\S*\.f16\.f16", ptx)
     elif c.get("W_FP8") and c["A_FP8"]:  # w8a8: e4m3 operands (mma.sync takes them widened to f16, exactly)
         assert re.search(r"\b(?:wgmma\.mma_async\S*\.e4m3|mma\.sync\S*\.f16)", ptx)
     else:

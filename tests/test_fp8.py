@@ -333,6 +333,36 @@ def test_expert_fp8_weights(case, fmt, seed):
     assert auto <= tol[picked], (picked, auto)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", EXPERT_CASES[1:], ids=lambda c: c.id)
+def test_expert_fp16_rows_give_the_weight_only_bits(case, fmt, seed, monkeypatch):
+    """FP8 weights, bf16 activations spread over eight decades: their fp16 rows (1×128 power-of-two
+    scales) hold every value exactly, and the expert path on them (e4m3 widened to fp16) gives the
+    bits of its bf16-operand GEMMs, which it runs past ``F16_ROWS_MAX_BLOCK_M``; poisoned, NaN-free."""
+    from warpdecode import expert as ex
+
+    (x, q13, q2, tw, ti), _ = fp8_inputs(case, fmt, seed)
+    g = torch.Generator().manual_seed(seed)
+    x = (x.float() * 10.0 ** (8 * torch.rand(x.shape, generator=g) - 4)).to(torch.bfloat16)
+    a, scales = ex.quantize(x, None, "f16")  # fp16 values times powers of two
+    H = x.shape[1]
+    back, xf = a.float() * scales.repeat_interleave(128, 1)[:, :H], x.float()
+    block_max = torch.nn.functional.pad(xf.abs(), (0, -H % 128)).reshape(x.shape[0], -1, 128).amax(-1)
+    block_max = block_max.repeat_interleave(128, 1)[:, :H]
+    kept = xf.abs() >= 2.0**-29 * block_max  # every value down to 2^-29 of its block's largest
+    assert (kept & (xf.abs() < 2.0**-20 * block_max)).any()  # some that e4m3's range would leave subnormal
+    assert a.dtype == torch.float16 and torch.equal(back[kept], xf[kept])
+    block_m = ex.launch_config(x, q13, ti)["BLOCK_M"]
+    assert ex.activation_rows(x, q13, "native", block_m) == "f16"
+    assert ex.activation_rows(x.half(), q13, "native", block_m) == "native"  # fp16 x widens e4m3 to fp16 as is
+    with poisoned():
+        rows = ex.moe_expert(x, q13, q2, tw, ti)
+        monkeypatch.setattr(ex, "F16_ROWS_MAX_BLOCK_M", block_m - 1)
+        assert ex.activation_rows(x, q13, "native", block_m) == "native"
+        widened = ex.moe_expert(x, q13, q2, tw, ti)
+    assert not rows.isnan().any() and torch.equal(rows.view(torch.int16), widened.view(torch.int16))
+
+
 def test_auto_counts_one_byte_weights():
     """The cost model reads FP8 weights as 1-byte ones: warp decode's share of extra L2 reads halves
     with the bytes, so the modelled crossover does not move below the bf16 one."""

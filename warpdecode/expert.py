@@ -1,7 +1,8 @@
 """Rungs 2 and 3: the expert-centric path as production engines run it, one function per stage of
 ``kernels/expert.py`` (1 route is ``warpdecode.route``; 2 align, 4 quantize, 5 gate/up, 6 down, 8 combine).
 :func:`moe_expert` runs them as vLLM's ``fused_moe``: 3 gather inside the gate/up GEMM's loads, 7 scatter
-inside the down GEMM's stores, four launches chained with PDL. ``bench/unfused.py`` runs gather and scatter
+inside the down GEMM's stores, four launches chained with PDL; six where a quantize precedes each GEMM
+(e4m3 activations, or FP8 weights' fp16 rows). ``bench/unfused.py`` runs gather and scatter
 as kernels of their own, bit for bit the same.
 """
 
@@ -18,6 +19,13 @@ from .kernels import expert as kx
 from .quant import FP8, is_fp8
 
 FP8_GROUP = 128
+#: fp16 rows: each 1×128 block's largest value scaled into (2^14, 2^15], under fp16's 65504, so every bf16
+#: value down to 2^-29 of it stays a normal fp16 and keeps its bits.
+F16_QMAX = 32768.0
+#: FP8 weights with bf16 activations: the GEMMs take the activations as fp16 rows up to this BLOCK_M
+#: (one F2FP widens two e4m3 weights to fp16, where bf16 operands take three instructions for two); past
+#: it the weight-only GEMMs widen to bf16. Data: docs/design.md, "FP8 weights on the expert path".
+F16_ROWS_MAX_BLOCK_M = 32
 
 
 @dataclass
@@ -75,19 +83,31 @@ def align(topk_ids: torch.Tensor, E: int, block_m: int, *, pdl: bool = False,
 
 
 def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
-    """Stage 4: ``native`` returns ``(a, None)``; ``fp8``: e4m3 and a power-of-two scale per row per 128 columns.
+    """Stage 4: ``native`` returns ``(a, None)``; ``fp8``: e4m3 and a power-of-two scale per row per 128 columns;
+    ``f16``: fp16 the same way (:data:`F16_QMAX`: exact for bf16 values down to 2^-29 of their block's largest).
     ``al``: an expert-major ``a``'s alignment (rows past the end skipped), or None for token rows."""
     if fmt == "native":
         return a, None
     EM, N = a.shape
     groups = triton.cdiv(N, FP8_GROUP)
-    q = _alloc.empty(EM, N, dtype=FP8, device=a.device)
+    dtype, qmax = (torch.float16, F16_QMAX) if fmt == "f16" else (FP8, 448.0)
+    q = _alloc.empty(EM, N, dtype=dtype, device=a.device)
     scales = _alloc.empty(EM, groups, dtype=torch.float32, device=a.device)
     kx.quant_fp8_kernel[(EM, groups)](
         a, q, scales, al.num_tokens_post_padded if al is not None else scales, N,
-        a.stride(0), q.stride(0), scales.stride(0), GROUP=FP8_GROUP, GUARD_ROWS=al is not None, num_warps=1,
+        a.stride(0), q.stride(0), scales.stride(0), GROUP=FP8_GROUP, GUARD_ROWS=al is not None, QMAX=qmax,
+        num_warps=1,
     )
     return q, scales
+
+
+def activation_rows(x: torch.Tensor, w13, act_format: str, block_m: int) -> str:
+    """The form :func:`quantize` gives the GEMMs' activations: ``act_format``, except ``f16`` for FP8 weights
+    with bf16 activations at BLOCK_M ≤ :data:`F16_ROWS_MAX_BLOCK_M` (the weight-only GEMMs' bits, fewer
+    instructions per weight byte)."""
+    if act_format == "native" and is_fp8(w13) and x.dtype == torch.bfloat16 and block_m <= F16_ROWS_MAX_BLOCK_M:
+        return "f16"
+    return act_format
 
 
 def _weight_operands(w) -> tuple:
@@ -186,16 +206,19 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     """Stages 2–8 on validated, contiguous inputs (``warpdecode.moe`` checks them first).
 
     act_format: ``"native"`` (default, compute dtype) or ``"fp8"`` (e4m3 activations and intermediate,
-    1×128 power-of-two scales; with FP8 weights w8a8, else weight-only). pdl: chain gate/up, down and combine
-    with PDL (Hopper+, native); None (default): where the GPU has it unless ``WARPDECODE_PDL=0``; False: as
-    vLLM. Every option gives the same bits."""
+    1×128 power-of-two scales; with FP8 weights w8a8, else weight-only). FP8 weights with bf16 activations
+    (``native``) run weight-only; at BLOCK_M ≤ :data:`F16_ROWS_MAX_BLOCK_M` the activations and intermediate
+    go to the GEMMs as fp16 rows (:func:`activation_rows`), the same bits but for values under 2^-29 of their
+    1×128 block's largest. pdl: chain gate/up, down and combine with PDL (Hopper+, native activations); None
+    (default): where the GPU has it unless ``WARPDECODE_PDL=0``; False: as vLLM. pdl gives the same bits."""
     E, K = w13.shape[0], topk_ids.shape[1]
     cfg = launch_config(x, w13, topk_ids, act_format, config)
+    rows = activation_rows(x, w13, act_format, cfg["BLOCK_M"])
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
-    pdl = (_runtime.USE_PDL if pdl is None else pdl) and act_format == "native"
+    pdl = (_runtime.USE_PDL if pdl is None else pdl) and rows == "native"
     al = align(topk_ids, E, cfg["BLOCK_M"], pdl=pdl)
-    a, a_scales = quantize(x, None, act_format)  # per token: the same values the gathered rows get
+    a, a_scales = quantize(x, None, rows)  # per token: the same values the gathered rows get
     h = gate_up(a, a_scales, w13, al, cfg["gate_up"], gather_k=K, pdl=pdl)
-    h, h_scales = quantize(h, al, act_format)
+    h, h_scales = quantize(h, al, rows)
     o = down(h, h_scales, w2, al, topk_weights, cfg["down"], scatter=True, pdl=pdl)
     return combine(o, topk_ids, topk_weights, E, pdl=pdl)
