@@ -17,7 +17,9 @@ version fp8: vLLM's FP8 w8a8 path (``use_fp8_w8a8``, ``block_shape`` [128, 128]:
 activations quantized per token group of 128 as vLLM does) beside ``warpdecode.moe`` on FP8
 weights (auto, and the paths it picks among: the warp pair, the grouped schedule, the expert path) built
 from the same e4m3 bytes and scales (``warpdecode.experts_from_checkpoint``), and the expert path two more
-ways: w8a8 (``act_format="fp8"``) and its activations re-encoded in fp16 rows (``fp8_expert.moe_f16``);
+ways: w8a8 (``act_format="fp8"``) and with bf16 GEMM operands at every tile (:func:`moe_bf16_operands`; the
+expert path gives FP8 weights fp16 rows up to ``expert.F16_ROWS_MAX_BLOCK_M``; rows of runs before that
+rule name ``fp8_expert.moe_f16``'s fp16 rows ``expert f16 rows``);
 Qwen3-30B-A3B, Qwen3-235B-A22B, OLMoE-1B-7B, T = 1 … 256 (``--presets`` also takes the layers that are not
 presets: phi-3.5-moe, deepseek-v2-lite, H = 2048, I = 1408, E = 64, K = 6).
 
@@ -189,9 +191,18 @@ def fp8_cases(presets, Ts, deadline):
         torch.cuda.empty_cache()
 
 
-def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
-    from fp8_expert import moe_f16
+def moe_bf16_operands(x, w13, w2, topk_weights, topk_ids):
+    """The expert path on FP8 weights with its activations in bf16 at every tile: e4m3 widened to bf16,
+    the form ``moe_expert`` keeps past ``F16_ROWS_MAX_BLOCK_M`` rows."""
+    from unittest import mock
 
+    from warpdecode import expert as ex
+
+    with mock.patch.object(ex, "F16_ROWS_MAX_BLOCK_M", 0):
+        return ex.moe_expert(x, w13, w2, topk_weights, topk_ids)
+
+
+def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
     vl = (v.label() + " w8a8") if v else None
     rows = []
     for case in fp8_cases(presets, Ts, deadline):
@@ -214,12 +225,12 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
             p = wd.explain(i0.x, lay0[4], lay0[5], i0.topk_weights, i0.topk_ids, **kw)
             plans[label] = {"method": p.method, "schedule": p.schedule, "crossover": p.crossover,
                             "weights": "block128"}
-        # the expert path's GEMMs with the activations in e4m3 (this project's w8a8) and re-encoded in fp16 rows
-        # (experiments/fp8_expert.py --version rows): what could replace the weight-only default past the crossover
+        # the expert path's GEMMs with the activations in e4m3 (this project's w8a8: the same launches with
+        # nothing to widen) and in bf16 at every tile (what fp16 rows replace up to F16_ROWS_MAX_BLOCK_M)
         methods["expert w8a8"] = (lambda x, layer, i: wd.moe(x, layer[4], layer[5], i.topk_weights, i.topk_ids,
                                                              method="expert", act_format="fp8"), TOL["w8a8"])
-        methods["expert f16 rows"] = (lambda x, layer, i: moe_f16(x, layer[4], layer[5], i.topk_weights, i.topk_ids),
-                                      TOL["fp8 weights"])
+        methods["expert bf16 operands"] = (lambda x, layer, i: moe_bf16_operands(
+            x, layer[4], layer[5], i.topk_weights, i.topk_ids), TOL["fp8 weights"])
         results = measure(case, methods, reps)
         print_case(case, results, vl)
         rows += write_case(case, "fp8", results, configs, plans)
