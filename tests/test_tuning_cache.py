@@ -6,6 +6,7 @@ checked against the presets' measured ones."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import warnings
@@ -511,6 +512,47 @@ def test_tune_shape_names_fp8_options_it_cannot_take(fake_gpu, tables, kw, match
     with pytest.raises(ValueError, match=match):
         warpdecode.tune(*C, **kw)
     assert cache.read_text() == before and "expert" not in fake_gpu
+
+
+@pytest.mark.parametrize("weights", [None, "block128"])
+def test_tune_expert_times_the_gemms_on_what_moe_expert_hands_them(weights, monkeypatch):
+    """The expert tuner's GEMMs run in the interpreter (timing faked) on the activations moe_expert gives
+    them: bf16 token rows for bf16 weights, fp16 rows and their scales for FP8 weights at these tiles;
+    the intermediate likewise; every bucket a config the tables accept."""
+    from warpdecode import expert as ex
+    from warpdecode import tuner as tune
+    from warpdecode.workload import LayerInputs
+
+    shape = warpdecode.MoEShape("t", H=160, I=96, E=5, K=2)
+    w13, w2 = shape.weights(seed=1)
+    if weights:
+        w13, w2 = warpdecode.quantize_experts(w13, w2, weights)
+
+    def inputs(shape, T, n, dtype, seed):
+        g = torch.Generator().manual_seed(seed)
+        x, logits = torch.randn(T, shape.H, generator=g).to(dtype), torch.randn(T, shape.E, generator=g)
+        return [LayerInputs(x, logits, *warpdecode.route(logits, shape.K))] * n
+
+    seen = {"gate_up": set(), "down": set()}
+
+    def spy(name, fn):
+        def run(a, a_scales, *args, **kw):
+            seen[name].add((a.dtype, a_scales is not None))
+            return fn(a, a_scales, *args, **kw)
+        return run
+
+    tile = {"BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 1}
+    monkeypatch.setattr(tune, "_layer_copies", lambda shape, weights=None: (1, [w13], [w2]))
+    monkeypatch.setattr(tune, "make_inputs", inputs)
+    monkeypatch.setattr(tune, "gemm_candidates", lambda group_m=1: [dict(tile, GROUP_M=group_m)])
+    monkeypatch.setattr(tune, "_time", lambda step, reps: (step(), 1.0)[1])
+    monkeypatch.setattr(ex, "gate_up", spy("gate_up", ex.gate_up))
+    monkeypatch.setattr(ex, "down", spy("down", ex.down))
+    buckets = tune.tune_expert(shape, Ts=[1, 9], reps=1, log=lambda *a: None, weights=weights)
+    form = {(torch.float16, True)} if weights else {(torch.bfloat16, False)}
+    assert seen == {"gate_up": form, "down": form}
+    assert [T for T, _ in buckets] == [1, 9]
+    configs.check_buckets(buckets, functools.partial(configs.check_expert, weights=weights), "tuned")
 
 
 @pytest.mark.parametrize("fmt", ["block128", "mxfp8"])

@@ -167,14 +167,16 @@ def _warm(job):
             wp.warp_gate_up_grouped(x, w13, ids, tw, cfg)
         elif kind == "grouped_down":
             wp.warp_down_grouped(torch.randn(3, T * K, I, device="cuda").bfloat16(), w2, ids, tw, cfg, torch.bfloat16)
-        else:  # the forms moe_expert runs: gather fused into gate/up's loads, scatter into down's stores
+        else:  # the forms moe_expert runs: gather fused into gate/up's loads, scatter into down's stores,
+            # the activations as it hands them over (FP8 weights: fp16 rows up to F16_ROWS_MAX_BLOCK_M)
             block_m, gcfg = cfg
             al = ex.align(ids, E, block_m)
+            rows = ex.activation_rows(x, w13, "native", block_m)
             if kind == "gate_up":
-                ex.gate_up(x, None, w13, al, gcfg, gather_k=K)
+                ex.gate_up(*ex.quantize(x, None, rows), w13, al, gcfg, gather_k=K)
             else:
-                ex.down(torch.randn(al.EM, I, device="cuda", dtype=torch.bfloat16), None, w2, al, tw, gcfg,
-                        scatter=True)
+                h = torch.randn(al.EM, I, device="cuda", dtype=torch.bfloat16)
+                ex.down(*ex.quantize(h, al, rows), w2, al, tw, gcfg, scatter=True)
         torch.cuda.synchronize()
     except Exception as e:
         return repr(e)
@@ -334,15 +336,18 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, dropped=(), log=pr
         inputs = make_inputs(shape, T, L, dtype=_DTYPE, seed=4000 + T)
         tws = [i.topk_weights for i in inputs]
         best = None
-        a_, none = [inp.x for inp in inputs], [None] * len(inputs)  # token rows (the GEMM gathers them), no scales
         for bm in block_m_candidates(T, shape):
             als = [ex.align(inp.topk_ids, shape.E, bm) for inp in inputs]
+            # the token rows (the GEMM gathers them) as moe_expert hands them over: as they are, or fp16 rows
+            rows = ex.activation_rows(inputs[0].x, w13s[0], "native", bm)
+            a_, a_scales = zip(*(ex.quantize(inp.x, None, rows) for inp in inputs), strict=True)
             cands = for_weights([c for gm in group_m_candidates(T, shape, bm) for c in gemm_candidates(gm)], weights)
-            gu_fn, gu_cols = partial(ex.gate_up, gather_k=shape.K), (a_, none, w13s, als)
+            gu_fn, gu_cols = partial(ex.gate_up, gather_k=shape.K), (a_, a_scales, w13s, als)
             gu = _time_tiles(gu_kind, bm, gu_fn, gu_cols, cands, reps, dropped)
             t_gu, c_gu = _best(gu + _time_tiles(gu_kind, bm, gu_fn, gu_cols, half_m_variants(gu, bm), reps, dropped))
-            hs = [ex.gate_up(*row, c_gu, gather_k=shape.K) for row in zip(a_, none, w13s, als, strict=True)]
-            dn_fn, dn_cols = partial(ex.down, scatter=True), (hs, none, w2s, als, tws)
+            hs, h_scales = zip(*(ex.quantize(ex.gate_up(a, s, w13, al, c_gu, gather_k=shape.K), al, rows)
+                                 for a, s, w13, al in zip(a_, a_scales, w13s, als, strict=True)), strict=True)
+            dn_fn, dn_cols = partial(ex.down, scatter=True), (hs, h_scales, w2s, als, tws)
             dn = _time_tiles(dn_kind, bm, dn_fn, dn_cols, cands, reps, dropped)
             t_dn, c_dn = _best(dn + _time_tiles(dn_kind, bm, dn_fn, dn_cols, half_m_variants(dn, bm), reps, dropped))
             if best is None or t_gu + t_dn < best[0]:
