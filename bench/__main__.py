@@ -162,8 +162,8 @@ def cmd_tune(args):
     if args.weights:  # FP8 experts: the expert path's tiles on them, and their crossover with the FP8 pair
         from warpdecode import tuner
 
-        paths = [p for p in args.paths if p in tuner.FP8_PATHS]
-        tuner.tune(presets, paths=paths, crossover=True, weights=args.weights)
+        paths = tuner.FP8_PATHS if args.paths == PATHS else args.paths  # other steps: tuner.check_weights names them
+        tuner.tune(presets, paths=list(paths), crossover=True, weights=args.weights)
         return
     persistent.tune(presets, paths=args.paths)
 

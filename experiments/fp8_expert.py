@@ -63,6 +63,7 @@ import triton.language as tl
 from fp8_warp import QWEN, _sass, executed
 
 from bench import compiled
+from warpdecode import expert as ex
 
 OPS = {  # what counts, by SASS mnemonic (sm_90a and sm_100a spell these alike)
     "convert": r"^(F2FP|HADD2\.F32|F2F|I2F|F2I)\b",
@@ -176,7 +177,6 @@ def check():
 
     import warpdecode as wd
     from bench.poison import poisoned
-    from warpdecode import expert as ex
 
     folder = Path(tempfile.mkdtemp())
     sys.path.insert(0, str(folder))
@@ -269,7 +269,7 @@ def main_count():
 # ==================================================================================================
 # rows: the activations re-encoded once in fp16, 1×128 power-of-two scales (on the GPU)
 
-F16_MAX = 32768.0  # a block's largest value lands in (2^14, 2^15]: below fp16's 65504, and 2^-29 of it still normal
+F16_MAX = ex.F16_QMAX  # a block's largest value lands in (2^14, 2^15]: below fp16's 65504, 2^-29 of it still normal
 
 
 @triton.jit
@@ -308,19 +308,12 @@ def quantize_f16_rows(a: torch.Tensor, al):
     return q, scales
 
 
-def quantize_f16(a: torch.Tensor, al):
-    """(fp16 rows, their (rows, cdiv(N, 128)) FP32 scales): the package's ``quant_fp8_kernel`` writing fp16
-    with fp16's range (``QMAX`` = :data:`F16_MAX`), as ``expert.quantize`` has it write e4m3."""
-    from warpdecode.kernels import expert as kx
+_QUANTIZE = ex.quantize  # the package's, bound before moe_f16 patches ``ex.quantize``
 
-    EM, N = a.shape
-    groups = triton.cdiv(N, 128)
-    q = torch.empty(EM, N, dtype=torch.float16, device=a.device)
-    scales = torch.empty(EM, groups, dtype=torch.float32, device=a.device)
-    kx.quant_fp8_kernel[(EM, groups)](a, q, scales, al.num_tokens_post_padded if al is not None else scales, N,
-                                      a.stride(0), q.stride(0), scales.stride(0), GROUP=128,
-                                      GUARD_ROWS=al is not None, QMAX=F16_MAX, num_warps=1)
-    return q, scales
+
+def quantize_f16(a: torch.Tensor, al):
+    """(fp16 rows, their (rows, cdiv(N, 128)) FP32 scales): the package's ``expert.quantize(a, al, "f16")``."""
+    return _QUANTIZE(a, al, "f16")
 
 
 _ROWS_KERNELS = {}  # the row-scaled module copy, written once per process
@@ -345,8 +338,6 @@ def moe_f16(x, w13, w2, topk_weights, topk_ids, *, tiles: str = "native", scales
     scale each output once). No PDL (a quantize sits between the GEMMs, as for w8a8)."""
     from unittest import mock
 
-    from warpdecode import expert as ex
-
     quantize = quantize_f16_rows if scales == "row" else quantize_f16
     config = ex.launch_config(x, w13, topk_ids, tiles)
     with mock.patch.object(ex, "quantize", lambda a, al, fmt: quantize(a, al)), \
@@ -355,14 +346,17 @@ def moe_f16(x, w13, w2, topk_weights, topk_ids, *, tiles: str = "native", scales
 
 
 def check_rows():
-    """:func:`moe_f16` gives the weight-only path's bits (Triton's interpreter: every conversion on the
-    way exact) with both tile choices, on odd shapes, both FP8 formats, activations over six decades."""
+    """:func:`moe_f16` gives the bits of the weight-only path with bf16 operands at every tile (Triton's
+    interpreter: every conversion on the way exact) with both tile choices, on odd shapes, both FP8 formats,
+    activations over six decades."""
+    from unittest import mock
+
     from bench.poison import poisoned
-    from warpdecode import expert as ex
 
     for shape, T, fmt, (x, q13, q2, tw, ids) in _odd_cases(seed=2):
-        with poisoned():
+        with poisoned(), mock.patch.object(ex, "F16_ROWS_MAX_BLOCK_M", 0):  # bf16 operands at every tile
             shipped = ex.moe_expert(x, q13, q2, tw, ids)
+        with poisoned():
             for tiles, scales in (("native", "block"), ("fp8", "block"), ("native", "row")):
                 got = moe_f16(x, q13, q2, tw, ids, tiles=tiles, scales=scales)
                 assert not got.isnan().any() and torch.equal(shipped.view(torch.int16), got.view(torch.int16)), \
@@ -392,7 +386,6 @@ def main_rows():
     from fp8_warp import fp8_cases
 
     import warpdecode as wd
-    from warpdecode import expert as ex
 
     p = harness.parser(__doc__, ["rows"], presets=["qwen3-30b-a3b"], Ts=[4, 8, 16, 32, 64, 256])
     p.add_argument("--reps", type=int, default=40)

@@ -90,7 +90,7 @@ def quantize(a: torch.Tensor, al: Alignment | None, fmt: str = "native"):
         return a, None
     EM, N = a.shape
     groups = triton.cdiv(N, FP8_GROUP)
-    dtype, qmax = (torch.float16, F16_QMAX) if fmt == "f16" else (FP8, 448.0)
+    dtype, qmax = (torch.float16, F16_QMAX) if fmt == "f16" else (FP8, torch.finfo(FP8).max)
     q = _alloc.empty(EM, N, dtype=dtype, device=a.device)
     scales = _alloc.empty(EM, groups, dtype=torch.float32, device=a.device)
     kx.quant_fp8_kernel[(EM, groups)](

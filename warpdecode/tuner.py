@@ -479,8 +479,6 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
     ``weights``: an FP8 format: the weight-only expert path's tiles (:data:`FP8_PATHS`) on weights of that
     format, and the crossover between it and the FP8 pair, as the ``<family>_<format>`` families."""
     check_weights(weights, paths)
-    if weights is not None:
-        paths = [p for p in paths if p in FP8_PATHS]
     suffix = "" if weights is None else f"_{weights}"
     shapes = [get_preset(s) if isinstance(s, str) else s for s in shapes]
     path = path or tuned_file()
@@ -516,8 +514,7 @@ def tune(shapes, *, paths=PATHS, Ts=None, path=None, crossover: bool = False, lo
             new = {"expert" + suffix: tune_expert_swap(shape, table["expert" + suffix][key], log=log,
                                                        weights=weights)}
         else:  # the crossover, timed with what was just written
-            Ts_xo = sorted(set(warp_T) | set(expert_T))
-            xo, evidence = time_crossover(shape, Ts_xo, path, log=log, weights=weights)
+            xo, evidence = time_crossover(shape, sorted(set(warp_T) | set(expert_T)), path, log=log, weights=weights)
             new = {"crossover" + suffix: xo, "crossover_evidence" + suffix: evidence}
         # this shape's new entries merged into the file as it is now (another tuner's shapes kept)
         table = configs.update_table(path, lambda current, new=new, key=key: {f: {key: e} for f, e in new.items()})
