@@ -19,14 +19,17 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
   while a 4.5 TB/s read delivers about 17 bytes to it: a kernel over ~7 lane instructions per byte
   is issue-bound, whatever its loads. Rows:
   ``experiments/results/compiled/fp8_expert_instructions.csv`` (one per Triton release,
-  architecture, T, format and GEMM). ``variant``: ``shipped``, or ``f16 operands``: the weight-only
+  architecture, T, format and GEMM). ``variant``: ``shipped`` (what ``moe_expert`` launches: with FP8
+  weights and bf16 activations, fp16 rows and their 1×128 scales up to ``expert.F16_ROWS_MAX_BLOCK_M``
+  rows), ``bf16 operands`` (the weight-only GEMMs with e4m3 widened to bf16, what runs past that), and
+  from the latter: ``f16 operands``: the weight-only
   GEMMs with the tensor cores' operands in fp16 rather than bf16 (each e4m3 pair one ``F2FP`` to
   f16x2, exactly), each activation row scaled by a power of two into fp16's range (its largest
   value into [2^13, 2^14], so the conversion is exact for every value above 2^-14 of that; the
   inverse joins the product's scales), compiled from a copy of ``kernels/expert.py`` with that
   change (:func:`f16_module`);
   where the shipped tile is not transposed, ``swap`` and ``f16 operands swap``: the same with
-  ``SWAP_AB`` (the weights on the tensor cores' M side); ``f16 rows scaled before``: the shipped
+  ``SWAP_AB`` (the weights on the tensor cores' M side); ``f16 rows scaled before``: the
   kernel given fp16 activations (``dot_dtype`` follows them: each e4m3 pair one ``F2FP`` to f16x2), as
   if a producer had scaled each row into fp16's range once, before the GEMM; its inverse scale, one
   FP32 multiply per row, is not counted; ``f16 rows, 1x128 scales``: what ``rows`` runs with block
@@ -55,6 +58,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import harness
 import torch
@@ -192,24 +196,30 @@ def check():
 
 def _jobs(arch: int, Ts):
     """(T, format, GEMM, Job, weight bytes per program, K steps) for the expert path's two GEMMs."""
+    def gemms(T, weights, act):
+        return [ln.job for ln in compiled.record_launches("expert", QWEN, T, gpu_name="NVIDIA H200", arch=arch,
+                                                           weights=weights, act_format=act)
+                if "gate_up" in ln.job.name or "down" in ln.job.name]
+
     rows = []
     for T in Ts:
         for name, weights, act in FORMATS:
-            launches = compiled.record_launches("expert", QWEN, T, gpu_name="NVIDIA H200", arch=arch,
-                                                weights=weights, act_format=act)
-            for ln in launches:
-                j = ln.job
-                if "gate_up" not in j.name and "down" not in j.name:
-                    continue
+            shipped = gemms(T, weights, act)
+            weight_only = weights is not None and act == "native"
+            if weight_only:  # the variants start from bf16 operands, what runs past F16_ROWS_MAX_BLOCK_M
+                with mock.patch.object(ex, "F16_ROWS_MAX_BLOCK_M", 0):
+                    base = gemms(T, weights, act)
+            for s, j in zip(shipped, base if weight_only else shipped, strict=True):
                 c = j.constexprs
                 gate_up = "gate_up" in j.name
                 k_dim = QWEN.H if gate_up else QWEN.I
                 elem = 2 if weights is None else 1
                 nbytes = (2 if gate_up else 1) * c["BLOCK_N"] * k_dim * elem  # gate and up rows: two tiles
                 steps = triton.cdiv(k_dim, c["BLOCK_K"])
-                rows.append((T, name, "shipped", "gate_up" if gate_up else "down", j, nbytes, steps))
-                if weights is not None and act == "native":
-                    gemm = "gate_up" if gate_up else "down"
+                gemm = "gate_up" if gate_up else "down"
+                rows.append((T, name, "shipped", gemm, s, nbytes, steps))
+                if weight_only:
+                    rows.append((T, name, "bf16 operands", gemm, j, nbytes, steps))
                     f16 = dataclasses.replace(j, module=F16_MODULE)
                     rows.append((T, name, "f16 operands", gemm, f16, nbytes, steps))
                     # the activations already fp16, scaled once per row before the GEMM: the shipped kernel as is
