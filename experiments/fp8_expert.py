@@ -396,9 +396,11 @@ def main_rows():
     from fp8_warp import fp8_cases
 
     import warpdecode as wd
+    from warpdecode import quant
 
     p = harness.parser(__doc__, ["rows"], presets=["qwen3-30b-a3b"], Ts=[4, 8, 16, 32, 64, 256])
     p.add_argument("--reps", type=int, default=40)
+    p.add_argument("--weights", choices=quant.FORMATS, default="block128", help="the FP8 format (default block128)")
     args = p.parse_args()
     if args.check:
         check_rows()
@@ -408,9 +410,10 @@ def main_rows():
     ceiling = harness.read_ceiling()
     print(f"read ceiling {ceiling:.3f} TB/s")
     rows, path = [], harness.results_dir() / "fp8_rows.csv"
-    for _case, fcase in fp8_cases(presets, Ts, ceiling):
+    for _case, fcase in fp8_cases(presets, Ts, ceiling, args.weights):
         run = partial(_run, rows, fcase, args.reps)
         _, y_wo = run("weight-only (shipped)", ex.moe_expert, "table or default")
+        run("bf16 operands", moe_bf16_operands, "table or default", same_as=y_wo)
         for tiles, scales in (("native", "block"), ("fp8", "block"), ("native", "row"), ("fp8", "row")):
             run(f"fp16 rows, {tiles} tiles, {scales} scales", partial(moe_f16, tiles=tiles, scales=scales),
                 f"{tiles} tiles, {scales} scales", same_as=y_wo)
@@ -419,6 +422,13 @@ def main_rows():
         harness.write("fp8_rows", rows, path)
     print(f"rows: {path}")
     return 0
+
+
+def moe_bf16_operands(x, w13, w2, topk_weights, topk_ids, config=None):
+    """The expert path on FP8 weights with its activations in bf16 at every tile: e4m3 widened to bf16,
+    the form ``moe_expert`` keeps past ``F16_ROWS_MAX_BLOCK_M`` rows."""
+    with mock.patch.object(ex, "F16_ROWS_MAX_BLOCK_M", 0):
+        return ex.moe_expert(x, w13, w2, topk_weights, topk_ids, config=config)
 
 
 VERSIONS = {"count": (main_count, []), "rows": (main_rows, [])}

@@ -454,16 +454,16 @@ def fp8_floor_us(shape, q13, q2, inp, ceiling) -> float:
     return nbytes / (ceiling * 1e12) * 1e6
 
 
-def fp8_cases(presets, Ts, ceiling):
+def fp8_cases(presets, Ts, ceiling, fmt: str = "block128"):
     """(bf16 case, FP8 case) per preset and T, as ``harness.cases`` makes them but with as many layer
     copies as FP8 weights need for a T = 1 step to touch ≥ 3× the L2 (``bench.fp8.copies``; twice
-    the bf16 copies' count), each copy quantized (block128) from its bf16 draw; the same routing in
+    the bf16 copies' count), each copy quantized (``fmt``) from its bf16 draw; the same routing in
     both. The FP8 case's floor is the FP8 bytes, its reference float64 on the dequantized weights."""
     for name in presets:
         shape = wd.get_preset(name)
         n = bench_fp8.copies(shape, 3 * shape.I * shape.H * (1 + 4 / 16384))
         layers = make_layers(shape, n)
-        fp8_layers = [quant.quantize_experts(w13, w2, "block128") for w13, w2 in layers]
+        fp8_layers = [quant.quantize_experts(w13, w2, fmt) for w13, w2 in layers]
         for T in Ts:
             inputs = make_inputs(shape, T, n, seed=1000 + T)
             i0 = inputs[0]

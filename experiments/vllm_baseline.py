@@ -42,6 +42,7 @@ import traceback
 
 import harness
 import torch
+from fp8_expert import moe_bf16_operands
 
 import warpdecode as wd
 from bench.timing import capture_poisoned, read_ceiling, time_interleaved
@@ -189,17 +190,6 @@ def fp8_cases(presets, Ts, deadline):
             yield harness.Case(s, T, 1000 + T, layers, inputs, floor_us, ceiling, ref)
         del layers
         torch.cuda.empty_cache()
-
-
-def moe_bf16_operands(x, w13, w2, topk_weights, topk_ids):
-    """The expert path on FP8 weights with its activations in bf16 at every tile: e4m3 widened to bf16,
-    the form ``moe_expert`` keeps past ``F16_ROWS_MAX_BLOCK_M`` rows."""
-    from unittest import mock
-
-    from warpdecode import expert as ex
-
-    with mock.patch.object(ex, "F16_ROWS_MAX_BLOCK_M", 0):
-        return ex.moe_expert(x, w13, w2, topk_weights, topk_ids)
 
 
 def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
