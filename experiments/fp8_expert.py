@@ -375,10 +375,15 @@ def check_rows():
                       "path's bits")
 
 
-def _run(rows, fcase, reps, label, fn, config, *, same_as=None):
-    """Check and time ``fn`` on the FP8 case (``harness.checked_us_or_none``); its row against the FP8
-    bytes' floor, ``same_bits`` against ``same_as`` where given; (µs, copy 0's output) or (None, None)."""
-    r = harness.checked_us_or_none(fcase, fn, label, reps=reps)
+#: Error over the bf16 floor past which a method fails its check: w8a8 quantizes the activations (25-28 floors).
+W8A8_TOL = 60.0
+
+
+def _run(rows, fcase, reps, label, fn, config, *, same_as=None, tol=4.0):
+    """Check (within ``tol`` × the floor) and time ``fn`` on the FP8 case (``harness.checked_us_or_none``); its
+    row against the FP8 bytes' floor, ``same_bits`` against ``same_as`` where given; (µs, copy 0's output) or
+    (None, None)."""
+    r = harness.checked_us_or_none(fcase, fn, label, reps=reps, tol=tol)
     if r is None:
         return None, None
     us, err, y0 = r
@@ -417,7 +422,7 @@ def main_rows():
         for tiles, scales in (("native", "block"), ("fp8", "block"), ("native", "row"), ("fp8", "row")):
             run(f"fp16 rows, {tiles} tiles, {scales} scales", partial(moe_f16, tiles=tiles, scales=scales),
                 f"{tiles} tiles, {scales} scales", same_as=y_wo)
-        run("w8a8", partial(ex.moe_expert, act_format="fp8"), "table or default")
+        run("w8a8", partial(ex.moe_expert, act_format="fp8"), "table or default", tol=W8A8_TOL)
         run("auto (warpdecode.moe)", wd.moe, "auto")
         harness.write("fp8_rows", rows, path)
     print(f"rows: {path}")
