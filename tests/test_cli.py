@@ -597,6 +597,38 @@ def test_report_vllm_block_compares_each_layer_and_marks_the_t1_bar(tmp_path):
     assert "triton 3.6.0" in said and "1 preset and 1 other layer" in said
 
 
+def test_report_fp8_bound_block_sets_the_pair_against_its_no_math_launches_and_vllm(tmp_path):
+    """fp8_bound.csv: per layer and T the FP8 pair over its no-math launches, beside vLLM's latest w8a8 row of
+    the same layer and T; a later row of a (layer, T, variant) replaces an earlier one; no vLLM row: dashes."""
+    import csv
+
+    from bench import data, report
+
+    root = _report_checkout(tmp_path)
+    assert report.fp8_bound_table(H200, root) is None
+    folder = data.experiments_dir(H200, root)
+    folder.mkdir(parents=True)
+
+    def write(name, rows):
+        with (folder / name).open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+    meta = {"gpu": H200, "torch": "2.11", "triton": "3.6.0"}
+    write("fp8_bound.csv", [{"preset": p, "T": T, "variant": v, "us": us, **meta} for p, T, v, us in [
+        ("qwen3-30b-a3b", 4, "fp8 pair (default)", 60.0), ("qwen3-30b-a3b", 4, "fp8 pair (default)", 50.0),
+        ("qwen3-30b-a3b", 4, "no math, same launches", 40.0), ("qwen3-30b-a3b", 4, "read of the FP8 bytes", 38.0),
+        ("olmoe-1b-7b", 1, "fp8 pair (default)", 22.0), ("olmoe-1b-7b", 1, "no math, same launches", 20.0)]])
+    write("vllm_baseline.csv", [{"version": "fp8", "variant": "vllm w8a8", "preset": "qwen3-30b-a3b", "T": T,
+                                 "us": us, "frac_ceiling": 0.8, "error_over_floor": 26.0, "detail": "{}",
+                                 "commit": "abc1234", **meta} for T, us in [(4, 70.0), (4, 55.0), (8, 80.0)]])
+    table = report.fp8_bound_table(H200, root)
+    assert "| qwen3-30b-a3b | 4 | 50.0 | 40.0 | 1.25× | 38.0 | 55.0 | 1.10 | 1.38 |" in table
+    assert "| olmoe-1b-7b | 1 | 22.0 | 20.0 | 1.10× | — | — | — | — |" in table
+    assert "| 8 |" not in table  # vLLM alone: no pair row
+
+
 def test_report_defaults_table_takes_each_releases_worst_row(tmp_path):
     """Per defaults report, the worst row of each figure with where it is: a rerun file's rows replace
     the first file's, auto is over the faster of its two paths with the same tables, and an expert
