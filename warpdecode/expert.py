@@ -14,7 +14,7 @@ import torch
 import triton
 
 from . import _alloc, _runtime
-from .configs import check_expert, expert_config
+from .configs import FP8_WEIGHTS_MAX_BLOCK_M, check_expert, expert_config
 from .kernels import expert as kx
 from .quant import FP8, is_fp8
 
@@ -24,8 +24,9 @@ FP8_GROUP = 128
 F16_QMAX = 32768.0
 #: FP8 weights with bf16 activations: the GEMMs take the activations as fp16 rows up to this BLOCK_M
 #: (one F2FP widens two e4m3 weights to fp16, where bf16 operands take three instructions for two); past
-#: it the weight-only GEMMs widen to bf16. Data: docs/design.md, "FP8 weights on the expert path".
-F16_ROWS_MAX_BLOCK_M = 32
+#: it the weight-only GEMMs widen to bf16 (the default tiles go no further). Data: docs/design.md, "FP8 weights
+#: on the expert path".
+F16_ROWS_MAX_BLOCK_M = FP8_WEIGHTS_MAX_BLOCK_M
 
 
 @dataclass
