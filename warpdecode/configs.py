@@ -506,9 +506,10 @@ def acc_regs_per_thread(arch: int, elem: int) -> int:
     return ACC_REGS_PER_THREAD if 90 <= arch < 120 else ACC_REGS_PER_THREAD // 2
 
 
-#: FP8 weights with 16-bit activations: M tiles of at most this many rows, where the expert path widens e4m3 to
-#: fp16 against fp16 rows (``expert.F16_ROWS_MAX_BLOCK_M``); past it bf16 operands cost more than the weights
-#: read again by a second tile. Data: docs/design.md, "Launch configuration rules".
+#: FP8 weights with 16-bit activations: M tiles of at most this many rows where the rule gives up to twice as
+#: many, since the expert path widens e4m3 to fp16 against fp16 rows there (``expert.F16_ROWS_MAX_BLOCK_M``) and
+#: bf16 operands past it cost more than the weights read again by a second tile. Data: docs/design.md,
+#: "Launch configuration rules".
 FP8_WEIGHTS_MAX_BLOCK_M = 32
 
 #: Triton < 3.8 cannot pipeline the FP8 gate/up GEMM transposed (SWAP_AB) for sm_100a.
@@ -530,7 +531,8 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
         block_m = min(block_m, 64)
     # M tiles grouped only where one expert's rows span several; else grouping scatters the weight stream
     group_m = 8 if 2 * pairs_per_expert > 128 else 1
-    if group_k and not fp8 and elem == 2:  # FP8 weights, 16-bit activations: tiles of fp16 rows
+    # FP8 weights, 16-bit activations: tiles of fp16 rows where an expert's rows span at most two
+    if group_k and not fp8 and elem == 2 and block_m <= 2 * FP8_WEIGHTS_MAX_BLOCK_M:
         block_m = min(block_m, FP8_WEIGHTS_MAX_BLOCK_M)
         group_m = 8 if 2 * pairs_per_expert > block_m else group_m
     acc_regs = acc_regs_per_thread(arch, elem)
