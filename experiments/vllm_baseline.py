@@ -5,6 +5,7 @@
     python experiments/vllm_baseline.py --version bf16 [--presets …] [--T …] [--budget-s 480] [--bundle DIR]
     python experiments/vllm_baseline.py --version fp8 [--presets …] [--T …] [--budget-s 480]
     TRITON_INTERPRET=1 python experiments/vllm_baseline.py --version bf16 --check    # on the CPU
+    python experiments/vllm_baseline.py --version fractions [--gpu …] [--commit …] [--T 2 4 8]   # no GPU
     bash tools/gpu.sh env vllm pack              # on the GPU machine, carrying .vllm (VLLM_ARGS)
 
 version bf16: vLLM 0.34's unquantized ``fused_experts`` (its tuned config for the shape on this GPU
@@ -35,6 +36,8 @@ and vLLM's time over warpdecode's. ``--budget-s`` ends the sweep in time (the ca
 
 from __future__ import annotations
 
+import collections
+import csv
 import math
 import os
 import time
@@ -328,7 +331,61 @@ def main(version: str) -> int:
     return 0
 
 
-VERSIONS = {"bf16": (lambda: main("bf16"), []), "fp8": (lambda: main("fp8"), [])}
+def read_fractions(rows: list[dict], variants: dict) -> list[dict]:
+    """Per FP8 row of ``variants`` (variant: "warp" or "expert", the cost model's side), the fraction of the read
+    ceiling ``warpdecode.costmodel`` sees in its time: its modelled weight bytes at ``READ_TBPS`` over the time less
+    the launches (and, for the expert path, its activations), as ``FP8_PAIR_READ_FRACTION`` and
+    ``FP8_EXPERT_READ_FRACTION`` are defined (docs/design.md, "Cost model constants")."""
+    from warpdecode import costmodel as cm
+    from warpdecode.configs import expected_distinct
+
+    out = []
+    for r in rows:
+        side = variants.get(r["variant"])
+        if r["version"] != "fp8" or side is None:
+            continue
+        s, T, us = shape_of(r["preset"]), int(r["T"]), float(r["us"])
+        expert_bytes, distinct = 3 * s.I * s.H, expected_distinct(s.E, s.K, T)
+        hbm_us = distinct * expert_bytes / (cm.READ_TBPS * 1e6)
+        if side == "warp":
+            moved = hbm_us + (T * s.K - distinct) * expert_bytes / (cm.L2_REREAD_TBPS * 1e6)
+            frac = moved / (us - cm.WARP_LAUNCHES * cm.LAUNCH_US)
+        else:
+            act_us = T * s.K * (s.H + 4 * s.I + 2 * s.H) * 2 / (cm.READ_TBPS * 1e6)
+            frac = hbm_us / (us - cm.EXPERT_LAUNCHES * cm.LAUNCH_US - act_us)
+        out.append({"preset": r["preset"], "T": T, "variant": r["variant"], "side": side, "commit": r["commit"],
+                    "us": us, "fraction": frac})
+    return out
+
+
+def main_fractions() -> int:
+    """version fractions (no GPU): the cost model's FP8 read fractions in this GPU's vllm_baseline.csv rows."""
+    import statistics
+
+    p = harness.parser(__doc__, VERSIONS, presets=DEFAULTS["fp8"], Ts=TS)
+    p.add_argument("--gpu", default="NVIDIA H200", help="whose rows (default NVIDIA H200: the model's constants)")
+    p.add_argument("--commit", nargs="+", default=None, help="only rows of these commits (default all)")
+    p.add_argument("--expert", nargs="+", default=["expert", "expert f16 rows"],
+                   help="the variants that time the expert path as moe_expert runs it (default: expert, and the "
+                        "fp16 rows of runs before they were the package's)")
+    args = p.parse_args()
+    path = harness.HERE / "results" / args.gpu.replace(" ", "_") / "vllm_baseline.csv"
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(f) if (not args.commit or r["commit"] in args.commit)
+                and (not args.presets or r["preset"] in args.presets) and (not args.T or int(r["T"]) in args.T)]
+    got = read_fractions(rows, {"warp": "warp", **dict.fromkeys(args.expert, "expert")})
+    by = collections.defaultdict(list)
+    for g in got:
+        print(f"{g['commit']} {g['preset']:16s} T={g['T']:<3d} {g['variant']:16s} {g['us']:9.2f} µs  "
+              f"fraction {g['fraction']:.3f}")
+        by[(g["side"], g["T"])].append(g["fraction"])
+    print("\nmedian (range) per side and T:")
+    for (side, T), v in sorted(by.items()):
+        print(f"  {side:6s} T={T:<3d} {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f}), {len(v)} rows")
+    return 0
+
+
+VERSIONS = {"bf16": (lambda: main("bf16"), []), "fp8": (lambda: main("fp8"), []), "fractions": (main_fractions, [])}
 
 
 if __name__ == "__main__":

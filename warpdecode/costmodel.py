@@ -18,9 +18,9 @@ L2_REREAD_TBPS = 8.0  # an expert's rows read again by another token: between HB
 WARP_LAUNCHES = 2  # gate/up, down (warpdecode/warp.py)
 EXPERT_LAUNCHES = 4  # align, gate/up, down, reduce, overlapped by PDL (warpdecode/expert.py)
 EXPERT_READ_FRACTION = 0.91  # the expert path's GEMMs stream weights at this fraction of the ceiling
-# FP8: the pair is issue-bound, the weight-only expert path widens e4m3 to bf16: both below the ceiling.
+# FP8: the pair is issue-bound, the weight-only expert path widens e4m3 in registers: both below the ceiling.
 FP8_PAIR_READ_FRACTION = 0.65  # the FP8 pair's weight bytes at the ceiling over its time less two launches
-FP8_EXPERT_READ_FRACTION = 0.50  # the weight-only expert path's, rounded down so the crossover errs late
+FP8_EXPERT_READ_FRACTION = 0.51  # the weight-only expert path's (fp16 rows) at T = 4, its range's low end
 
 
 def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E741
