@@ -186,6 +186,19 @@ def test_expert_block_m_follows_the_pairs_per_expert():
                   (8, 2, 4096): 128}
 
 
+def test_fp8_weights_with_16_bit_activations_stop_at_32_row_tiles_where_the_rule_gives_64():
+    """FP8 weights, bf16 activations (fp16 rows): 64-row M tiles become 32, grouped where an expert's rows span
+    two; 128-row ones stay (their 32-row form spills), as do w8a8's and 16-bit weights' tiles."""
+    def tiles(E, K, T, **kw):
+        c = configs.default_expert(2048, 1024, E, K, T, shared_per_block=232448, **kw)
+        return c["BLOCK_M"], c["gate_up"]["GROUP_M"], c["down"]["GROUP_M"]
+
+    assert tiles(64, 8, 256, group_k=128) == (32, 8, 8) and tiles(64, 8, 256, group_k=32) == (32, 8, 8)
+    assert tiles(64, 8, 128, group_k=128) == (32, 1, 1)  # 16 rows on average: one tile holds an expert's
+    assert tiles(64, 8, 256) == (64, 1, 1) and tiles(64, 8, 256, fp8=True, group_k=128) == (64, 1, 1)
+    assert tiles(8, 2, 256, group_k=128) == (128, 1, 1)
+
+
 @pytest.mark.parametrize("T", [1, 2, 8, 256])
 def test_fp8_defaults_step_within_one_activation_scale(T):
     """FP8 activations carry one scale per 128 columns (expert.quantize): no K step may span two."""

@@ -22,7 +22,7 @@ from moecases import Case, run_poisoned
 from test_fp8 import TOLERANCE, expert_tolerance
 
 import warpdecode as wd
-from warpdecode import api, quant
+from warpdecode import api, configs, quant
 
 pytestmark = pytest.mark.gpu
 
@@ -83,6 +83,18 @@ def test_fp8_presets(preset, T, fmt):
     w13, w2 = _weights(preset, p.H, p.I, p.E, p.K, fmt)
     x, tw, ti = _inputs(p.H, p.E, p.K, T, seed=T)
     _check_all_methods(x, w13, w2, tw, ti)
+
+
+@pytest.mark.parametrize("fmt", quant.FORMATS)
+def test_fp8_many_rows_per_expert_at_the_capped_tiles(fmt):
+    """OLMoE at T = 256 (32 rows per expert on average), the defaults (no table): the FP8 expert path's 32-row M
+    tiles, grouped, with fp16 rows, where the 16-bit rule takes 64 rows (configs.FP8_WEIGHTS_MAX_BLOCK_M)."""
+    p = wd.get_preset("olmoe-1b-7b")
+    with configs.tables(shipped=False, cache=False):
+        assert configs.expert_config(p.H, p.I, p.E, p.K, 256, weights=fmt)["BLOCK_M"] == 32
+        w13, w2 = _weights("olmoe-1b-7b", p.H, p.I, p.E, p.K, fmt)
+        x, tw, ti = _inputs(p.H, p.E, p.K, 256, seed=256)
+        _check_all_methods(x, w13, w2, tw, ti)
 
 
 @pytest.mark.parametrize("fmt", quant.FORMATS)
