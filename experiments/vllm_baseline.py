@@ -332,29 +332,19 @@ def main(version: str) -> int:
 
 
 def read_fractions(rows: list[dict], variants: dict) -> list[dict]:
-    """Per FP8 row of ``variants`` (variant: "warp" or "expert", the cost model's side), the fraction of the read
-    ceiling ``warpdecode.costmodel`` sees in its time: its modelled weight bytes at ``READ_TBPS`` over the time less
-    the launches (and, for the expert path, its activations), as ``FP8_PAIR_READ_FRACTION`` and
-    ``FP8_EXPERT_READ_FRACTION`` are defined (docs/design.md, "Cost model constants")."""
+    """Per FP8 row of ``variants`` (variant: "warp" or "expert", the cost model's path), the read fraction
+    ``warpdecode.costmodel.read_fraction`` finds in its time, with FP8 weights (docs/design.md, "Cost model
+    constants")."""
     from warpdecode import costmodel as cm
-    from warpdecode.configs import expected_distinct
 
     out = []
     for r in rows:
-        side = variants.get(r["variant"])
-        if r["version"] != "fp8" or side is None:
+        path = variants.get(r["variant"])
+        if r["version"] != "fp8" or path is None:
             continue
         s, T, us = shape_of(r["preset"]), int(r["T"]), float(r["us"])
-        expert_bytes, distinct = 3 * s.I * s.H, expected_distinct(s.E, s.K, T)
-        hbm_us = distinct * expert_bytes / (cm.READ_TBPS * 1e6)
-        if side == "warp":
-            moved = hbm_us + (T * s.K - distinct) * expert_bytes / (cm.L2_REREAD_TBPS * 1e6)
-            frac = moved / (us - cm.WARP_LAUNCHES * cm.LAUNCH_US)
-        else:
-            act_us = T * s.K * (s.H + 4 * s.I + 2 * s.H) * 2 / (cm.READ_TBPS * 1e6)
-            frac = hbm_us / (us - cm.EXPERT_LAUNCHES * cm.LAUNCH_US - act_us)
-        out.append({"preset": r["preset"], "T": T, "variant": r["variant"], "side": side, "commit": r["commit"],
-                    "us": us, "fraction": frac})
+        out.append({"preset": r["preset"], "T": T, "variant": r["variant"], "side": path, "commit": r["commit"],
+                    "us": us, "fraction": cm.read_fraction(s.H, s.I, s.E, s.K, T, path, us, w_elem=1)})
     return out
 
 

@@ -755,6 +755,18 @@ def test_the_fp8_cost_model_against_the_measured_fp8_crossovers(monkeypatch):
     assert worst_loss(lambda s: costmodel.model_crossover.__wrapped__(s.H, s.I, s.E, s.K, 2, 1)) > 0.5
 
 
+def test_read_fraction_inverts_the_model():
+    """costmodel.read_fraction, given the time model_us gives, returns the read fraction model_us used: the
+    constants are measured the way the model spends them (FP8 and 16-bit weights, both paths)."""
+    for T in (1, 4, 64):
+        for w_elem, fractions in ((1, (costmodel.FP8_PAIR_READ_FRACTION, costmodel.FP8_EXPERT_READ_FRACTION)),
+                                  (None, (1.0, costmodel.EXPERT_READ_FRACTION))):
+            times = costmodel.model_us(2048, 768, 128, 8, T, w_elem=w_elem)
+            for path, us, f in zip(("warp", "expert"), times, fractions, strict=True):
+                got = costmodel.read_fraction(2048, 768, 128, 8, T, path, us, w_elem=w_elem)
+                assert got == pytest.approx(f, rel=1e-12), (T, w_elem, path)
+
+
 def test_the_model_leaves_the_grouped_schedule_to_the_expert_path():
     """Without a table, warp decode's defaults run the grouped schedule once tokens share experts;
     the model does not price it, and the crossover ends before it with 16-bit weights. FP8 weights

@@ -23,22 +23,36 @@ FP8_PAIR_READ_FRACTION = 0.65  # the FP8 pair's weight bytes at the ceiling over
 FP8_EXPERT_READ_FRACTION = 0.51  # the weight-only expert path's (fp16 rows) at T = 4, its range's low end
 
 
-def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E741
-             w_elem: int | None = None) -> tuple[float, float]:
-    """(warp decode, expert path) modelled µs for T tokens: each distinct expert read once from HBM,
-    3·I·H·w_elem B (``w_elem`` default ``elem``); the pair's repeats at ``L2_REREAD_TBPS``; the expert
-    path's activations, launches and ``EXPERT_READ_FRACTION``; FP8 at the ``FP8_*_READ_FRACTION``s."""
+def model_terms(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E741
+                w_elem: int | None = None) -> dict[str, tuple[float, float]]:
+    """Per path ("warp", "expert"): (µs that do not depend on its weight stream's rate, µs of that stream at the
+    read ceiling). Each distinct expert read once from HBM, 3·I·H·w_elem B (``w_elem`` default ``elem``); the
+    pair's repeats at ``L2_REREAD_TBPS``; the expert path's activations at the ceiling; the launches."""
     expert_bytes = 3 * I * H * (w_elem or elem)
     distinct = expected_distinct(E, K, T)
     hbm_us = distinct * expert_bytes / (READ_TBPS * 1e6)
+    act_us = T * K * (H + 2 * I + 2 * I + 2 * H) * elem / (READ_TBPS * 1e6)
+    return {"warp": (WARP_LAUNCHES * LAUNCH_US, hbm_us + (T * K - distinct) * expert_bytes / (L2_REREAD_TBPS * 1e6)),
+            "expert": (EXPERT_LAUNCHES * LAUNCH_US + act_us, hbm_us)}
+
+
+def model_us(H: int, I: int, E: int, K: int, T: int, elem: int = 2,  # noqa: E741
+             w_elem: int | None = None) -> tuple[float, float]:
+    """(warp decode, expert path) modelled µs for T tokens: :func:`model_terms`, each weight stream at its
+    read fraction (the pair's 1.0 and ``EXPERT_READ_FRACTION``; FP8 at the ``FP8_*_READ_FRACTION``s)."""
     fp8 = (w_elem or elem) == 1
-    pair_fraction, expert_fraction = (FP8_PAIR_READ_FRACTION, FP8_EXPERT_READ_FRACTION) if fp8 else \
-        (1.0, EXPERT_READ_FRACTION)
-    weights = hbm_us + (T * K - distinct) * expert_bytes / (L2_REREAD_TBPS * 1e6)
-    warp = WARP_LAUNCHES * LAUNCH_US + weights / pair_fraction
-    act_bytes = T * K * (H + 2 * I + 2 * I + 2 * H) * elem
-    expert = EXPERT_LAUNCHES * LAUNCH_US + hbm_us / expert_fraction + act_bytes / (READ_TBPS * 1e6)
+    fractions = (FP8_PAIR_READ_FRACTION, FP8_EXPERT_READ_FRACTION) if fp8 else (1.0, EXPERT_READ_FRACTION)
+    terms = model_terms(H, I, E, K, T, elem, w_elem)
+    warp, expert = ((fixed + stream / f) for (fixed, stream), f in zip(terms.values(), fractions, strict=True))
     return warp, expert
+
+
+def read_fraction(H: int, I: int, E: int, K: int, T: int, path: str, us: float, elem: int = 2,  # noqa: E741
+                  w_elem: int | None = None) -> float:
+    """The read fraction :func:`model_us` would need for ``path`` ("warp" or "expert") to take ``us``: its
+    weight stream at the ceiling over the measured time less the rest (how the constants above are measured)."""
+    fixed, stream = model_terms(H, I, E, K, T, elem, w_elem)[path]
+    return stream / (us - fixed)
 
 
 @functools.cache
