@@ -38,8 +38,10 @@ from warpdecode.kernels.expert import _mma, _upper_half_empty
 
 @triton.jit
 def _bits(v):
-    """v's bits as integers of its width (bf16 → int16, fp32 → int32)."""
-    if v.dtype.primitive_bitwidth == 16:
+    """v's bits as integers of its width (e4m3 → int8, bf16 → int16, fp32 → int32)."""
+    if v.dtype.primitive_bitwidth == 8:
+        return v.to(tl.int8, bitcast=True)
+    elif v.dtype.primitive_bitwidth == 16:
         return v.to(tl.int16, bitcast=True)
     else:
         return v.to(tl.int32, bitcast=True)
@@ -260,10 +262,11 @@ def _meta(cfg: dict, block_m: int, dtype, math: bool) -> dict:
 
 def gate_up(x: torch.Tensor, w13: torch.Tensor, al: ex.Alignment, cfg: dict, K: int, *, math: bool = False,
             pdl: bool = False) -> torch.Tensor:
-    """``expert.gate_up(x, None, w13, al, cfg, gather_k=K, pdl=pdl)`` with this copy's kernel."""
+    """``expert.gate_up(x, None, w13, al, cfg, gather_k=K, pdl=pdl)`` with this copy's kernel; ``w13`` may be
+    e4m3 (FP8 weights' bytes, their scales not read), the output in the activations' dtype."""
     E, two_i, H = w13.shape
     I = two_i // 2  # noqa: E741
-    out = _alloc.empty(al.EM, I, dtype=w13.dtype, device=w13.device)
+    out = _alloc.empty(al.EM, I, dtype=x.dtype, device=w13.device)
     grid = (triton.cdiv(al.EM, al.block_m) * triton.cdiv(I, cfg["BLOCK_N"]),)
     gate_up_kernel[grid](
         x, w13, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded,
@@ -275,9 +278,10 @@ def gate_up(x: torch.Tensor, w13: torch.Tensor, al: ex.Alignment, cfg: dict, K: 
 
 def down(h: torch.Tensor, w2: torch.Tensor, al: ex.Alignment, topk_weights: torch.Tensor, cfg: dict, *,
          math: bool = False, pdl: bool = False) -> torch.Tensor:
-    """``expert.down(h, None, w2, al, topk_weights, cfg, scatter=True, pdl=pdl)`` with this copy's kernel."""
+    """``expert.down(h, None, w2, al, topk_weights, cfg, scatter=True, pdl=pdl)`` with this copy's kernel; ``w2``
+    may be e4m3, the output in the intermediate's dtype."""
     E, H, I = w2.shape
-    out = _alloc.empty(al.num_pairs, H, dtype=w2.dtype, device=w2.device)
+    out = _alloc.empty(al.num_pairs, H, dtype=h.dtype, device=w2.device)
     grid = (triton.cdiv(al.EM, al.block_m) * triton.cdiv(H, cfg["BLOCK_N"]),)
     down_kernel[grid](
         h, w2, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, topk_weights,
@@ -296,12 +300,26 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, config: dict, math: bool = False,
     return ex.combine(o, topk_ids, topk_weights, w13.shape[0], pdl=pdl)
 
 
+def moe_fp8_rows(x, f13, f2, topk_weights, topk_ids, *, config: dict):
+    """The bound of ``moe_expert``'s six launches on FP8 weights with fp16 rows (align, the rows, gate/up, the
+    rows, down, combine): the same launches, this copy's GEMMs with no math on the e4m3 bytes, every load but
+    the scales' (the rows' and the weights', one FP32 per row or weight row per K step). Not a layer's output:
+    MATH=True here would leave the scales out."""
+    K = topk_ids.shape[1]
+    al = ex.align(topk_ids, f13.shape[0], config["BLOCK_M"])
+    a, _ = ex.quantize(x, None, "f16")
+    h = gate_up(a, f13.weight, al, config["gate_up"], K)
+    h, _ = ex.quantize(h, al, "f16")
+    o = down(h, f2.weight, al, topk_weights, config["down"])
+    return ex.combine(o, topk_ids, topk_weights, f13.shape[0])
+
+
 # ---------------------------------------------------------------------------------------------
 # what MATH=False must store, in PyTorch: every element of every tile it loads, summed in
 
 
 def int_view(t: torch.Tensor) -> torch.Tensor:
-    return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
+    return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
 def sum_bits(t: torch.Tensor) -> torch.Tensor:
@@ -335,7 +353,7 @@ def expected_gate_up(x, w13, al: ex.Alignment, K: int):
     for e in used.tolist():  # one expert at a time: an int64 copy of its rows, not of the layer's
         w = int_view(w13[e])
         col[e] = (w[:I] ^ w[I:]).long().sum(-1)
-    return rows, _cut(sum_bits(x)[pair // K][:, None] + col[experts], w13.dtype)
+    return rows, _cut(sum_bits(x)[pair // K][:, None] + col[experts], x.dtype)
 
 
 def expected_down(h, w2, al: ex.Alignment, topk_weights):
@@ -344,8 +362,8 @@ def expected_down(h, w2, al: ex.Alignment, topk_weights):
     col = torch.zeros(w2.shape[:2], dtype=torch.int64, device=w2.device)
     for e in torch.unique(experts).tolist():
         col[e] = sum_bits(w2[e])
-    rw = int_view(topk_weights.flatten()[pair].to(w2.dtype)).long()
-    return pair, _cut((sum_bits(h[rows]) + rw)[:, None] + col[experts], w2.dtype)
+    rw = int_view(topk_weights.flatten()[pair].to(h.dtype)).long()
+    return pair, _cut((sum_bits(h[rows]) + rw)[:, None] + col[experts], h.dtype)
 
 
 # ---------------------------------------------------------------------------------------------

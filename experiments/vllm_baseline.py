@@ -43,12 +43,14 @@ import os
 import time
 import traceback
 
+import expert_knobs as kn
 import harness
 import torch
 from fp8_expert import moe_bf16_operands
 
 import warpdecode as wd
 from bench.timing import capture_poisoned, read_ceiling, time_interleaved
+from warpdecode import expert as ex
 from warpdecode.workload import make_inputs
 
 #: Layers that are not presets: few, wide experts (Phi-3.5-MoE's routed layer), and many narrow ones
@@ -59,6 +61,9 @@ SHAPES = {s.name: s for s in (PHI, DSV2_LITE)}
 DEFAULTS = {"bf16": ["qwen3-30b-a3b", "olmoe-1b-7b", "phi-3.5-moe", "gpt-oss-20b"],
             "fp8": ["qwen3-30b-a3b", "qwen3-235b-a22b", "olmoe-1b-7b"]}
 TS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+#: version fp8 times the expert path's launches with no math (``expert no math``: their bound) from this T on,
+#: where the expert path runs them with fp16 rows.
+NO_MATH_FROM_T = 16
 BLOCK = [128, 128]
 #: Error over the bf16 rounding floor a method may have and still be timed: bf16 paths (vLLM rounds
 #: the intermediate to bf16 after each GEMM and the activation); vLLM's w8a8, whose activations are
@@ -80,7 +85,9 @@ def measure(case: harness.Case, methods: dict, reps: int) -> dict:
     """{label: (µs per layer call, error over the bf16 floor)} for ``methods`` ({label: (fn(x, layer,
     inputs), tolerance)}): each captured in one CUDA graph over the case's layer copies (outputs
     poisoned first), copy 0's output checked against float64 and every output for NaN, then the
-    checked graphs timed together. A method that fails its check or its capture is printed and left out."""
+    checked graphs timed together. A method that fails its check or its capture is printed and left out. A
+    tolerance of None marks a bound, not a layer (the expert path's launches with no math, their loads checked
+    bit for bit before): its output is not checked, and its error is None."""
     steps = list(zip(case.layers, case.inputs, strict=True))
     floor = wd.rounding_floor(case.ref, torch.bfloat16)
     graphs, errs = {}, {}
@@ -90,6 +97,9 @@ def measure(case: harness.Case, methods: dict, reps: int) -> dict:
         except Exception as e:  # noqa: BLE001  the row is missing and the log says why
             print(f"ERROR {case.shape.name} T={case.T} {label}: {type(e).__name__}: {str(e)[:300]}", flush=True)
             torch.cuda.synchronize()
+            continue
+        if tol is None:
+            graphs[label], errs[label] = g, None
             continue
         err = wd.rel_error(outs[0], case.ref) / floor
         nan = any(bool(y.isnan().any()) for y in outs)
@@ -105,8 +115,10 @@ def measure(case: harness.Case, methods: dict, reps: int) -> dict:
 def write_case(case, version: str, results: dict, configs: dict, plans: dict, deadline_note: str = "") -> list[dict]:
     rows = []
     for label, (us, err) in results.items():
-        r = harness.row(case, us=us, err=err, experiment="vllm_baseline", version=version, variant=label,
-                        config=harness.literal(configs.get(label)), run=RUN)
+        r = harness.row(case, us=us, err=math.nan if err is None else err, experiment="vllm_baseline",
+                        version=version, variant=label, config=harness.literal(configs.get(label)), run=RUN)
+        if err is None:  # a bound: no output to check
+            r["error_over_floor"] = ""
         r["detail"] = harness.literal(plans.get(label))
         rows.append(r)
     harness.write("vllm_baseline", rows)
@@ -114,7 +126,8 @@ def write_case(case, version: str, results: dict, configs: dict, plans: dict, de
 
 
 def print_case(case, results: dict, vllm_label: str | None):
-    parts = [f"{label} {us:8.2f} µs (err {err:.2f})" for label, (us, err) in results.items()]
+    parts = [f"{label} {us:8.2f} µs" + (f" (err {err:.2f})" if err is not None else " (bound)")
+             for label, (us, err) in results.items()]
     line = f"{case.shape.name:16s} T={case.T:<4d} " + "  ".join(parts)
     if vllm_label in results:
         base = results[vllm_label][0]
@@ -224,10 +237,31 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
                                                              method="expert", act_format="fp8"), TOL["w8a8"])
         methods["expert bf16 operands"] = (lambda x, layer, i: moe_bf16_operands(
             x, layer[4], layer[5], i.topk_weights, i.topk_ids), TOL["fp8 weights"])
+        cfg = ex.launch_config(i0.x, lay0[4], i0.topk_ids)
+        if case.T >= NO_MATH_FROM_T and ex.activation_rows(i0.x, lay0[4], "native", cfg["BLOCK_M"]) == "f16":
+            # the bound of the expert path's launches: the same six with no math in the GEMMs, same config
+            check_fp8_rows_nomath(i0.x, lay0[4], lay0[5], i0.topk_weights, i0.topk_ids, cfg)
+            methods["expert no math"] = (lambda x, layer, i, cfg=cfg: kn.moe_fp8_rows(
+                x, layer[4], layer[5], i.topk_weights, i.topk_ids, config=cfg), None)
+            configs["expert no math"] = cfg
         results = measure(case, methods, reps)
         print_case(case, results, vl)
         rows += write_case(case, "fp8", results, configs, plans)
     return rows
+
+
+def check_fp8_rows_nomath(x, f13, f2, tw, ids, cfg: dict):
+    """The no-math GEMMs of :func:`expert_knobs.moe_fp8_rows` store what PyTorch says they must (every e4m3
+    weight and fp16 row they load summed in), bit for bit, so every load ran."""
+    al = ex.align(ids, f13.shape[0], cfg["BLOCK_M"])
+    a, _ = ex.quantize(x, None, "f16")
+    h = kn.gate_up(a, f13.weight, al, cfg["gate_up"], ids.shape[1])
+    rows, want = kn.expected_gate_up(a, f13.weight, al, ids.shape[1])
+    assert torch.equal(kn.int_view(h[rows]), kn.int_view(want)), ("gate/up", cfg)
+    h, _ = ex.quantize(h, al, "f16")
+    o = kn.down(h, f2.weight, al, tw, cfg["down"])
+    pairs, want = kn.expected_down(h, f2.weight, al, tw)
+    assert pairs.numel() == ids.numel() and torch.equal(kn.int_view(o[pairs]), kn.int_view(want)), ("down", cfg)
 
 
 # -- the CPU check -----------------------------------------------------------------------------------
@@ -235,8 +269,9 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
 def check_cpu(args) -> int:
     """vLLM's path end to end in Triton's interpreter (its GEMM kernel as it ships, the compiled ops'
     substitutes), beside warpdecode.moe, against float64: fp32 activations and weights (the
-    interpreter's dot is exact there), the aligned and the one-block-per-pair assignment, and the
-    FP8 w8a8 path on block-128 weights. Skips vLLM, saying why, where its bundle is missing."""
+    interpreter's dot is exact there), the aligned and the one-block-per-pair assignment, the
+    FP8 w8a8 path on block-128 weights, and the expert path's launches with no math on them. Skips vLLM, saying
+    why, where its bundle is missing."""
     try:
         v = load_vllm(args, cpu=True)
     except FileNotFoundError as e:
@@ -273,6 +308,9 @@ def check_cpu(args) -> int:
             err = wd.rel_error(y, ref) / floor
             print(f"check fp8 T={T} {label}: error {err:.2f} × the bf16 floor (bound {tol})")
             assert err <= tol and not bool(y.isnan().any()), (label, err)
+        cfg = ex.launch_config(x, f13, ids)
+        check_fp8_rows_nomath(x, f13, f2, tw, ids, cfg)
+        print(f"check fp8 T={T} expert no math: every load's bits in its output ({cfg['BLOCK_M']}-row tiles)")
     print("check: vLLM " + ("ran through " + v.label() if v else "SKIPPED") + "; every output within its bound")
     return 0
 
