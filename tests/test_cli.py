@@ -629,6 +629,38 @@ def test_report_fp8_bound_block_sets_the_pair_against_its_no_math_launches_and_v
     assert "| 8 |" not in table  # vLLM alone: no pair row
 
 
+def test_report_fp8_expert_bound_block_sets_the_expert_path_against_its_no_math_launches(tmp_path):
+    """vllm_baseline.csv's FP8 cells with ``expert no math``: auto, the expert path and vLLM over those launches;
+    cells without the bound are left out, a later row replaces an earlier one, and the bound's blank error does
+    not enter the vLLM block's error medians."""
+    import csv
+
+    from bench import data, report
+
+    root = _report_checkout(tmp_path)
+    assert report.fp8_expert_bound_table(H200, root) is None
+    folder = data.experiments_dir(H200, root)
+    folder.mkdir(parents=True)
+    meta = {"gpu": H200, "torch": "2.11", "triton": "3.6.0", "frac_ceiling": 0.5, "commit": "abc1234"}
+    rows = [{"version": "fp8", "variant": v, "preset": p, "T": T, "us": us, "error_over_floor": err,
+             "detail": detail, **meta} for p, T, v, us, err, detail in [
+        ("olmoe-1b-7b", 256, "vllm w8a8", 140.0, 26.0, "{'vllm': '0.34.0'}"),
+        ("olmoe-1b-7b", 256, "auto", 300.0, 2.9, "{'method': 'expert'}"),
+        ("olmoe-1b-7b", 256, "auto", 200.0, 2.9, "{'method': 'expert'}"),
+        ("olmoe-1b-7b", 256, "expert", 201.0, 2.9, "{'method': 'expert'}"),
+        ("olmoe-1b-7b", 256, "expert no math", 160.0, "", ""),
+        ("olmoe-1b-7b", 4, "vllm w8a8", 40.0, 26.0, "{'vllm': '0.34.0'}"),
+        ("olmoe-1b-7b", 4, "auto", 30.0, 1.0, "{'method': 'warp'}")]]
+    with (folder / "vllm_baseline.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    table = report.fp8_expert_bound_table(H200, root)
+    assert "| 3.6.0 | olmoe-1b-7b | 256 | 200.0 (expert) | 201.0 | 160.0 | 1.26× | 140.0 | 0.70 | 0.88 |" in table
+    assert "| 4 |" not in table
+    assert "expert no math (fp8)" not in report.vllm_table(H200, root)
+
+
 def test_report_defaults_table_takes_each_releases_worst_row(tmp_path):
     """Per defaults report, the worst row of each figure with where it is: a rerun file's rows replace
     the first file's, auto is over the faster of its two paths with the same tables, and an expert
