@@ -630,7 +630,7 @@ def test_report_fp8_bound_block_sets_the_pair_against_its_no_math_launches_and_v
 
 
 def test_report_fp8_expert_bound_block_sets_the_expert_path_against_its_no_math_launches(tmp_path):
-    """vllm_baseline.csv's FP8 cells with ``expert no math``: auto, the expert path and vLLM over those launches;
+    """vllm_baseline.csv's FP8 cells with ``expert no math`` (every GPU's): auto, the expert path and vLLM over them;
     cells without the bound are left out, a later row replaces an earlier one, and the bound's blank error does
     not enter the vLLM block's error medians."""
     import csv
@@ -638,7 +638,7 @@ def test_report_fp8_expert_bound_block_sets_the_expert_path_against_its_no_math_
     from bench import data, report
 
     root = _report_checkout(tmp_path)
-    assert report.fp8_expert_bound_table(H200, root) is None
+    assert report.fp8_expert_bound_table(root) is None
     folder = data.experiments_dir(H200, root)
     folder.mkdir(parents=True)
     meta = {"gpu": H200, "torch": "2.11", "triton": "3.6.0", "frac_ceiling": 0.5, "commit": "abc1234"}
@@ -655,8 +655,9 @@ def test_report_fp8_expert_bound_block_sets_the_expert_path_against_its_no_math_
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    table = report.fp8_expert_bound_table(H200, root)
-    assert "| 3.6.0 | olmoe-1b-7b | 256 | 200.0 (expert) | 201.0 | 160.0 | 1.26× | 140.0 | 0.70 | 0.88 |" in table
+    table = report.fp8_expert_bound_table(root)
+    assert ("| NVIDIA H200 | 3.6.0 | olmoe-1b-7b | 256 | 200.0 (expert) | 201.0 | 160.0 | 1.26× | 140.0 | 0.70 | 0.88 |"
+            in table)
     assert "| 4 |" not in table
     assert "expert no math (fp8)" not in report.vllm_table(H200, root)
 
