@@ -57,7 +57,7 @@ DEVICE = "cuda"
 SPEED_T = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WARP_T = (1, 2, 4, 8)  # where the bar compares FP8 warp decode with bf16 warp decode
 LESSON_T = (1, 8, 64)
-BAR = {"qwen3_t1_us": 12.0, "speedup": 1.6, "warp_error_over_floor": 1.1, "auto_over_faster": 1.05}
+BAR = {"speedup": 1.6, "warp_error_over_floor": 1.1, "auto_over_faster": 1.05}
 
 #: The FP8 pair's candidate tiles, tried at T = 1 on each preset (the default is always among them).
 #: Gate/up: one row on one warp (the defaults), and two or four rows per program, which share the
@@ -411,9 +411,9 @@ def figures(speed_rows: list[dict], accuracy_rows: list[dict]) -> list[str]:
     s = speed_rows
     t1 = us(s, preset="qwen3-30b-a3b", T=1, method="warp", weights="block128")
     t1_16 = us(s, preset="qwen3-30b-a3b", T=1, method="warp", weights="bf16")
+    # the T = 1 bar is against vLLM's w8a8 time, timed beside it by experiments/vllm_baseline.py --version fp8
     out.append(f"qwen3-30b-a3b T=1: FP8 (block128) warp decode {t1:.2f} µs, the faster of the default and "
-               f"searched tiles (bar ≤ {BAR['qwen3_t1_us']} µs; bf16 "
-               f"warp {t1_16:.2f} µs): {verdict(t1 <= BAR['qwen3_t1_us'])}")
+               f"searched tiles (bf16 warp {t1_16:.2f} µs; against vLLM's w8a8: experiments/vllm_baseline.py)")
     for f in quant.FORMATS:
         for p in sorted({r["preset"] for r in s}):
             ratios = {T: us(s, preset=p, T=T, method="warp", weights="bf16") / us(s, preset=p, T=T, method="warp",
