@@ -64,7 +64,7 @@ class Job:
 
     module: str
     name: str
-    args: dict  # argument -> torch dtype (a pointer to that dtype) or int (an example value)
+    args: dict  # argument -> torch dtype (a pointer to that dtype), int (an example value) or "tensordesc<…>"
     constexprs: dict
     num_warps: int = 4
     num_stages: int = 3
@@ -95,15 +95,30 @@ def arch_name(arch: int) -> str:
     return f"sm_{arch}{'a' if arch >= 90 else ''}"
 
 
+def _is_desc(v) -> bool:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return isinstance(v, TensorDescriptor)
+
+
+def _desc_type(v) -> str:
+    """A host TensorDescriptor argument as a launch specializes it: ``tensordesc<dtype[block shape]>``."""
+    from triton.runtime.jit import mangle_type
+
+    return mangle_type(v)
+
+
 def job(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages: int = 3, arch: int = 90) -> Job:
     """A :class:`Job` for ``kernel``; ``args`` values may be tensors (any device, ``meta`` is fine),
-    dtypes, or ints. An argument left out takes its default; None is a constexpr, as a launch specializes it."""
+    dtypes, ints or host TensorDescriptors (kept as their type). An argument left out takes its default; None is a
+    constexpr, as a launch specializes it."""
     fn = getattr(kernel, "fn", kernel)
     params = inspect.signature(fn).parameters
     given = {**{n: p.default for n, p in params.items() if p.default is not p.empty}, **args, **constexprs}
     const = {n for n, v in given.items() if n in constexprs or v is None or params[n].annotation in (tl.constexpr,
                                                                                                     "tl.constexpr")}
-    spec = {k: (v.dtype if isinstance(v, torch.Tensor) else v) for k, v in given.items() if k not in const}
+    spec = {k: (v.dtype if isinstance(v, torch.Tensor) else _desc_type(v) if _is_desc(v) else v)
+            for k, v in given.items() if k not in const}
     return Job(fn.__module__, fn.__name__, spec, {n: given[n] for n in const}, num_warps, num_stages, arch)
 
 
@@ -119,6 +134,8 @@ def _source(kernel, j: Job) -> tuple[dict, dict]:
         if isinstance(v, torch.dtype):
             signature[name] = "*" + _TORCH_TO_TT[v]
             attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, str):  # a TensorDescriptor's type
+            signature[name] = v
         else:
             v = int(v)
             signature[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
@@ -153,7 +170,7 @@ def _compile_here(j: Job) -> Compiled:
 def compile_key(j: Job) -> tuple:
     """What decides a job's binary: two jobs with equal keys compile to the same code (integer
     arguments count only by their width and their divisibility by 16, as a launch specializes them)."""
-    kind = {k: (str(v) if isinstance(v, torch.dtype) else
+    kind = {k: (str(v) if isinstance(v, (torch.dtype, str)) else
                 ("i32" if -(2**31) <= int(v) < 2**31 else "i64", int(v) % 16 == 0)) for k, v in j.args.items()}
     return (j.module, j.name, repr(sorted(kind.items())), repr(sorted(j.constexprs.items())), j.num_warps,
             j.num_stages, j.arch)

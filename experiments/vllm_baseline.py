@@ -17,10 +17,12 @@ E = 32, K = 4), T = 1 … 256.
 version fp8: vLLM's FP8 w8a8 path (``use_fp8_w8a8``, ``block_shape`` [128, 128]: weights block-scaled,
 activations quantized per token group of 128 as vLLM does) beside ``warpdecode.moe`` on FP8
 weights (auto, and the paths it picks among: the warp pair, the grouped schedule, the expert path) built
-from the same e4m3 bytes and scales (``warpdecode.experts_from_checkpoint``), and the expert path two more
-ways: w8a8 (``act_format="fp8"``) and with bf16 GEMM operands at every tile (:func:`moe_bf16_operands`; the
+from the same e4m3 bytes and scales (``warpdecode.experts_from_checkpoint``), and the expert path more
+ways: w8a8 (``act_format="fp8"``), with bf16 GEMM operands at every tile (:func:`moe_bf16_operands`; the
 expert path gives FP8 weights fp16 rows up to ``expert.F16_ROWS_MAX_BLOCK_M``; rows of runs before that
-rule name ``fp8_expert.moe_f16``'s fp16 rows ``expert f16 rows``);
+rule name ``fp8_expert.moe_f16``'s fp16 rows ``expert f16 rows``), its config with the weight tiles by TMA
+(``expert tma``: ``W_TMA``, as vLLM's w8a8 path loads its weights on Hopper), and from T = 16 its launches
+with no math (``expert no math``: their bound);
 Qwen3-30B-A3B, Qwen3-235B-A22B, OLMoE-1B-7B, T = 1 … 256 (``--presets`` also takes the layers that are not
 presets: phi-3.5-moe, deepseek-v2-lite, H = 2048, I = 1408, E = 64, K = 6).
 
@@ -37,6 +39,7 @@ and vLLM's time over warpdecode's. ``--budget-s`` ends the sweep in time (the ca
 from __future__ import annotations
 
 import collections
+import copy
 import csv
 import math
 import os
@@ -238,6 +241,11 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
         methods["expert bf16 operands"] = (lambda x, layer, i: moe_bf16_operands(
             x, layer[4], layer[5], i.topk_weights, i.topk_ids), TOL["fp8 weights"])
         cfg = ex.launch_config(i0.x, lay0[4], i0.topk_ids)
+        tma = tma_config(cfg, lay0[4], lay0[5])
+        if tma is not None:  # the same config, its weight tiles by TMA (W_TMA) where the boxes tile the weights
+            methods["expert tma"] = (lambda x, layer, i, tma=tma: ex.moe_expert(
+                x, layer[4], layer[5], i.topk_weights, i.topk_ids, config=tma), TOL["fp8 weights"])
+            configs["expert tma"] = tma
         if case.T >= NO_MATH_FROM_T and ex.activation_rows(i0.x, lay0[4], "native", cfg["BLOCK_M"]) == "f16":
             # the bound of the expert path's launches: the same six with no math in the GEMMs, same config
             check_fp8_rows_nomath(i0.x, lay0[4], lay0[5], i0.topk_weights, i0.topk_ids, cfg)
@@ -248,6 +256,15 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
         print_case(case, results, vl)
         rows += write_case(case, "fp8", results, configs, plans)
     return rows
+
+
+def tma_config(cfg: dict, f13, f2) -> dict | None:
+    """``cfg`` with ``W_TMA`` on each GEMM whose weight tiles TMA boxes can copy (``expert.weight_tma_problem``);
+    None where neither's can."""
+    out, (_, two_i, H) = copy.deepcopy(cfg), f13.shape
+    for gemm, w, n, k in (("gate_up", f13.weight, two_i // 2, H), ("down", f2.weight, H, two_i // 2)):
+        out[gemm]["W_TMA"] = ex.weight_tma_problem(cfg[gemm], w, n, k, gemm) is None
+    return out if out["gate_up"]["W_TMA"] or out["down"]["W_TMA"] else None
 
 
 def check_fp8_rows_nomath(x, f13, f2, tw, ids, cfg: dict):
@@ -309,6 +326,10 @@ def check_cpu(args) -> int:
             print(f"check fp8 T={T} {label}: error {err:.2f} × the bf16 floor (bound {tol})")
             assert err <= tol and not bool(y.isnan().any()), (label, err)
         cfg = ex.launch_config(x, f13, ids)
+        tma = tma_config(cfg, f13, f2)
+        y = ex.moe_expert(x, f13, f2, tw, ids, config=tma)
+        assert torch.equal(y, ex.moe_expert(x, f13, f2, tw, ids, config=cfg)), "W_TMA changed the bits"
+        print(f"check fp8 T={T} expert tma: the pointer loads' bits")
         check_fp8_rows_nomath(x, f13, f2, tw, ids, cfg)
         print(f"check fp8 T={T} expert no math: every load's bits in its output ({cfg['BLOCK_M']}-row tiles)")
     print("check: vLLM " + ("ran through " + v.label() if v else "SKIPPED") + "; every output within its bound")

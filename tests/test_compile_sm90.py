@@ -138,6 +138,18 @@ SCENARIOS = [
     ("odd-T=3-expert-w8a8-mxfp8", "expert", ODD, 3, BF16, dict(weights="mxfp8", act_format="fp8"), DEFAULTS),
     ("mixtral-T=256-expert-fp8w-block128-defaults", "expert", MIXTRAL, 256, BF16, dict(weights="block128"),
      DEFAULTS),
+    # W_TMA (a config flag): the weight tiles by TMA from a host TensorDescriptor, plain 16-row tiles (T = 64) and
+    # transposed (T = 8), FP8 weights and bf16
+    ("qwen3-30b-T=64-expert-fp8w-block128-tma", "expert", QWEN, 64, BF16, dict(weights="block128", config={
+        "BLOCK_M": 16,
+        "gate_up": {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4, "W_TMA": True},
+        "down": {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4, "W_TMA": True}}),
+     DEFAULTS),
+    ("qwen3-30b-T=8-expert-tma-swap-ab", "expert", QWEN, 8, BF16, dict(config={"BLOCK_M": 16,
+        "gate_up": {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4, "SWAP_AB": True,
+                    "W_TMA": True},
+        "down": {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 3, "SWAP_AB": True,
+                 "W_TMA": True}}), DEFAULTS),
     ("mixtral-T=256-expert-w8a8-mxfp8-defaults", "expert", MIXTRAL, 256, BF16,
      dict(weights="mxfp8", act_format="fp8"), DEFAULTS),
 ]
@@ -270,6 +282,20 @@ def test_compiles_for_sm90a(built, name):
     assert c.name == SPECS[name].name and c.num_warps == SPECS[name].num_warps
     assert ".target sm_90a" in c.asm["ptx"]
     assert len(c.asm["cubin"]) > 0
+
+
+def test_weight_tiles_by_tma_only_where_the_config_asks(built):
+    """A W_TMA GEMM copies its weight tiles with TMA (cp.async.bulk.tensor) and multiplies on the tensor cores, without
+    spills; a GEMM without it issues no TMA copy."""
+    tma = [n for n in GEMM if SPECS[n].constexprs.get("W_TMA")]
+    assert len(tma) == 4, tma
+    for n in GEMM:
+        ptx = built[n].asm["ptx"]
+        assert ("cp.async.bulk.tensor" in ptx) == (n in tma), n
+        if n in tma:
+            assert "wgmma" in ptx or "mma.sync" in ptx, n
+            report = compiled.ptxas_report(built[n])
+            assert report["spill_stores"] == 0 and report["spill_loads"] == 0, (n, report)
 
 
 @pytest.mark.parametrize("name", WARP)

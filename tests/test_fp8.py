@@ -363,6 +363,39 @@ def test_expert_fp16_rows_give_the_weight_only_bits(case, fmt, seed, monkeypatch
     assert not rows.isnan().any() and torch.equal(rows.view(torch.int16), widened.view(torch.int16))
 
 
+TMA_CASE = Case("tiled-H=256-I=128-E=7", T=16, H=256, I=128, E=7, K=2)  # boxes tile both GEMMs at every test tile
+
+
+@pytest.mark.parametrize("weights", [*FORMATS, "bf16"])
+def test_expert_weight_tiles_by_tma_give_the_same_bits(weights, seed, monkeypatch):
+    """``W_TMA`` (a config flag: each weight tile one TMA copy from a host TensorDescriptor, vLLM's USE_TMA_B) gives
+    the pointer loads' bits, plain and transposed (SWAP_AB), FP8 (both formats) and bf16 weights, poisoned; a
+    config whose boxes would not tile the weights is refused by name before any launch."""
+    import copy
+
+    from warpdecode import expert as ex
+
+    (x, q13, q2, tw, ti), (w13, w2) = fp8_inputs(TMA_CASE, FORMATS[0] if weights == "bf16" else weights, seed)
+    a, b = (w13, w2) if weights == "bf16" else (q13, q2)
+    for swap in (False, True):
+        cfg = copy.deepcopy(ex.launch_config(x, a, ti))
+        for g in ("gate_up", "down"):
+            cfg[g]["SWAP_AB"] = swap
+        with poisoned():
+            plain = ex.moe_expert(x, a, b, tw, ti, config=cfg)
+            for g in ("gate_up", "down"):
+                cfg[g]["W_TMA"] = True
+            tma = ex.moe_expert(x, a, b, tw, ti, config=cfg)
+        assert not plain.isnan().any() and torch.equal(plain.view(torch.int16), tma.view(torch.int16)), swap
+    cfg["gate_up"]["BLOCK_N"] = 2 * TMA_CASE.I
+    launched = []
+    tripwire = type("Tripwire", (), {"__getitem__": lambda _, grid: launched.append(grid)})
+    monkeypatch.setattr(kx, "moe_align_kernel", tripwire())
+    with pytest.raises(ValueError, match=r"gate_up.W_TMA needs BLOCK_N to divide 128"):
+        ex.moe_expert(x, a, b, tw, ti, config=cfg)
+    assert not launched
+
+
 def test_auto_counts_one_byte_weights():
     """The cost model reads FP8 weights as 1-byte ones: warp decode's share of extra L2 reads halves
     with the bytes, so the modelled crossover does not move below the bf16 one."""

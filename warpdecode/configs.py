@@ -107,7 +107,7 @@ TILES = {
     "pair": ({"BLOCK_I": "pow2", "BLOCK_H": "pow2", "num_warps": "warps", "num_stages": "count"}, {"SUB_H": "pow2"}),
     "grouped": ({"BLOCK_I": "dot", "BLOCK_H": "dot", "num_warps": "warps", "num_stages": "count"}, {}),
     "gemm": ({"BLOCK_N": "dot", "BLOCK_K": "dot", "GROUP_M": "count", "num_warps": "warps", "num_stages": "count"},
-             {"HALF_M": "flag", "SWAP_AB": "flag"}),
+             {"HALF_M": "flag", "SWAP_AB": "flag", "W_TMA": "flag"}),
     "expert": ({"BLOCK_M": "dot"}, {}),  # align pads each expert's rows to BLOCK_M, the GEMMs' M side
 }
 

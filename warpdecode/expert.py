@@ -120,6 +120,28 @@ def _weight_operands(w) -> tuple:
             {"W_FP8": True, "W_GROUP_N": w.GROUP_N, "W_GROUP_K": w.GROUP_K, "W_E8M0": w.FORMAT == "mxfp8"})
 
 
+def weight_tma_problem(cfg: dict, w: torch.Tensor, n: int, k: int, gemm: str) -> str | None:
+    """Why ``W_TMA`` cannot load the weight tiles of ``w`` ((E, rows, k) bytes; the GEMM's ``n`` output rows per
+    expert: I for gate/up, whose up rows follow, H for down) in boxes of (1, BLOCK_N, BLOCK_K), or None where it
+    can: the boxes must tile the matrix (vLLM's ``USE_TMA_B`` conditions) and TMA takes 16-byte-aligned rows."""
+    bn, bk = cfg["BLOCK_N"], cfg["BLOCK_K"]
+    if n % bn or k % bk:
+        return (f"config {gemm}.W_TMA needs BLOCK_N to divide {n} and BLOCK_K to divide {k} (each TMA box one whole "
+                f"tile of the weights), got BLOCK_N={bn}, BLOCK_K={bk}")
+    if not w.is_contiguous() or (k * w.element_size()) % 16 or w.data_ptr() % 16:
+        return f"config {gemm}.W_TMA needs contiguous weights with 16-byte-aligned rows ({k} × {w.element_size()} B)"
+    return None
+
+
+def _weight_desc(cfg: dict, w: torch.Tensor) -> dict:
+    """The weight-tile meta-parameters: ``W_TMA`` and its TensorDescriptor where the config asks for it."""
+    if not cfg.get("W_TMA", False):
+        return {"W_TMA": False}
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return {"W_TMA": True, "w_desc": TensorDescriptor.from_tensor(w, [1, cfg["BLOCK_N"], cfg["BLOCK_K"]])}
+
+
 def _gemm_meta(cfg: dict, block_m: int, a_scales, dtype, w=None) -> dict:
     """A GEMM's launch parameters: ``HALF_M`` (default off) runs a half-padding block as BLOCK_M/2 rows;
     ``SWAP_AB`` (default off) transposes the tile, weight rows on the tensor cores' M axis."""
@@ -154,7 +176,7 @@ def gate_up(a, a_scales, w13: torch.Tensor, al: Alignment, cfg: dict, *, gather_
         a, scales, w, w_scales, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded,
         al.EM, H, I, al.num_pairs, max(gather_k, 1), s_up, a.stride(0), scales.stride(0), w.stride(0), w.stride(1),
         *s_strides, out.stride(0), GATHER=gather_k > 0, **_gemm_meta(cfg, al.block_m, a_scales, w13.dtype, w13),
-        **w_meta, **_pdl(pdl),
+        **w_meta, **_weight_desc(cfg, w), **_pdl(pdl),
     )
     return out
 
@@ -171,7 +193,7 @@ def down(h, h_scales, w2: torch.Tensor, al: Alignment, topk_weights: torch.Tenso
         h, scales, w, w_scales, out, al.sorted_token_ids, al.expert_ids, al.num_tokens_post_padded, topk_weights,
         al.EM, H, I, al.num_pairs, h.stride(0), scales.stride(0), w.stride(0), w.stride(1), *s_strides,
         out.stride(0), SCATTER=scatter, **_gemm_meta(cfg, al.block_m, h_scales, w2.dtype, w2), **w_meta,
-        **_pdl(pdl),
+        **_weight_desc(cfg, w), **_pdl(pdl),
     )
     return out
 
@@ -214,6 +236,12 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     (default): where the GPU has it unless ``WARPDECODE_PDL=0``; False: as vLLM. pdl gives the same bits."""
     E, K = w13.shape[0], topk_ids.shape[1]
     cfg = launch_config(x, w13, topk_ids, act_format, config)
+    _, two_i, H = w13.shape
+    for gemm, w, n, k in (("gate_up", w13, two_i // 2, H), ("down", w2, H, two_i // 2)):
+        if cfg[gemm].get("W_TMA", False):  # before any launch
+            problem = weight_tma_problem(cfg[gemm], w.weight if is_fp8(w) else w, n, k, gemm)
+            if problem:
+                raise ValueError(problem)
     rows = activation_rows(x, w13, act_format, cfg["BLOCK_M"])
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
     pdl = (_runtime.USE_PDL if pdl is None else pdl) and rows == "native"

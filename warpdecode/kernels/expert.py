@@ -24,6 +24,11 @@ BLOCK_K divides the scale group (128 or 32), so each step is scaled once in FP32
 (vLLM's block-FP8 GEMM). Weight-only: Q widened to bf16 (exactly) against bf16 A; w8a8 (``A_FP8``):
 A is e4m3 with per-row 1×128 scales s_a, both operands on the FP8 tensor cores as they are.
 
+Weight tiles by TMA (``W_TMA``, vLLM's ``USE_TMA_B``; off by default, a tuner candidate): each K step's weight
+tile is one TMA copy of a (1, BLOCK_N, BLOCK_K) box of a host-made TensorDescriptor (expert, row, column) into
+shared memory, in place of BLOCK_N·BLOCK_K/16-byte pointer loads; the same bytes. The launcher allows it where the
+boxes tile the matrix (rows per GEMM and K divisible by the box, 16-byte-aligned rows).
+
 Index arrays (all int32, on the device)
 ---------------------------------------
 topk_ids            (T, K)       expert of each (token, slot) pair; pair p = t*K + j
@@ -192,8 +197,23 @@ def _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M: tl.constexpr
 
 
 @triton.jit
+def _weight_tile(ptrs, desc, e, n0, k0, mask, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SWAP_AB: tl.constexpr,
+                 W_TMA: tl.constexpr):
+    """One K step's weight tile, (BLOCK_K, BLOCK_N), or (BLOCK_N, BLOCK_K) with SWAP_AB: ``W_TMA``, one TMA copy of
+    the (1, BLOCK_N, BLOCK_K) box at expert e, row n0, column k0 of ``desc`` (vLLM's ``USE_TMA_B``; the launcher
+    checks the boxes tile the matrix), else the masked pointer load."""
+    if W_TMA:
+        w = desc.load([e.to(tl.int32), n0, k0]).reshape([BLOCK_N, BLOCK_K])
+        if not SWAP_AB:
+            w = tl.trans(w)
+        return w
+    else:
+        return tl.load(ptrs + k0, mask=mask, other=0.0)
+
+
+@triton.jit
 def _gate_up_rows(
-    a_ptr, a_scale_ptr, w13_ptr, w_scale_ptr, out_ptr, sorted_token_ids_ptr,
+    a_ptr, a_scale_ptr, w13_ptr, w_desc, w_scale_ptr, out_ptr, sorted_token_ids_ptr,
     e,  # the block's expert (int64)
     m0,  # its first row of sorted_token_ids
     pid_n,  # its block of BLOCK_N neurons
@@ -203,6 +223,7 @@ def _gate_up_rows(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_FP8: tl.constexpr, DOT_FP32: tl.constexpr,
     PRECISION: tl.constexpr, GATHER: tl.constexpr, SWAP_AB: tl.constexpr,
     W_FP8: tl.constexpr, W_GROUP_N: tl.constexpr, W_GROUP_K: tl.constexpr, W_E8M0: tl.constexpr,
+    W_TMA: tl.constexpr,
 ):
     """The gate/up GEMM's tile of ROWS rows × BLOCK_N neurons: K-loop, then SiLU·up and the store.
     SWAP_AB computes the tile transposed: the weight rows on the tensor cores' M axis, the block's
@@ -252,8 +273,9 @@ def _gate_up_rows(
             wmask = mask_n[:, None] & mask_k[None, :]
         else:
             wmask = mask_k[:, None] & mask_n[None, :]
-        wg = tl.load(g_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
-        wu = tl.load(u_ptrs + k0, mask=wmask, other=0.0).to(dot_dtype)
+        wg = _weight_tile(g_ptrs, w_desc, e, pid_n * BLOCK_N, k0, wmask, BLOCK_N, BLOCK_K, SWAP_AB, W_TMA)
+        wu = _weight_tile(u_ptrs, w_desc, e, I + pid_n * BLOCK_N, k0, wmask, BLOCK_N, BLOCK_K, SWAP_AB, W_TMA)
+        wg, wu = wg.to(dot_dtype), wu.to(dot_dtype)
         if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
             sg = _scales(gs_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
             su = _scales(us_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
@@ -300,6 +322,8 @@ def grouped_gate_up_kernel(
     W_GROUP_N: tl.constexpr = 1,  # weight rows per scale: 128 (block128) or 1 (mxfp8)
     W_GROUP_K: tl.constexpr = 128,  # columns per scale: 128 (block128) or 32 (mxfp8); BLOCK_K divides it
     W_E8M0: tl.constexpr = False,  # the weight scales are e8m0 bits (mxfp8)
+    W_TMA: tl.constexpr = False,  # weight tiles by TMA from w_desc (_weight_tile)
+    w_desc=None,  # W_TMA: a TensorDescriptor of w13, box (1, BLOCK_N, BLOCK_K)
 ):
     if USE_PDL:
         gdc_wait()  # align has finished and its index arrays are visible
@@ -310,19 +334,20 @@ def grouped_gate_up_kernel(
         return
     e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
     m0 = pid_m * BLOCK_M
-    args = (a_ptr, a_scale_ptr, w13_ptr, w_scale_ptr, out_ptr, sorted_token_ids_ptr, e, m0, pid_n, H, I, NUM_PAIRS,
-            K, S_UP, stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc, stride_or)
+    args = (a_ptr, a_scale_ptr, w13_ptr, w_desc, w_scale_ptr, out_ptr, sorted_token_ids_ptr, e, m0, pid_n, H, I,
+            NUM_PAIRS, K, S_UP, stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc,
+            stride_or)
     if _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M, HALF_M):
         _gate_up_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER, SWAP_AB,
-                      W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0)
+                      W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0, W_TMA)
     else:
         _gate_up_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, GATHER, SWAP_AB,
-                      W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0)
+                      W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0, W_TMA)
 
 
 @triton.jit
 def _down_rows(
-    a_ptr, a_scale_ptr, w2_ptr, w_scale_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr,
+    a_ptr, a_scale_ptr, w2_ptr, w_desc, w_scale_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr,
     e,  # the block's expert (int64)
     m0,  # its first row of sorted_token_ids
     pid_n,  # its block of BLOCK_N hidden outputs
@@ -331,6 +356,7 @@ def _down_rows(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_FP8: tl.constexpr, DOT_FP32: tl.constexpr,
     PRECISION: tl.constexpr, SCATTER: tl.constexpr, SWAP_AB: tl.constexpr,
     W_FP8: tl.constexpr, W_GROUP_N: tl.constexpr, W_GROUP_K: tl.constexpr, W_E8M0: tl.constexpr,
+    W_TMA: tl.constexpr,
 ):
     """The down GEMM's tile of ROWS rows × BLOCK_N hidden outputs: K-loop, routing weight, store.
 
@@ -366,10 +392,9 @@ def _down_rows(
             else:  # dequantized here, exact in bf16
                 a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
         a = a.to(dot_dtype)
-        if SWAP_AB:
-            w = tl.load(w_ptrs + k0, mask=mask_n[:, None] & mask_k[None, :], other=0.0).to(dot_dtype)
-        else:
-            w = tl.load(w_ptrs + k0, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(dot_dtype)
+        wmask = mask_n[:, None] & mask_k[None, :] if SWAP_AB else mask_k[:, None] & mask_n[None, :]
+        w = _weight_tile(w_ptrs, w_desc, e, pid_n * BLOCK_N, k0, wmask, BLOCK_N, BLOCK_K, SWAP_AB, W_TMA)
+        w = w.to(dot_dtype)
         if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
             w_s = _scales(ws_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
             acc = _scaled_mma(a, w, acc, a_s, w_s, PRECISION, SWAP_AB)
@@ -416,6 +441,8 @@ def grouped_down_kernel(
     W_GROUP_N: tl.constexpr = 1,  # weight rows per scale: 128 (block128) or 1 (mxfp8)
     W_GROUP_K: tl.constexpr = 128,  # columns per scale: 128 (block128) or 32 (mxfp8); BLOCK_K divides it
     W_E8M0: tl.constexpr = False,  # the weight scales are e8m0 bits (mxfp8)
+    W_TMA: tl.constexpr = False,  # weight tiles by TMA from w_desc (_weight_tile)
+    w_desc=None,  # W_TMA: a TensorDescriptor of w2, box (1, BLOCK_N, BLOCK_K)
 ):
     if USE_PDL:
         gdc_wait()
@@ -426,14 +453,15 @@ def grouped_down_kernel(
         return
     e = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
     m0 = pid_m * BLOCK_M
-    args = (a_ptr, a_scale_ptr, w2_ptr, w_scale_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr, e, m0, pid_n,
-            H, I, NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc, stride_or)
+    args = (a_ptr, a_scale_ptr, w2_ptr, w_desc, w_scale_ptr, out_ptr, sorted_token_ids_ptr, topk_weights_ptr, e, m0,
+            pid_n, H, I, NUM_PAIRS, stride_ar, stride_sr, stride_we, stride_wr, stride_wse, stride_wsr, stride_wsc,
+            stride_or)
     if _upper_half_empty(sorted_token_ids_ptr, m0, NUM_PAIRS, BLOCK_M, HALF_M):
         _down_rows(*args, BLOCK_M // 2, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER, SWAP_AB,
-                   W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0)
+                   W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0, W_TMA)
     else:
         _down_rows(*args, BLOCK_M, BLOCK_N, BLOCK_K, A_FP8, DOT_FP32, PRECISION, SCATTER, SWAP_AB,
-                   W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0)
+                   W_FP8, W_GROUP_N, W_GROUP_K, W_E8M0, W_TMA)
 
 
 @triton.jit
