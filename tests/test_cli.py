@@ -325,18 +325,20 @@ def test_retuning_the_pair_keeps_the_schedules_that_still_win(monkeypatch, tmp_p
 
 
 def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatch):
-    """``tune --paths expert_swap``: each bucket's tuned tiles against SWAP_AB on either GEMM or both,
-    timed in two alternated rounds; the fastest form replaces the tuned one only where it is ≥ 1 %
-    faster in both rounds (not where one round's noise says so), and a form that does not launch
-    (out of shared memory: ``_time`` gives None) is passed over."""
+    """``tune --paths expert_swap``: each bucket's tuned tiles against SWAP_AB on either GEMM or both, each also
+    with W_TMA (the weight tiles by TMA) where the boxes tile the weights, timed in two alternated rounds; the
+    fastest form replaces the tuned one only where it is ≥ 1 % faster in both rounds (not where one round's noise
+    says so), and a form that does not launch (out of shared memory: ``_time`` gives None) is passed over; a
+    shape whose tiles TMA boxes cannot tile gets no W_TMA form."""
     from types import SimpleNamespace
 
     from warpdecode import tuner as tune
 
     tile = {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3}
-    buckets = [[T, {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile, SWAP_AB=True)}] for T in (1, 8, 32, 128)]
+    buckets = [[T, {"BLOCK_M": 16, "gate_up": dict(tile), "down": dict(tile, SWAP_AB=True, W_TMA=True)}]
+               for T in (1, 8, 32, 128)]
     speeds = {1: {(): 100.0, ("gate_up",): 99.5, ("down",): 97.0, ("gate_up", "down"): 98.0},  # swap down
-              8: {(): 100.0, ("gate_up",): 99.5, ("down",): None, ("gate_up", "down"): 101.0},  # under 1 %
+              8: {(): 100.0, ("gate_up",): 99.5, ("down",): None, ("gate_up", "down"): 101.0},  # under 1 %: tma
               32: {(): 100.0, ("gate_up",): 95.0, ("down",): None, ("gate_up", "down"): None},  # swap gate/up
               # round 1: swapping gate/up 2 % faster, round 2: plain faster: plain
               128: {(): [100.0, 96.0], ("gate_up",): [98.0, 98.0], ("down",): 100.0, ("gate_up", "down"): 101.0}}
@@ -345,9 +347,12 @@ def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatc
     def fake_time(step, reps):
         cfg, T = step()
         form = tuple(g for g in ("gate_up", "down") if cfg[g].get("SWAP_AB"))
-        calls[(T, form)] = calls.get((T, form), 0) + 1
+        tma = tuple(g for g in ("gate_up", "down") if cfg[g].get("W_TMA"))
+        assert tma in ((), ("gate_up", "down")), tma
+        calls[(T, form, tma)] = calls.get((T, form, tma), 0) + 1
         t = speeds[T][form]
-        return t[calls[(T, form)] - 1] if isinstance(t, list) else t
+        t = t[calls[(T, form, tma)] - 1] if isinstance(t, list) else t
+        return None if t is None else t - 3.0 if (T, form, tma) == (8, (), ("gate_up", "down")) else t + 1.0 * bool(tma)
 
     monkeypatch.setattr(tune, "num_copies", lambda shape: 1)
     monkeypatch.setattr(tune, "make_layers", lambda shape, L, **k: [(None, None)])
@@ -358,13 +363,21 @@ def test_expert_swap_keeps_a_form_only_where_it_is_one_percent_faster(monkeypatc
     out = dict(tune.tune_expert_swap(warpdecode.get_preset("olmoe-1b-7b"), buckets, log=lambda m: seen.setdefault(
         "log", []).append(m)))
     assert out[1]["down"].get("SWAP_AB") and not out[1]["gate_up"].get("SWAP_AB")
+    assert out[8]["gate_up"].get("W_TMA") and out[8]["down"].get("W_TMA")  # plain tiles, weights by TMA
     assert not out[8]["down"].get("SWAP_AB") and not out[8]["gate_up"].get("SWAP_AB")  # the old flag is gone too
     assert out[32]["gate_up"].get("SWAP_AB") and not out[32]["down"].get("SWAP_AB")
     assert not out[128]["gate_up"].get("SWAP_AB") and not out[128]["down"].get("SWAP_AB")
+    assert not any(out[T][g].get("W_TMA") for T in (1, 32, 128) for g in ("gate_up", "down"))  # the old flag too
     assert all(cfg["BLOCK_M"] == 16 and cfg["gate_up"]["BLOCK_N"] == 64 for cfg in out.values())
-    assert set(calls.values()) == {2}  # every form timed once per round
+    assert set(calls.values()) == {2} and len(calls) == 4 * 8  # every form timed once per round, with and without
     assert seen["log"][-1].endswith("plain 100.00/96.00 us; swap gate/up 98.00/98.00 us; swap down 100.00/100.00 us; "
-                                    "swap both 101.00/101.00 us -> plain")
+                                    "swap both 101.00/101.00 us; plain + tma 101.00/97.00 us; swap gate/up + tma "
+                                    "99.00/99.00 us; swap down + tma 101.00/101.00 us; swap both + tma 102.00/102.00 us"
+                                    " -> plain")
+    calls.clear()  # I = 1000: a 64-column box does not tile the gate rows, so no form asks for TMA
+    odd = warpdecode.MoEShape("odd", H=2048, I=1000, E=64, K=8)
+    tune.tune_expert_swap(odd, buckets[:1], log=lambda m: None)
+    assert len(calls) == 4 and all(tma == () for _, _, tma in calls)
 
 
 # ---------------------------------------------------------------------------------------------

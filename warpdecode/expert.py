@@ -124,12 +124,20 @@ def weight_tma_problem(cfg: dict, w: torch.Tensor, n: int, k: int, gemm: str) ->
     """Why ``W_TMA`` cannot load the weight tiles of ``w`` ((E, rows, k) bytes; the GEMM's ``n`` output rows per
     expert: I for gate/up, whose up rows follow, H for down) in boxes of (1, BLOCK_N, BLOCK_K), or None where it
     can: the boxes must tile the matrix (vLLM's ``USE_TMA_B`` conditions) and TMA takes 16-byte-aligned rows."""
+    problem = tma_box_problem(cfg, n, k, w.element_size(), gemm)
+    if problem is None and (not w.is_contiguous() or w.data_ptr() % 16):
+        return f"config {gemm}.W_TMA needs contiguous, 16-byte-aligned weights"
+    return problem
+
+
+def tma_box_problem(cfg: dict, n: int, k: int, elem: int, gemm: str = "gemm") -> str | None:
+    """:func:`weight_tma_problem`'s conditions on the shape alone (weights of ``elem`` bytes an element)."""
     bn, bk = cfg["BLOCK_N"], cfg["BLOCK_K"]
     if n % bn or k % bk:
         return (f"config {gemm}.W_TMA needs BLOCK_N to divide {n} and BLOCK_K to divide {k} (each TMA box one whole "
                 f"tile of the weights), got BLOCK_N={bn}, BLOCK_K={bk}")
-    if not w.is_contiguous() or (k * w.element_size()) % 16 or w.data_ptr() % 16:
-        return f"config {gemm}.W_TMA needs contiguous weights with 16-byte-aligned rows ({k} × {w.element_size()} B)"
+    if (k * elem) % 16:
+        return f"config {gemm}.W_TMA needs 16-byte-aligned weight rows, got {k} × {elem} B"
     return None
 
 

@@ -363,24 +363,35 @@ def tune_expert(shape: MoEShape, Ts=EXPERT_T, reps: int = 30, dropped=(), log=pr
 SWAP_FORMS = {"plain": (), "swap gate/up": ("gate_up",), "swap down": ("down",), "swap both": ("gate_up", "down")}
 
 
-def with_swap(cfg: dict, gemms) -> dict:
-    """The expert config with ``SWAP_AB`` on the named GEMMs only (``gemms=()``: plain)."""
+def with_swap(cfg: dict, gemms, tma=()) -> dict:
+    """The expert config with ``SWAP_AB`` on the named GEMMs only (``gemms=()``: plain), ``W_TMA`` on ``tma``'s."""
     out = dict(cfg)
     for g in ("gate_up", "down"):
-        tile = {k: v for k, v in cfg[g].items() if k != "SWAP_AB"}
-        out[g] = dict(tile, SWAP_AB=True) if g in gemms else tile
+        tile = {k: v for k, v in cfg[g].items() if k not in ("SWAP_AB", "W_TMA")}
+        out[g] = dict(tile, **({"SWAP_AB": True} if g in gemms else {}), **({"W_TMA": True} if g in tma else {}))
     return out
+
+
+def tma_gemms(shape: MoEShape, cfg: dict, weights: str | None) -> tuple:
+    """The GEMMs of ``cfg`` whose weight tiles TMA boxes can copy on ``shape`` (``expert.tma_box_problem``)."""
+    elem = 1 if weights else _DTYPE.itemsize
+    dims = {"gate_up": (shape.I, shape.H), "down": (shape.H, shape.I)}
+    return tuple(g for g, (n, k) in dims.items() if ex.tma_box_problem(cfg[g], n, k, elem) is None)
 
 
 def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, log=print,
                      weights: str | None = None):
-    """SWAP_AB per tuned expert bucket on gate/up, down or both, kept where ≥ 1 % faster in all ``rounds``."""
+    """SWAP_AB per tuned expert bucket on gate/up, down or both, each form also with its weight tiles by TMA
+    (``W_TMA``, on the GEMMs whose boxes tile the weights), kept where ≥ 1 % faster in all ``rounds``."""
     L, w13s, w2s = _layer_copies(shape, weights)
     out = []
     for T, cfg in buckets:
         inputs = make_inputs(shape, T, L, dtype=_DTYPE, seed=4000 + T)
         cols = ([i.x for i in inputs], w13s, w2s, [i.topk_weights for i in inputs], [i.topk_ids for i in inputs])
+        tma = tma_gemms(shape, cfg, weights)
         forms = [(form, with_swap(cfg, gemms)) for form, gemms in SWAP_FORMS.items()]  # "plain" first
+        if tma:
+            forms += [(f"{form} + tma", with_swap(cfg, gemms, tma)) for form, gemms in SWAP_FORMS.items()]
         timed = [[_time(_over_layers(partial(ex.moe_expert, config=c), *cols), reps) for _, c in forms]
                  for _ in range(rounds)]
         faster = [i for i in range(1, len(forms))
