@@ -21,7 +21,8 @@ weight byte, beside the same GEMMs on bf16 weights and with FP8 activations (w8a
   ``experiments/results/compiled/fp8_expert_instructions.csv`` (one per Triton release,
   architecture, T, format and GEMM). ``variant``: ``shipped`` (what ``moe_expert`` launches: with FP8
   weights and bf16 activations, fp16 rows and their 1×128 scales up to ``expert.F16_ROWS_MAX_BLOCK_M``
-  rows), ``bf16 operands`` (the weight-only GEMMs with e4m3 widened to bf16, what runs past that), and
+  rows), ``shipped tma`` (the same with its weight tiles by TMA, ``W_TMA``, where the boxes tile the
+  weights), ``bf16 operands`` (the weight-only GEMMs with e4m3 widened to bf16, what runs past that), and
   from the latter: ``f16 operands``: the weight-only
   GEMMs with the tensor cores' operands in fp16 rather than bf16 (each e4m3 pair one ``F2FP`` to
   f16x2, exactly), each activation row scaled by a power of two into fp16's range (its largest
@@ -218,6 +219,15 @@ def _jobs(arch: int, Ts):
                 steps = triton.cdiv(k_dim, c["BLOCK_K"])
                 gemm = "gate_up" if gate_up else "down"
                 rows.append((T, name, "shipped", gemm, s, nbytes, steps))
+                n_dim = QWEN.I if gate_up else QWEN.H
+                box = {"BLOCK_N": c["BLOCK_N"], "BLOCK_K": c["BLOCK_K"]}
+                if ex.tma_box_problem(box, n_dim, k_dim, elem) is None:  # its weight tiles by TMA (W_TMA)
+                    sc = s.constexprs
+                    dtype = "bf16" if weights is None else "fp8e4nv"
+                    desc = f"tensordesc<{dtype}[1, {sc['BLOCK_N']}, {sc['BLOCK_K']}]>"
+                    tma = dataclasses.replace(s, args={**s.args, "w_desc": desc}, constexprs={
+                        **{k: v for k, v in sc.items() if k != "w_desc"}, "W_TMA": True})
+                    rows.append((T, name, "shipped tma", gemm, tma, nbytes, steps))
                 if weight_only:
                     rows.append((T, name, "bf16 operands", gemm, j, nbytes, steps))
                     f16 = dataclasses.replace(j, module=F16_MODULE)
