@@ -370,7 +370,8 @@ TMA_CASE = Case("tiled-H=256-I=128-E=7", T=16, H=256, I=128, E=7, K=2)  # boxes 
 def test_expert_weight_tiles_by_tma_give_the_same_bits(weights, seed, monkeypatch):
     """``W_TMA`` (a config flag: each weight tile one TMA copy from a host TensorDescriptor, vLLM's USE_TMA_B) gives
     the pointer loads' bits, plain and transposed (SWAP_AB), FP8 (both formats) and bf16 weights, poisoned; a
-    config whose boxes would not tile the weights is refused by name before any launch."""
+    table's W_TMA on weights TMA cannot take runs the pointer loads; a caller's config whose boxes would not tile
+    the weights is refused by name before any launch."""
     import copy
 
     from warpdecode import expert as ex
@@ -387,6 +388,17 @@ def test_expert_weight_tiles_by_tma_give_the_same_bits(weights, seed, monkeypatc
                 cfg[g]["W_TMA"] = True
             tma = ex.moe_expert(x, a, b, tw, ti, config=cfg)
         assert not plain.isnan().any() and torch.equal(plain.view(torch.int16), tma.view(torch.int16)), swap
+    # a table's W_TMA on weights TMA cannot take (a view 2 bytes past 16-byte alignment): the pointer loads instead
+    shifted = torch.empty(w13.numel() + 1, dtype=w13.dtype, device=w13.device)[1:].view_as(w13).copy_(w13)
+    assert shifted.is_contiguous() and shifted.data_ptr() % 16
+    table = copy.deepcopy(cfg)
+    monkeypatch.setattr(ex, "launch_config", lambda *args: table)
+    with poisoned():
+        got = ex.moe_expert(x, shifted, w2, tw, ti)
+    monkeypatch.undo()
+    plain = {**table, "gate_up": {**table["gate_up"], "W_TMA": False}, "down": {**table["down"], "W_TMA": False}}
+    want = ex.moe_expert(x, w13, w2, tw, ti, config=plain)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
     cfg["gate_up"]["BLOCK_N"] = 2 * TMA_CASE.I
     launched = []
     tripwire = type("Tripwire", (), {"__getitem__": lambda _, grid: launched.append(grid)})

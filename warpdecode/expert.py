@@ -248,8 +248,10 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     for gemm, w, n, k in (("gate_up", w13, two_i // 2, H), ("down", w2, H, two_i // 2)):
         if cfg[gemm].get("W_TMA", False):  # before any launch
             problem = weight_tma_problem(cfg[gemm], w.weight if is_fp8(w) else w, n, k, gemm)
-            if problem:
+            if problem and config is not None:  # the caller's own config: refused
                 raise ValueError(problem)
+            if problem:  # a table's, on weights it cannot take (a misaligned view): pointer loads, the same bits
+                cfg = {**cfg, gemm: {**cfg[gemm], "W_TMA": False}}
     rows = activation_rows(x, w13, act_format, cfg["BLOCK_M"])
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
     pdl = (_runtime.USE_PDL if pdl is None else pdl) and rows == "native"
