@@ -95,17 +95,13 @@ def arch_name(arch: int) -> str:
     return f"sm_{arch}{'a' if arch >= 90 else ''}"
 
 
-def _is_desc(v) -> bool:
+def _arg_kind(v):
+    """An argument as a job keeps it: a tensor's dtype, a host TensorDescriptor's type as a launch specializes it
+    (``tensordesc<dtype[block shape]>``), else the value."""
+    from triton.runtime.jit import mangle_type
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    return isinstance(v, TensorDescriptor)
-
-
-def _desc_type(v) -> str:
-    """A host TensorDescriptor argument as a launch specializes it: ``tensordesc<dtype[block shape]>``."""
-    from triton.runtime.jit import mangle_type
-
-    return mangle_type(v)
+    return v.dtype if isinstance(v, torch.Tensor) else mangle_type(v) if isinstance(v, TensorDescriptor) else v
 
 
 def job(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages: int = 3, arch: int = 90) -> Job:
@@ -117,8 +113,7 @@ def job(kernel, args: dict, constexprs: dict, *, num_warps: int = 4, num_stages:
     given = {**{n: p.default for n, p in params.items() if p.default is not p.empty}, **args, **constexprs}
     const = {n for n, v in given.items() if n in constexprs or v is None or params[n].annotation in (tl.constexpr,
                                                                                                     "tl.constexpr")}
-    spec = {k: (v.dtype if isinstance(v, torch.Tensor) else _desc_type(v) if _is_desc(v) else v)
-            for k, v in given.items() if k not in const}
+    spec = {k: _arg_kind(v) for k, v in given.items() if k not in const}
     return Job(fn.__module__, fn.__name__, spec, {n: given[n] for n in const}, num_warps, num_stages, arch)
 
 

@@ -300,18 +300,33 @@ def moe(x, w13, w2, topk_weights, topk_ids, *, config: dict, math: bool = False,
     return ex.combine(o, topk_ids, topk_weights, w13.shape[0], pdl=pdl)
 
 
+def _fp8_rows_stages(x, f13, f2, topk_weights, topk_ids, config: dict):
+    """:func:`moe_fp8_rows` up to its combine: (alignment, gate/up's fp16 rows, its output, down's fp16 rows, its
+    output)."""
+    al = ex.align(topk_ids, f13.shape[0], config["BLOCK_M"])
+    a, _ = ex.quantize(x, None, "f16")
+    h = gate_up(a, f13.weight, al, config["gate_up"], topk_ids.shape[1])
+    h16, _ = ex.quantize(h, al, "f16")
+    return al, a, h, h16, down(h16, f2.weight, al, topk_weights, config["down"])
+
+
 def moe_fp8_rows(x, f13, f2, topk_weights, topk_ids, *, config: dict):
     """The bound of ``moe_expert``'s six launches on FP8 weights with fp16 rows (align, the rows, gate/up, the
     rows, down, combine): the same launches, this copy's GEMMs with no math on the e4m3 bytes, every load but
     the scales' (the rows' and the weights', one FP32 per row or weight row per K step). Not a layer's output:
     MATH=True here would leave the scales out."""
-    K = topk_ids.shape[1]
-    al = ex.align(topk_ids, f13.shape[0], config["BLOCK_M"])
-    a, _ = ex.quantize(x, None, "f16")
-    h = gate_up(a, f13.weight, al, config["gate_up"], K)
-    h, _ = ex.quantize(h, al, "f16")
-    o = down(h, f2.weight, al, topk_weights, config["down"])
+    o = _fp8_rows_stages(x, f13, f2, topk_weights, topk_ids, config)[-1]
     return ex.combine(o, topk_ids, topk_weights, f13.shape[0])
+
+
+def check_fp8_rows(x, f13, f2, topk_weights, topk_ids, config: dict):
+    """:func:`moe_fp8_rows`'s no-math GEMMs store what PyTorch says they must (every e4m3 weight and fp16 row they
+    load summed in), bit for bit, so every load ran."""
+    al, a, h, h16, o = _fp8_rows_stages(x, f13, f2, topk_weights, topk_ids, config)
+    rows, want = expected_gate_up(a, f13.weight, al, topk_ids.shape[1])
+    assert torch.equal(int_view(h[rows]), int_view(want)), ("gate/up", config)
+    pairs, want = expected_down(h16, f2.weight, al, topk_weights)
+    assert pairs.numel() == topk_ids.numel() and torch.equal(int_view(o[pairs]), int_view(want)), ("down", config)
 
 
 # ---------------------------------------------------------------------------------------------

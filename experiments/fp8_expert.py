@@ -219,10 +219,8 @@ def _jobs(arch: int, Ts):
                 steps = triton.cdiv(k_dim, c["BLOCK_K"])
                 gemm = "gate_up" if gate_up else "down"
                 rows.append((T, name, "shipped", gemm, s, nbytes, steps))
-                n_dim = QWEN.I if gate_up else QWEN.H
-                box = {"BLOCK_N": c["BLOCK_N"], "BLOCK_K": c["BLOCK_K"]}
-                if ex.tma_box_problem(box, n_dim, k_dim, elem) is None:  # its weight tiles by TMA (W_TMA)
-                    sc = s.constexprs
+                sc = s.constexprs
+                if ex.tma_box_problem(sc, *ex.gemm_dims(QWEN.H, QWEN.I)[gemm], elem) is None:  # weight tiles by TMA
                     dtype = "bf16" if weights is None else "fp8e4nv"
                     desc = f"tensordesc<{dtype}[1, {sc['BLOCK_N']}, {sc['BLOCK_K']}]>"
                     tma = dataclasses.replace(s, args={**s.args, "w_desc": desc}, constexprs={

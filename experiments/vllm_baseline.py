@@ -39,7 +39,6 @@ and vLLM's time over warpdecode's. ``--budget-s`` ends the sweep in time (the ca
 from __future__ import annotations
 
 import collections
-import copy
 import csv
 import math
 import os
@@ -248,7 +247,7 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
             configs["expert tma"] = tma
         if case.T >= NO_MATH_FROM_T and ex.activation_rows(i0.x, lay0[4], "native", cfg["BLOCK_M"]) == "f16":
             # the bound of the expert path's launches: the same six with no math in the GEMMs, same config
-            check_fp8_rows_nomath(i0.x, lay0[4], lay0[5], i0.topk_weights, i0.topk_ids, cfg)
+            kn.check_fp8_rows(i0.x, lay0[4], lay0[5], i0.topk_weights, i0.topk_ids, cfg)
             methods["expert no math"] = (lambda x, layer, i, cfg=cfg: kn.moe_fp8_rows(
                 x, layer[4], layer[5], i.topk_weights, i.topk_ids, config=cfg), None)
             configs["expert no math"] = cfg
@@ -259,26 +258,10 @@ def sweep_fp8(v, presets, Ts, deadline, reps) -> list[dict]:
 
 
 def tma_config(cfg: dict, f13, f2) -> dict | None:
-    """``cfg`` with ``W_TMA`` on each GEMM whose weight tiles TMA boxes can copy (``expert.weight_tma_problem``);
+    """``cfg`` with ``W_TMA`` on each GEMM whose weight tiles TMA boxes can copy (``expert.weight_tma_problems``);
     None where neither's can."""
-    out, (_, two_i, H) = copy.deepcopy(cfg), f13.shape
-    for gemm, w, n, k in (("gate_up", f13.weight, two_i // 2, H), ("down", f2.weight, H, two_i // 2)):
-        out[gemm]["W_TMA"] = ex.weight_tma_problem(cfg[gemm], w, n, k, gemm) is None
-    return out if out["gate_up"]["W_TMA"] or out["down"]["W_TMA"] else None
-
-
-def check_fp8_rows_nomath(x, f13, f2, tw, ids, cfg: dict):
-    """The no-math GEMMs of :func:`expert_knobs.moe_fp8_rows` store what PyTorch says they must (every e4m3
-    weight and fp16 row they load summed in), bit for bit, so every load ran."""
-    al = ex.align(ids, f13.shape[0], cfg["BLOCK_M"])
-    a, _ = ex.quantize(x, None, "f16")
-    h = kn.gate_up(a, f13.weight, al, cfg["gate_up"], ids.shape[1])
-    rows, want = kn.expected_gate_up(a, f13.weight, al, ids.shape[1])
-    assert torch.equal(kn.int_view(h[rows]), kn.int_view(want)), ("gate/up", cfg)
-    h, _ = ex.quantize(h, al, "f16")
-    o = kn.down(h, f2.weight, al, tw, cfg["down"])
-    pairs, want = kn.expected_down(h, f2.weight, al, tw)
-    assert pairs.numel() == ids.numel() and torch.equal(kn.int_view(o[pairs]), kn.int_view(want)), ("down", cfg)
+    ok = {gemm: problem is None for gemm, problem in ex.weight_tma_problems(cfg, f13, f2).items()}
+    return {**cfg, **{g: {**cfg[g], "W_TMA": True} for g in ok if ok[g]}} if any(ok.values()) else None
 
 
 # -- the CPU check -----------------------------------------------------------------------------------
@@ -330,7 +313,7 @@ def check_cpu(args) -> int:
         y = ex.moe_expert(x, f13, f2, tw, ids, config=tma)
         assert torch.equal(y, ex.moe_expert(x, f13, f2, tw, ids, config=cfg)), "W_TMA changed the bits"
         print(f"check fp8 T={T} expert tma: the pointer loads' bits")
-        check_fp8_rows_nomath(x, f13, f2, tw, ids, cfg)
+        kn.check_fp8_rows(x, f13, f2, tw, ids, cfg)
         print(f"check fp8 T={T} expert no math: every load's bits in its output ({cfg['BLOCK_M']}-row tiles)")
     print("check: vLLM " + ("ran through " + v.label() if v else "SKIPPED") + "; every output within its bound")
     return 0

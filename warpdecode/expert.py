@@ -120,18 +120,16 @@ def _weight_operands(w) -> tuple:
             {"W_FP8": True, "W_GROUP_N": w.GROUP_N, "W_GROUP_K": w.GROUP_K, "W_E8M0": w.FORMAT == "mxfp8"})
 
 
-def weight_tma_problem(cfg: dict, w: torch.Tensor, n: int, k: int, gemm: str) -> str | None:
-    """Why ``W_TMA`` cannot load the weight tiles of ``w`` ((E, rows, k) bytes; the GEMM's ``n`` output rows per
-    expert: I for gate/up, whose up rows follow, H for down) in boxes of (1, BLOCK_N, BLOCK_K), or None where it
-    can: the boxes must tile the matrix (vLLM's ``USE_TMA_B`` conditions) and TMA takes 16-byte-aligned rows."""
-    problem = tma_box_problem(cfg, n, k, w.element_size(), gemm)
-    if problem is None and (not w.is_contiguous() or w.data_ptr() % 16):
-        return f"config {gemm}.W_TMA needs contiguous, 16-byte-aligned weights"
-    return problem
+def gemm_dims(H: int, I: int) -> dict[str, tuple[int, int]]:  # noqa: E741
+    """Per GEMM, (output rows per expert, K) of its weights: gate/up's I rows (its up rows follow) over H, down's
+    H over I."""
+    return {"gate_up": (I, H), "down": (H, I)}
 
 
 def tma_box_problem(cfg: dict, n: int, k: int, elem: int, gemm: str = "gemm") -> str | None:
-    """:func:`weight_tma_problem`'s conditions on the shape alone (weights of ``elem`` bytes an element)."""
+    """Why ``W_TMA`` cannot copy a GEMM's weight tiles, of ``n`` rows per expert over ``k`` at ``elem`` bytes, in
+    boxes of (1, BLOCK_N, BLOCK_K), from the shape alone; None where it can: the boxes must tile the matrix
+    (vLLM's ``USE_TMA_B`` conditions) and TMA takes 16-byte-aligned rows."""
     bn, bk = cfg["BLOCK_N"], cfg["BLOCK_K"]
     if n % bn or k % bk:
         return (f"config {gemm}.W_TMA needs BLOCK_N to divide {n} and BLOCK_K to divide {k} (each TMA box one whole "
@@ -139,6 +137,20 @@ def tma_box_problem(cfg: dict, n: int, k: int, elem: int, gemm: str = "gemm") ->
     if (k * elem) % 16:
         return f"config {gemm}.W_TMA needs 16-byte-aligned weight rows, got {k} × {elem} B"
     return None
+
+
+def weight_tma_problems(cfg: dict, w13, w2) -> dict[str, str | None]:
+    """Per GEMM of the expert config ``cfg``, why ``W_TMA`` cannot copy its weight tiles from these weights
+    (:func:`tma_box_problem`, and contiguous, 16-byte-aligned storage), or None where it can."""
+    _, two_i, H = w13.shape
+    out = {}
+    for (gemm, (n, k)), w in zip(gemm_dims(H, two_i // 2).items(), (w13, w2), strict=True):
+        w = w.weight if is_fp8(w) else w
+        problem = tma_box_problem(cfg[gemm], n, k, w.element_size(), gemm)
+        if problem is None and (not w.is_contiguous() or w.data_ptr() % 16):
+            problem = f"config {gemm}.W_TMA needs contiguous, 16-byte-aligned weights"
+        out[gemm] = problem
+    return out
 
 
 def _weight_desc(cfg: dict, w: torch.Tensor) -> dict:
@@ -244,11 +256,9 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     (default): where the GPU has it unless ``WARPDECODE_PDL=0``; False: as vLLM. pdl gives the same bits."""
     E, K = w13.shape[0], topk_ids.shape[1]
     cfg = launch_config(x, w13, topk_ids, act_format, config)
-    _, two_i, H = w13.shape
-    for gemm, w, n, k in (("gate_up", w13, two_i // 2, H), ("down", w2, H, two_i // 2)):
-        if cfg[gemm].get("W_TMA", False):  # before any launch
-            problem = weight_tma_problem(cfg[gemm], w.weight if is_fp8(w) else w, n, k, gemm)
-            if problem and config is not None:  # the caller's own config: refused
+    if cfg["gate_up"].get("W_TMA", False) or cfg["down"].get("W_TMA", False):  # before any launch
+        for gemm, problem in weight_tma_problems(cfg, w13, w2).items():
+            if problem and cfg[gemm].get("W_TMA", False) and config is not None:  # the caller's own config
                 raise ValueError(problem)
             if problem:  # a table's, on weights it cannot take (a misaligned view): pointer loads, the same bits
                 cfg = {**cfg, gemm: {**cfg[gemm], "W_TMA": False}}

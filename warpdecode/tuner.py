@@ -375,8 +375,8 @@ def with_swap(cfg: dict, gemms, tma=()) -> dict:
 def tma_gemms(shape: MoEShape, cfg: dict, weights: str | None) -> tuple:
     """The GEMMs of ``cfg`` whose weight tiles TMA boxes can copy on ``shape`` (``expert.tma_box_problem``)."""
     elem = 1 if weights else _DTYPE.itemsize
-    dims = {"gate_up": (shape.I, shape.H), "down": (shape.H, shape.I)}
-    return tuple(g for g, (n, k) in dims.items() if ex.tma_box_problem(cfg[g], n, k, elem) is None)
+    return tuple(g for g, (n, k) in ex.gemm_dims(shape.H, shape.I).items()
+                 if ex.tma_box_problem(cfg[g], n, k, elem) is None)
 
 
 def tune_expert_swap(shape: MoEShape, buckets, reps: int = 30, rounds: int = 2, log=print,
