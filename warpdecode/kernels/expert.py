@@ -273,9 +273,9 @@ def _gate_up_rows(
             wmask = mask_n[:, None] & mask_k[None, :]
         else:
             wmask = mask_k[:, None] & mask_n[None, :]
-        wg = _weight_tile(g_ptrs, w_desc, e, pid_n * BLOCK_N, k0, wmask, BLOCK_N, BLOCK_K, SWAP_AB, W_TMA)
-        wu = _weight_tile(u_ptrs, w_desc, e, I + pid_n * BLOCK_N, k0, wmask, BLOCK_N, BLOCK_K, SWAP_AB, W_TMA)
-        wg, wu = wg.to(dot_dtype), wu.to(dot_dtype)
+        wg = _weight_tile(g_ptrs, w_desc, e, pid_n * BLOCK_N, k0, wmask, BLOCK_N, BLOCK_K, SWAP_AB, W_TMA).to(dot_dtype)
+        wu = _weight_tile(u_ptrs, w_desc, e, I + pid_n * BLOCK_N, k0, wmask, BLOCK_N, BLOCK_K, SWAP_AB,
+                          W_TMA).to(dot_dtype)
         if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
             sg = _scales(gs_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
             su = _scales(us_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
@@ -393,8 +393,7 @@ def _down_rows(
                 a = a.to(tl.float32) * tl.load(a_scale_ptrs + k0 // 128, mask=valid, other=0.0)[:, None]
         a = a.to(dot_dtype)
         wmask = mask_n[:, None] & mask_k[None, :] if SWAP_AB else mask_k[:, None] & mask_n[None, :]
-        w = _weight_tile(w_ptrs, w_desc, e, pid_n * BLOCK_N, k0, wmask, BLOCK_N, BLOCK_K, SWAP_AB, W_TMA)
-        w = w.to(dot_dtype)
+        w = _weight_tile(w_ptrs, w_desc, e, pid_n * BLOCK_N, k0, wmask, BLOCK_N, BLOCK_K, SWAP_AB, W_TMA).to(dot_dtype)
         if W_FP8:  # BLOCK_K divides W_GROUP_K: one scale per weight row covers the tile
             w_s = _scales(ws_ptrs + (k0 // W_GROUP_K) * stride_wsc, mask_n, W_E8M0)
             acc = _scaled_mma(a, w, acc, a_s, w_s, PRECISION, SWAP_AB)
