@@ -343,7 +343,7 @@ def test_expert_fp16_rows_give_the_weight_only_bits(case, fmt, seed, monkeypatch
 
     (x, q13, q2, tw, ti), _ = fp8_inputs(case, fmt, seed)
     g = torch.Generator().manual_seed(seed)
-    x = (x.float() * 10.0 ** (8 * torch.rand(x.shape, generator=g) - 4)).to(torch.bfloat16)
+    x = (x.float() * 10.0 ** (8 * torch.rand(x.shape, generator=g).to(x.device) - 4)).to(torch.bfloat16)
     a, scales = ex.quantize(x, None, "f16")  # fp16 values times powers of two
     H = x.shape[1]
     back, xf = a.float() * scales.repeat_interleave(128, 1)[:, :H], x.float()
