@@ -662,6 +662,7 @@ def test_report_fp8_expert_bound_block_sets_the_expert_path_against_its_no_math_
         ("olmoe-1b-7b", 256, "auto", 200.0, 2.9, "{'method': 'expert'}"),
         ("olmoe-1b-7b", 256, "expert", 201.0, 2.9, "{'method': 'expert'}"),
         ("olmoe-1b-7b", 256, "expert no math", 160.0, "", ""),
+        ("olmoe-1b-7b", 256, "expert tma", 204.0, 2.9, ""),
         ("olmoe-1b-7b", 4, "vllm w8a8", 40.0, 26.0, "{'vllm': '0.34.0'}"),
         ("olmoe-1b-7b", 4, "auto", 30.0, 1.0, "{'method': 'warp'}")]]
     with (folder / "vllm_baseline.csv").open("w", newline="") as f:
@@ -669,7 +670,7 @@ def test_report_fp8_expert_bound_block_sets_the_expert_path_against_its_no_math_
         w.writeheader()
         w.writerows(rows)
     table = report.fp8_expert_bound_table(root)
-    assert ("| NVIDIA H200 | 3.6.0 | olmoe-1b-7b | 256 | 200.0 (expert) | 201.0 | 160.0 | 1.26× | 140.0 | 0.70 | 0.88 |"
+    assert ("| NVIDIA H200 | 3.6.0 | olmoe-1b-7b | 256 | 200.0 (expert) | 201.0 | 160.0 | 1.26× | 204.0 | 140.0 | 0.70 | 0.88 |"
             in table)
     assert "| 4 |" not in table
     assert "expert no math (fp8)" not in report.vllm_table(H200, root)
