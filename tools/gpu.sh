@@ -184,7 +184,7 @@ for stage in "$@"; do
       fp8_runs=" ${FP8_RUNS:-pytest warp auto accuracy layers} "
       [[ $fp8_runs == *" pytest "* ]] && run fp8_pytest "${TIMEOUT_FP8_PYTEST:-110}" python3 -m pytest -q -rfE \
           -p no:cacheprovider -p no:randomly tests/test_fp8_gpu.py tests/test_fp8.py \
-          -k "presets or edges or (graph and not compiled) or convert or at_the_floor or tuner or capped_tiles or tma"
+          -k "presets or edges or (graph and not compiled) or convert or at_the_floor or tuner or capped_tiles or tiles_by_tma"
       [[ $fp8_runs == *" warp "* ]] && run fp8_warp "${TIMEOUT_FP8_WARP:-120}" python3 -m bench.fp8 --fresh \
           --what speed --phase warp --presets $presets --budget-s 90
       [[ $fp8_runs == *" auto "* ]] && run fp8_auto "${TIMEOUT_FP8_AUTO:-80}" python3 -m bench.fp8 --what speed \
