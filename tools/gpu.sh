@@ -39,7 +39,8 @@
 #             fp8_accuracy.csv, fp8_layers.csv, fp8_tuned.json to $OUT
 #             (FP8_PRESETS, FP8_LESSON=1 adds the w8a8/MXFP8 expert-path rows, FP8_RUNS picks among
 #             "pytest warp auto accuracy layers"; the warp run starts fp8_speed.csv afresh); at most about 9 minutes,
-#             the tests up to 4 (63 of them: 111 s with the kernels compiled, not all done in 200 s on a fresh machine)
+#             the tests up to 4 (59; 63 with the fp16-rows test took 111 s with the kernels compiled, and a fresh
+#             machine did not finish them in 200 s)
 #   compiled  the torch.compile GPU tests: warpdecode::moe and warpdecode::moe_fp8 (FP8 weights) compiled
 #             with Inductor and CUDA graphs (mode="reduce-overhead", fullgraph) against eager, and the
 #             compiled tiny Qwen3-MoE's generate; log compiled.log (about 3 minutes)
