@@ -166,6 +166,19 @@ def test_triton_before_3_8_runs_sm100_fp8_gate_up_untransposed():
             assert configs.default_expert(2048, 768, 128, 8, 1)["gate_up"]["SWAP_AB"] is True
 
 
+@pytest.mark.parametrize("T", [1, 8])
+def test_decode_tiles_are_transposed_except_for_fp8_weights_with_16_bit_activations(T):
+    """SWAP_AB where most experts see at most one row: bf16 and w8a8 tiles transposed, FP8 weights with
+    bf16 activations (both formats) not, since their widened e4m3 tiles run faster untransposed (the
+    tuners' swap steps, Qwen3-30B-A3B block128: results/NVIDIA_H200/logs/de03f50/tune.log)."""
+    def swapped(**kw):
+        cfg = configs.default_expert(2048, 768, 128, 8, T, shared_per_block=232448, **kw)
+        return cfg["gate_up"].get("SWAP_AB", False), cfg["down"].get("SWAP_AB", False)
+
+    assert swapped() == swapped(fp8=True, group_k=128) == (True, True)
+    assert swapped(group_k=128) == swapped(group_k=32) == (False, False)
+
+
 def test_few_wide_experts_keep_deep_k_steps_and_four_stages_at_128_columns():
     """16-bit operands on Hopper's shared memory: a 16-row gate/up tile keeps its 128-deep K step on
     three stages rather than 64 on four, and a 256-column tile narrows to 128 before it gives up a

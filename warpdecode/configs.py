@@ -536,8 +536,10 @@ def default_expert(H: int, I: int, E: int, K: int, T: int, *, fp8: bool = False,
         block_m = min(block_m, FP8_WEIGHTS_MAX_BLOCK_M)
         group_m = 8 if 2 * pairs_per_expert > block_m else group_m
     acc_regs = acc_regs_per_thread(arch, elem)
-    # most experts see at most one row: the tile transposed, weight rows on the tensor cores' M side
-    swap = pairs_per_expert <= 0.5 and elem == 2
+    # most experts see at most one row: the tile transposed, weight rows on the tensor cores' M side; not FP8
+    # weights with 16-bit activations, whose e4m3 tiles widened in registers run faster untransposed (the
+    # tuners' swap steps, H200 and H100: 0.91x and 0.92x at T = 1, same tiles). Data: docs/design.md, SWAP_AB
+    swap = pairs_per_expert <= 0.5 and elem == 2 and not (group_k and not fp8)
     swap_gate_up = swap and (SWAP_FP8_GATE_UP_SM100 or not fp8 or not 100 <= arch < 120)
     m_blocks = min(T * K, expected_distinct(E, K, T))  # the M tiles at decode: one per routed expert
     # a K step within one scale: 128 columns for FP8 activations, group_k for FP8 weights; FP32: 32
