@@ -202,7 +202,7 @@ for stage in "$@"; do
       run fp8_bar 15 python3 -m bench.fp8 --what figures
       cp "$GPU_DIR"/fp8_*.csv "$GPU_DIR"/fp8_tuned.json "$OUT/" 2>/dev/null ;;
     compiled)
-      run compiled "${TIMEOUT_COMPILED:-300}" python3 -m pytest -m gpu -v -rfEx -p no:cacheprovider \
+      run compiled "${TIMEOUT_COMPILED:-300}" python3 -m pytest -m gpu -q -rA -p no:cacheprovider \
           tests/test_fp8_gpu.py tests/test_gpu.py -k "compiled_with_cuda_graphs" ;;
     quick)
       run quick "${TIMEOUT_QUICK:-200}" python3 -m bench compare --preset qwen3-30b-a3b --T 1 2 4 8 64 ;;
@@ -228,7 +228,7 @@ for stage in "$@"; do
       cap() { local rest=$((gen_end - SECONDS)); [ "$rest" -lt 20 ] && rest=20; echo $(( $1 < rest ? $1 : rest )); }
       gen_layers=${GEN_LAYERS-4}
       if [ "${GEN_TESTS:-1}" = 1 ]; then
-        run gen_tests "$(cap "${TIMEOUT_GEN_TESTS:-120}")" python3 -m pytest -m gpu -v -rfEx -p no:cacheprovider \
+        run gen_tests "$(cap "${TIMEOUT_GEN_TESTS:-120}")" python3 -m pytest -m gpu -q -rA -p no:cacheprovider \
             tests/test_gpu.py -k "${GEN_TESTS_K:-cuda_graph or batch_invariant or runs_on_the_gpu}"
         run invariant "$(cap "${TIMEOUT_INVARIANT:-100}")" python3 experiments/warp_schedule.py --version invariant \
             --reps 40 ${INVARIANT_ARGS:-}
