@@ -727,21 +727,14 @@ def test_the_fp8_cost_model_against_the_measured_fp8_crossovers(monkeypatch):
     own tune's evidence where it holds one (``crossover_evidence_block128``), else from that CSV."""
     import csv
 
+    from bench import fp8 as bench
+
     table = json.loads(SHIPPED_H200.read_text())
     with (Path(__file__).parents[1] / "results" / "NVIDIA_H200" / "fp8_speed.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r["config"] == "moe" and r["weights"] == "block128"]
     times = {}
     for r in rows:
         times.setdefault(r["preset"], {}).setdefault(int(r["T"]), {})[r["method"]] = float(r["median_us"])
-
-    def measured(by_T):
-        """The largest T to which warp decode is no slower at every T (model_crossover's rule)."""
-        best = 0
-        for T in sorted(by_T):
-            if by_T[T]["warp"] > by_T[T]["expert"]:
-                break
-            best = T
-        return best
 
     def worst_loss(crossover_of):
         worst = 0.0
@@ -755,12 +748,12 @@ def test_the_fp8_cost_model_against_the_measured_fp8_crossovers(monkeypatch):
     for p in warpdecode.MODEL_PRESETS:
         s = warpdecode.get_preset(p)
         key = shape_key(s.H, s.I, s.E, s.K)
+        measured = bench.measured_crossover(rows, p)
         evidence = table.get("crossover_evidence_block128", {}).get(key)
-        own = measured({int(T): {"warp": t["warp_us"], "expert": t["expert_us"]} for T, t in evidence.items()}
-                       if evidence else times[p])
+        own = configs.crossover_of(evidence) if evidence else measured
         assert table["crossover_block128"][key] == own, (p, own)
         model = costmodel.model_crossover(s.H, s.I, s.E, s.K, 2, 1)
-        assert 0 <= T_GRID.index(model) - T_GRID.index(measured(times[p])) <= 1, (p, model, measured(times[p]))
+        assert 0 <= T_GRID.index(model) - T_GRID.index(measured) <= 1, (p, model, measured)
     assert worst_loss(lambda s: costmodel.model_crossover(s.H, s.I, s.E, s.K, 2, 1)) < 0.10
     # the model as if FP8 weights streamed as 16-bit ones do (model_crossover's cache bypassed)
     monkeypatch.setattr(costmodel, "FP8_PAIR_READ_FRACTION", 1.0)

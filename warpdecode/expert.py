@@ -258,10 +258,10 @@ def moe_expert(x, w13, w2, topk_weights, topk_ids, *, act_format: str = "native"
     cfg = launch_config(x, w13, topk_ids, act_format, config)
     if cfg["gate_up"].get("W_TMA", False) or cfg["down"].get("W_TMA", False):  # before any launch
         for gemm, problem in weight_tma_problems(cfg, w13, w2).items():
-            if problem and cfg[gemm].get("W_TMA", False) and config is not None:  # the caller's own config
-                raise ValueError(problem)
-            if problem:  # a table's, on weights it cannot take (a misaligned view): pointer loads, the same bits
-                cfg = {**cfg, gemm: {**cfg[gemm], "W_TMA": False}}
+            if problem and cfg[gemm].get("W_TMA", False):
+                if config is not None:  # the caller's own config
+                    raise ValueError(problem)
+                cfg = {**cfg, gemm: {**cfg[gemm], "W_TMA": False}}  # a table's: pointer loads, the same bits
     rows = activation_rows(x, w13, act_format, cfg["BLOCK_M"])
     # PDL only where each kernel's predecessor is the previous one of these four (no quantize between)
     pdl = (_runtime.USE_PDL if pdl is None else pdl) and rows == "native"
